@@ -1,0 +1,1 @@
+"""Placeholder: the client lands with the integrations issue."""

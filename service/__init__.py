@@ -1,0 +1,85 @@
+"""Context Mode Service: a durable, searchable memory of LLM context (see DESIGN.md)."""
+from __future__ import annotations
+
+import atexit
+import logging
+import sys
+
+from flask import Flask
+
+from .config import Config, from_mapping
+
+log = logging.getLogger("service")
+
+
+def create_app(test_config: dict | Config | None = None) -> Flask:
+    """Application factory: configuration, store, background maintenance, blueprints."""
+    from . import errors, metrics
+    from .api import health, search, units
+    from .auth import KeyRing
+    from .indexer import Maintenance
+    from .shards import check_fts5
+    from .store import Store
+
+    _setup_logging()
+    config = test_config if isinstance(test_config, Config) else from_mapping(test_config)
+    problem = check_fts5()
+    if problem:
+        raise RuntimeError(problem)
+
+    app = Flask(__name__)
+    app.config["CONTEXT"] = config
+    app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
+    app.json.ensure_ascii = False
+    app.json.sort_keys = False
+
+    keys = KeyRing.from_config(config)
+    if keys.open:
+        log.warning("=" * 72)
+        log.warning("NO API KEYS CONFIGURED: every caller is the single 'default' tenant with all scopes.")
+        log.warning("Set CONTEXT_API_KEYS_FILE (see `context-mode keys add`) before exposing this service.")
+        log.warning("=" * 72)
+    app.extensions["context_keys"] = keys
+
+    store = Store(config)
+    app.extensions["context_store"] = store
+    maintenance = Maintenance(store)
+    app.extensions["context_maintenance"] = maintenance
+    if config.background:
+        maintenance.start()
+
+    errors.init_app(app)
+    metrics.init_app(app)
+    app.register_blueprint(units.bp)
+    app.register_blueprint(search.bp)
+    app.register_blueprint(health.bp)
+    _register_optional(app)
+
+    def shutdown():
+        maintenance.stop()
+        store.close()
+    app.extensions["context_shutdown"] = shutdown
+    atexit.register(shutdown)
+    return app
+
+
+def _register_optional(app: Flask) -> None:
+    """Front doors that live in their own packages (MCP, Dify, Continue, OpenAPI)."""
+    import importlib
+    for module in ("service.mcp", "service.adapters"):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        init = getattr(mod, "init_app", None)
+        if init is not None:
+            init(app)
+
+
+def _setup_logging() -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)

@@ -1,0 +1,31 @@
+"""Thin REST blueprints (DESIGN.md section 4): parse, call the store, shape the answer."""
+from __future__ import annotations
+
+import json
+
+from flask import current_app, request
+
+from ..errors import BadRequest
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def json_body():
+    """The request body as JSON (any Content-Type); 400 ``invalid_json`` when it does not parse."""
+    raw = request.get_data(cache=True)
+    if not raw.strip():
+        raise BadRequest("The request body is empty; send a JSON document.", code="invalid_json")
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise BadRequest(f"The request body is not valid UTF-8 JSON: {str(e)[:200]}", code="invalid_json") from None
+
+
+def store():
+    return current_app.extensions["context_store"]
+
+
+def config():
+    return current_app.config["CONTEXT"]

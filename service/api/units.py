@@ -1,0 +1,61 @@
+"""POST /mcp/push and /mcp/units/<cid> (DESIGN.md section 4)."""
+from __future__ import annotations
+
+from flask import Blueprint, jsonify
+
+from ..auth import require
+from ..errors import ApiError, BadRequest
+from . import config, json_body, store
+
+bp = Blueprint("units", __name__)
+
+
+@bp.post("/mcp/push")
+@require("push")
+def push(tenant):
+    """Store one unit, or a batch ({"units": [...]} or a JSON array); ack after it is durable."""
+    body = json_body()
+    if isinstance(body, dict) and "units" in body and set(body) == {"units"}:
+        body = body["units"]
+        if not isinstance(body, list):
+            raise BadRequest("Field 'units' must be a JSON array of units.", field="units")
+    if isinstance(body, list):
+        if not body:
+            raise BadRequest("A batch must hold at least one unit.", code="empty_batch", field="units")
+        if len(body) > config().max_batch:
+            raise BadRequest(f"A batch holds at most {config().max_batch} units.", code="batch_too_large",
+                             field="units")
+        results = []
+        for i, r in enumerate(store().push_many(tenant, body)):
+            if isinstance(r, ApiError):
+                item = {"index": i, "status": "error", "error": r.message, "code": r.code}
+                if r.field:
+                    item["field"] = r.field
+                if r.status >= 500:
+                    raise r
+            else:
+                item = {"index": i, **r}
+            results.append(item)
+        return jsonify({"results": results})
+    return jsonify(store().push_one(tenant, body))
+
+
+@bp.get("/mcp/units/<cid>")
+@require("search")
+def get_unit(tenant, cid):
+    """One live unit by CID."""
+    return jsonify(store().require(tenant, cid))
+
+
+@bp.get("/mcp/units/<cid>/lineage")
+@require("search")
+def lineage(tenant, cid):
+    """Ancestors (root last) and children of a unit."""
+    return jsonify(store().lineage(tenant, cid))
+
+
+@bp.delete("/mcp/units/<cid>")
+@require("admin")
+def delete_unit(tenant, cid):
+    """Remove a unit everywhere."""
+    return jsonify(store().delete(tenant, cid))

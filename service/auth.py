@@ -1,0 +1,155 @@
+"""API keys (DESIGN.md section 9): key -> tenant + scopes, stored hashed, compared in constant time."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+from dataclasses import dataclass
+from functools import wraps
+
+from flask import current_app, g, request
+
+from .errors import Forbidden, Unauthorized
+from .store import TENANT_RE
+
+log = logging.getLogger(__name__)
+
+SCOPES = ("push", "search", "admin")
+DEFAULT_TENANT = "default"
+
+
+@dataclass(frozen=True)
+class Principal:
+    tenant: str
+    scopes: frozenset[str]
+    key_id: str          # first hex digits of the key hash: safe to log and to rate-limit on
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+class KeyRing:
+    """The configured keys, hashed. Empty ring = single ``default`` tenant, no auth."""
+
+    def __init__(self, entries: list[tuple[str, str, frozenset[str]]]):
+        self.entries = entries   # (sha256 hex, tenant, scopes)
+
+    @property
+    def open(self) -> bool:
+        return not self.entries
+
+    @classmethod
+    def from_config(cls, config) -> "KeyRing":
+        entries = []
+        if config.api_keys_file:
+            with open(config.api_keys_file, encoding="utf-8") as fh:
+                data = json.load(fh)
+            for item in data.get("keys", []):
+                entries.append(_entry(item))
+        if config.api_keys:
+            # Development form: "key:tenant:push+search;key2:tenant2:search"
+            for part in config.api_keys.split(";"):
+                if not part.strip():
+                    continue
+                key, tenant, scopes = (part.strip().split(":") + ["", ""])[:3]
+                scope_list = [s for s in scopes.replace(",", "+").split("+") if s] or list(SCOPES[:2])
+                entries.append(_entry({"key": key, "tenant": tenant, "scopes": scope_list}))
+        return cls(entries)
+
+    def authenticate(self, presented: str | None) -> Principal | None:
+        if presented is None:
+            return None
+        digest = hash_key(presented)
+        found = None
+        for key_hash, tenant, scopes in self.entries:
+            # Compare against every entry so timing does not reveal which one matched.
+            if hmac.compare_digest(digest, key_hash):
+                found = Principal(tenant, scopes, key_hash[:12])
+        return found
+
+
+def _entry(item: dict) -> tuple[str, str, frozenset[str]]:
+    tenant = item.get("tenant", "")
+    if not TENANT_RE.match(tenant or ""):
+        raise ValueError(f"keys file: invalid tenant name {tenant!r} (must match {TENANT_RE.pattern})")
+    scopes = frozenset(item.get("scopes") or ())
+    unknown = scopes - set(SCOPES)
+    if unknown:
+        raise ValueError(f"keys file: unknown scope(s) {sorted(unknown)}; known: {SCOPES}")
+    if "key_sha256" in item:
+        key_hash = item["key_sha256"].lower()
+        if len(key_hash) != 64:
+            raise ValueError("keys file: key_sha256 must be 64 hex digits")
+    elif item.get("key"):
+        key_hash = hash_key(item["key"])
+    else:
+        raise ValueError("keys file: each key needs 'key_sha256' (or 'key' for development)")
+    return key_hash, tenant, scopes
+
+
+def new_key() -> str:
+    return "cms_" + secrets.token_urlsafe(32)
+
+
+def add_key(path: str, tenant: str, scopes: list[str]) -> str:
+    """Append a new key's hash to the keys file; return the plain key (shown once)."""
+    key = new_key()
+    entry = {"key_sha256": hash_key(key), "tenant": tenant, "scopes": sorted(scopes)}
+    _entry(entry)  # validate
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        data = {"keys": []}
+    data.setdefault("keys", []).append(entry)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2)
+        fh.write("\n")
+    return key
+
+
+def bearer_token(header: str | None) -> tuple[str | None, str | None]:
+    """(token, problem): problem is 'missing' or 'malformed' when there is no usable token."""
+    if not header:
+        return None, "missing"
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or " " in token:
+        return None, "malformed"
+    return token, None
+
+
+def current_principal() -> Principal:
+    """Authenticate the request (once) and return who is calling; 401 when that fails."""
+    if "principal" in g:
+        return g.principal
+    ring: KeyRing = current_app.extensions["context_keys"]
+    if ring.open:
+        g.principal = Principal(DEFAULT_TENANT, frozenset(SCOPES), "open")
+        return g.principal
+    token, problem = bearer_token(request.headers.get("Authorization"))
+    if problem == "missing":
+        raise Unauthorized("Missing 'Authorization: Bearer <key>' header.", code="missing_api_key")
+    if problem == "malformed":
+        raise Unauthorized("Malformed Authorization header; expected 'Bearer <key>'.", code="malformed_api_key")
+    principal = ring.authenticate(token)
+    if principal is None:
+        raise Unauthorized("Invalid API key.", code="invalid_api_key")
+    g.principal = principal
+    return principal
+
+
+def require(scope: str):
+    """View decorator: authenticate, check ``scope``, pass ``tenant`` to the view."""
+    def deco(view):
+        @wraps(view)
+        def wrapper(*args, **kwargs):
+            p = current_principal()
+            if scope not in p.scopes:
+                raise Forbidden(f"This API key lacks the {scope!r} scope.", code="missing_scope")
+            return view(p.tenant, *args, **kwargs)
+        return wrapper
+    return deco

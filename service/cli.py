@@ -1,0 +1,106 @@
+"""`context-mode` command line: serve, doctor, keys (and client commands when installed)."""
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import tempfile
+
+import click
+
+from .config import Config
+
+
+@click.group()
+def main():
+    """Context Mode Service."""
+
+
+@main.command()
+@click.option("--bind", default=None, help="host:port (default: CONTEXT_BIND or 127.0.0.1:5000)")
+def serve(bind):
+    """Run the development server (use `make run` for gunicorn)."""
+    from . import create_app
+    config = Config.from_env()
+    host, _, port = (bind or config.bind).rpartition(":")
+    app = create_app(config)
+    app.run(host=host or "127.0.0.1", port=int(port), threaded=True, use_reloader=False)
+
+
+@main.command()
+@click.option("--quiet", is_flag=True, help="Print only problems.")
+def doctor(quiet):
+    """Check SQLite, FTS5, the data directory and the jieba dictionary."""
+    from .shards import check_fts5
+    config = Config.from_env()
+    ok = True
+
+    def report(good: bool, text: str):
+        nonlocal ok
+        ok = ok and good
+        if not good or not quiet:
+            click.echo(("ok    " if good else "FAIL  ") + text, err=not good)
+
+    report(tuple(map(int, sqlite3.sqlite_version.split("."))) >= (3, 35), f"SQLite {sqlite3.sqlite_version}")
+    problem = check_fts5()
+    report(problem is None, problem or "FTS5 and fts5vocab available")
+    try:
+        os.makedirs(config.data_dir, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=config.data_dir):
+            pass
+        report(True, f"data directory {os.path.abspath(config.data_dir)} writable")
+    except OSError as e:
+        report(False, f"data directory {config.data_dir} not writable: {e}")
+    try:
+        from .tokenize import Tokenizer
+        tok = Tokenizer(segmenter=config.segmenter, user_dict=config.user_dict, stem=config.stem)
+        tokens = tok.tokens("订单管理系统 ORD-7890")
+        report("订单" in tokens, f"jieba dictionary loads ({tok.segmenter}): {' '.join(tokens)}")
+    except Exception as e:  # noqa: BLE001 - doctor reports whatever breaks
+        report(False, f"tokenizer failed: {e}")
+    if not config.api_keys_file and not config.api_keys:
+        if not quiet:
+            click.echo("warn  no API keys configured: single 'default' tenant, no authentication")
+    sys.exit(0 if ok else 1)
+
+
+@main.group()
+def keys():
+    """Manage API keys."""
+
+
+@keys.command("add")
+@click.option("--tenant", required=True)
+@click.option("--scopes", default="push,search", show_default=True)
+@click.option("--file", "path", default=None, help="Keys file (default: CONTEXT_API_KEYS_FILE).")
+def keys_add(tenant, scopes, path):
+    """Create a key: print it once, store only its hash."""
+    from .auth import add_key
+    path = path or Config.from_env().api_keys_file
+    if not path:
+        raise click.UsageError("No keys file: pass --file or set CONTEXT_API_KEYS_FILE.")
+    try:
+        key = add_key(path, tenant, [s.strip() for s in scopes.split(",") if s.strip()])
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    click.echo(key)
+    click.echo(f"(stored sha256 only in {path}; this key is not shown again)", err=True)
+
+
+def _register_plugins() -> None:
+    """Commands that live beside the service: the client CLI and the MCP stdio bridge."""
+    import importlib
+    for module in ("service.cli_client", "service.mcp.stdio", "service.backup"):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        register = getattr(mod, "register_cli", None)
+        if register is not None:
+            register(main)
+
+
+_register_plugins()
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Configuration: read once from ``CONTEXT_*`` environment variables and stored on the app.
+
+Nothing else in the service reads ``os.environ``; everything takes a :class:`Config`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_PREFIX = "CONTEXT_"
+
+BASE_TYPES = ("user_input", "model_thinking", "tool_output", "system_notice")
+
+
+def _bool(v: str) -> bool:
+    return v.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _list(v: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in v.split(",") if x.strip())
+
+
+@dataclass(frozen=True)
+class Config:
+    data_dir: str = "./data"
+    bind: str = "127.0.0.1:5000"
+    workers: int = 2
+    threads: int = 8
+    # Auth (DESIGN.md section 9): a keys file, or inline keys "key:tenant:scope+scope;..." for development.
+    api_keys_file: str | None = None
+    api_keys: str | None = None
+    # Unit contract (DESIGN.md section 3).
+    extra_types: tuple[str, ...] = ()
+    max_content_bytes: int = 1024 * 1024
+    max_metadata_bytes: int = 64 * 1024
+    max_source_chars: int = 200
+    max_ttl: int = 31_536_000
+    future_skew_s: int = 300
+    max_batch: int = 1000
+    max_body_bytes: int = 32 * 1024 * 1024
+    # Tokenizer (DESIGN.md section 6).
+    segmenter: str = "auto"          # auto | rjieba | jieba
+    user_dict: str | None = None
+    stem: bool = True
+    # Indexer and replica (DESIGN.md section 5).
+    index_threads: int = 2
+    index_batch: int = 512
+    index_poll_ms: int = 200
+    replica_debounce_ms: int = 1000
+    replicas: bool = True
+    strong_wait_ms: int = 5000
+    janitor_interval_s: float = 30.0
+    # Search (DESIGN.md section 6).
+    search_threads: int = 4
+    local_top_n: int = 100
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+    # Storage.
+    busy_timeout_ms: int = 10_000
+    synchronous: str = "NORMAL"
+    cache_size_kib: int = 8192
+    # Front doors (DESIGN.md sections 7 and 8).
+    public_url: str = "http://context-mode:5000"
+    mcp_allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]", "::1")
+    mcp_allowed_origins: tuple[str, ...] = ()
+    rate_limit: str | None = None     # e.g. "600/minute" per key
+    background: bool = True          # start indexer/janitor threads (tests may turn off)
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return BASE_TYPES + tuple(t for t in self.extra_types if t not in BASE_TYPES)
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> "Config":
+        env = os.environ if environ is None else environ
+        values: dict = {}
+        for f in dataclasses.fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is None or raw == "":
+                continue
+            values[f.name] = _coerce(f, raw)
+        values.update(overrides)
+        return cls(**values)
+
+    def replace(self, **changes) -> "Config":
+        return dataclasses.replace(self, **changes)
+
+
+def _coerce(f: dataclasses.Field, raw: str):
+    default = f.default
+    if isinstance(default, bool):
+        return _bool(raw)
+    if isinstance(default, int):
+        return int(raw)
+    if isinstance(default, float):
+        return float(raw)
+    if isinstance(default, tuple):
+        return _list(raw)
+    return raw
+
+
+def from_mapping(mapping: dict | None) -> Config:
+    """Build a Config from the environment, then a test mapping (lower-case field names)."""
+    mapping = dict(mapping or {})
+    known = {f.name: f for f in dataclasses.fields(Config)}
+    overrides = {}
+    for k, v in mapping.items():
+        k = k.lower().removeprefix("context_")
+        if k not in known:
+            continue
+        if isinstance(v, str) and not isinstance(known[k].default, str) and known[k].default is not None:
+            v = _coerce(known[k], v)
+        if isinstance(v, list):
+            v = tuple(v)
+        overrides[k] = v
+    return Config.from_env(**overrides)

@@ -1,0 +1,115 @@
+"""One error tree and one error body (DESIGN.md section 4): {"error", "code", "field"?}."""
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, jsonify
+from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, *, code: str | None = None, field: str | None = None,
+                 status: int | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
+        if status:
+            self.status = status
+        self.field = field
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return error_body(self.message, self.code, self.field)
+
+
+class BadRequest(ApiError):
+    status, code = 400, "invalid_field"
+
+
+class Unauthorized(ApiError):
+    status, code = 401, "unauthorized"
+
+
+class Forbidden(ApiError):
+    status, code = 403, "forbidden"
+
+
+class NotFound(ApiError):
+    status, code = 404, "not_found"
+
+
+class Conflict(ApiError):
+    status, code = 409, "cid_collision"
+
+
+class Unprocessable(ApiError):
+    status, code = 422, "unprocessable"
+
+
+class RateLimited(ApiError):
+    status, code = 429, "rate_limited"
+
+
+class StorageUnavailable(ApiError):
+    """Storage cannot take writes (read-only, full, locked too long): retry later."""
+    status, code = 503, "storage_unavailable"
+
+    def __init__(self, message: str = "Storage is unavailable; retry later.", **kw):
+        kw.setdefault("headers", {"Retry-After": "5"})
+        super().__init__(message, **kw)
+
+
+def error_body(message: str, code: str, field: str | None = None) -> dict:
+    body = {"error": message, "code": code}
+    if field is not None:
+        body["field"] = field
+    return body
+
+
+# werkzeug's HTTPException names mapped to our machine codes.
+_HTTP_CODES = {
+    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+    405: "method_not_allowed", 408: "request_timeout", 411: "length_required",
+    413: "payload_too_large", 414: "uri_too_long", 415: "unsupported_media_type",
+    429: "rate_limited", 431: "headers_too_large",
+}
+
+
+def init_app(app: Flask) -> None:
+    @app.errorhandler(ApiError)
+    def _api_error(e: ApiError):
+        rv = jsonify(e.body())
+        rv.status_code = e.status
+        rv.headers.update(e.headers)
+        return rv
+
+    @app.errorhandler(HTTPException)
+    def _http_error(e: HTTPException):
+        code = _HTTP_CODES.get(e.code or 500, "http_error")
+        message = {
+            404: "No such route.",
+            405: "Method not allowed for this route.",
+            413: "Request body too large.",
+        }.get(e.code, e.description or e.name)
+        rv = jsonify(error_body(message, code))
+        rv.status_code = e.code or 500
+        if e.code == 405 and hasattr(e, "valid_methods") and e.valid_methods:
+            rv.headers["Allow"] = ", ".join(e.valid_methods)
+        return rv
+
+    @app.errorhandler(Exception)
+    def _unexpected(e: Exception):
+        from .shards import storage_error
+        mapped = storage_error(e)
+        if mapped is not None:
+            return _api_error(mapped)
+        log.exception("unhandled error")
+        rv = jsonify(error_body("Internal server error.", "internal_error"))
+        rv.status_code = 500
+        return rv

@@ -1,0 +1,192 @@
+"""The indexer (DESIGN.md sections 2 and 5): pending rows -> jieba tokens -> FTS5.
+
+The ``indexed = 0`` flag is the durable queue. Tokenizing happens outside the write lock;
+writing the FTS rows and flipping the flags is one transaction that re-checks the flags, so
+a batch indexed twice (two workers, or a crash and a restart) changes nothing the second time.
+
+In each process one background thread per tenant-leadership does the maintenance: the
+process that holds a tenant's ``maintenance.lock`` (fcntl, released by the kernel when the
+process dies) indexes, refreshes replicas and runs the janitor for that tenant; the others
+take over within one poll interval when it dies.
+"""
+from __future__ import annotations
+
+import collections
+import fcntl
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from .shards import Db, sql
+from .tokenize import Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+def index_pending(db: Db, tokenizer: Tokenizer, limit: int = 512, pool: ThreadPoolExecutor | None = None,
+                  lags: "collections.deque | None" = None) -> int:
+    """Index up to ``limit`` pending rows of one shard; return how many rows this call indexed."""
+    rows = db.read(lambda c: c.execute(sql("pending_fetch"), {"limit": limit}).fetchall())
+    if not rows:
+        return 0
+    contents = [r["content"] for r in rows]
+    if pool is not None and len(rows) > 64:
+        chunks = [contents[i:i + 64] for i in range(0, len(contents), 64)]
+        token_lists = [tl for part in pool.map(lambda ch: [tokenizer.tokens(x) for x in ch], chunks) for tl in part]
+    else:
+        token_lists = [tokenizer.tokens(x) for x in contents]
+
+    def tx(conn):
+        done = ndocs = ntokens = 0
+        for r, toks in zip(rows, token_lists):
+            cur = conn.execute(sql("unit_mark_indexed"), {"id": r["id"], "ntok": len(toks)})
+            if cur.rowcount == 0:
+                continue  # indexed meanwhile by another worker, or deleted
+            done += 1
+            if toks:  # empty or whitespace content is stored but not searchable
+                conn.execute(sql("fts_insert"), {"id": r["id"], "tokens": " ".join(toks)})
+                ndocs += 1
+                ntokens += len(toks)
+        if done:
+            conn.execute(sql("meta_add"), {"key": "ndocs", "delta": ndocs})
+            conn.execute(sql("meta_add"), {"key": "ntokens", "delta": ntokens})
+            conn.execute(sql("meta_touch"), {"now_ms": int(time.time() * 1000)})
+        return done
+
+    done = db.write(tx)
+    if lags is not None and done:
+        now = time.time() * 1000
+        lags.extend(now - r["pushed_ms"] for r in rows)
+    return done
+
+
+def pending_count(db: Db) -> int:
+    return db.read(lambda c: c.execute(sql("pending_count")).fetchone()[0])
+
+
+class TenantLock:
+    """Non-blocking, process-wide leadership of one tenant's maintenance."""
+
+    def __init__(self, path):
+        self.path = path
+        self.fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        if self.fd is not None:
+            return True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self.fd = fd
+        return True
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class Maintenance:
+    """Background indexer, replica refresher and janitor for every tenant this process leads."""
+
+    def __init__(self, store):
+        self.store = store
+        self.config = store.config
+        self.tokenizer = store.searcher.tokenizer
+        self.pool = ThreadPoolExecutor(max(1, self.config.index_threads), thread_name_prefix="indexer")
+        self.lags: collections.deque = collections.deque(maxlen=10_000)
+        self.indexed_total = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._locks: dict[str, TenantLock] = {}
+        self._recovered: set[str] = set()
+        self._last_janitor = 0.0
+        self._thread: threading.Thread | None = None
+        from .replica import ReplicaManager
+        from .janitor import Janitor
+        self.replicas = ReplicaManager(store)
+        self.janitor = Janitor(store)
+        store.listeners.append(self.notify)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="maintenance", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self.pool.shutdown(wait=True)
+        for lock in self._locks.values():
+            lock.release()
+        self._locks.clear()
+
+    def notify(self, tenant: str, days) -> None:
+        self._wake.set()
+
+    def leads(self, tenant: str) -> bool:
+        lock = self._locks.get(tenant)
+        if lock is None:
+            lock = self._locks[tenant] = TenantLock(self.store.tenant(tenant).dir / "maintenance.lock")
+        return lock.try_acquire()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.config.index_poll_ms / 1000)
+            self._wake.clear()
+            try:
+                self.run_once()
+            except Exception:  # keep the loop alive; the next pass retries (the queue is durable)
+                log.exception("maintenance pass failed")
+                time.sleep(1)
+
+    def run_once(self, force_janitor: bool = False) -> int:
+        """One pass over the tenants this process leads; returns rows indexed."""
+        total = 0
+        janitor_due = force_janitor or time.time() - self._last_janitor >= self.config.janitor_interval_s
+        for name in self.store.tenant_names():
+            if self._stop.is_set() or not self.leads(name):
+                continue
+            t = self.store.tenant(name)
+            total += self.index_tenant(t)
+            if self.config.replicas:
+                self.replicas.refresh_due(t)
+            if janitor_due:
+                self.janitor.run(t)
+        if janitor_due:
+            self._last_janitor = time.time()
+        return total
+
+    def index_tenant(self, t) -> int:
+        """Drain every pending row of a tenant's shards (all files once after start: crash recovery)."""
+        if t.name not in self._recovered:
+            days = t.primary_days()
+            self._recovered.add(t.name)
+        else:
+            days = self.store.live_days(t)
+        total = 0
+        for day in days:
+            db = t.shard(day, create=False)
+            if db is None:
+                continue
+            while not self._stop.is_set():
+                n = index_pending(db, self.tokenizer, self.config.index_batch, self.pool, self.lags)
+                total += n
+                if n < self.config.index_batch:
+                    break
+        self.indexed_total += total
+        return total
+
+    def lag_percentiles(self) -> dict:
+        lags = sorted(self.lags)
+        if not lags:
+            return {"p50_ms": None, "p99_ms": None}
+        return {"p50_ms": round(lags[len(lags) // 2], 1), "p99_ms": round(lags[min(len(lags) - 1, int(len(lags) * 0.99))], 1)}

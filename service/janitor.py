@@ -1,0 +1,90 @@
+"""Janitor (DESIGN.md section 5): purge expired units, unlink dead days, checkpoint WAL."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from .shards import sql
+
+log = logging.getLogger(__name__)
+
+
+def _purge_expired(conn, now: int) -> tuple[int, int | None]:
+    """Delete expired rows (units, FTS, stats) of one shard; return (deleted, min live expiry)."""
+    rows = conn.execute(sql("expired_fetch"), {"now": now}).fetchall()
+    ndocs = ntokens = 0
+    for r in rows:
+        if r["indexed"] and r["ntok"]:
+            conn.execute(sql("fts_delete"), {"id": r["id"]})
+            ndocs += 1
+            ntokens += r["ntok"]
+    if rows:
+        conn.execute(sql("expired_delete"), {"now": now})
+        conn.execute(sql("meta_add"), {"key": "ndocs", "delta": -ndocs})
+        conn.execute(sql("meta_add"), {"key": "ntokens", "delta": -ntokens})
+        conn.execute(sql("meta_touch"), {"now_ms": int(time.time() * 1000)})
+    lo, _hi = conn.execute(sql("shard_expiry_bounds")).fetchone()
+    return len(rows), lo
+
+
+class Janitor:
+    def __init__(self, store):
+        self.store = store
+        self.purged = 0
+        self.unlinked = 0
+
+    def run(self, t) -> dict:
+        now = int(time.time())
+        purged = unlinked = 0
+        days = t.catalog.read(lambda c: c.execute(sql("days_with_expired"), {"now": now}).fetchall())
+        for row in days:
+            day = row["day"]
+            db = t.shard(day, create=False)
+            if row["max_expires_at"] <= now:
+                # Every unit of the day has expired: forget it in the catalog first, so a push for
+                # this day arriving now re-creates the row; then unlink under the shard's write lock.
+                t.catalog.write(self._forget_day, day, now)
+                if db is not None and db.write(self._unlink_if_dead, t, day, now):
+                    t.forget_shard(day)
+                    unlinked += 1
+                continue
+            if db is None:
+                continue
+            n, lo = db.write(_purge_expired, now)
+            purged += n
+            t.catalog.write(self._purge_catalog, day, now, lo)
+        self._checkpoint(t)
+        self.purged += purged
+        self.unlinked += unlinked
+        return {"purged": purged, "unlinked": unlinked}
+
+    @staticmethod
+    def _forget_day(conn, day: str, now: int) -> None:
+        conn.execute(sql("catalog_purge_day"), {"day": day, "now": now})
+        conn.execute(sql("days_delete_dead"), {"day": day, "now": now})
+
+    @staticmethod
+    def _purge_catalog(conn, day: str, now: int, lo: int | None) -> None:
+        conn.execute(sql("catalog_purge_day"), {"day": day, "now": now})
+        if lo is not None:
+            conn.execute(sql("days_set_min"), {"day": day, "min_expires_at": lo})
+
+    @staticmethod
+    def _unlink_if_dead(conn, t, day: str, now: int) -> bool:
+        lo, hi = conn.execute(sql("shard_expiry_bounds")).fetchone()
+        if hi is not None and hi > now:
+            return False  # a live unit arrived for this day meanwhile
+        for path in (t.primary_path(day), t.replica_path(day)):
+            for suffix in ("", "-wal", "-shm"):
+                try:
+                    os.unlink(f"{path}{suffix}")
+                except FileNotFoundError:
+                    pass
+        log.info("unlinked expired day %s of tenant %s", day, t.name)
+        return True
+
+    def _checkpoint(self, t) -> None:
+        for db in [t.catalog] + [t.shard(d, create=False) for d in self.store.live_days(t)]:
+            if db is not None:
+                db.read(lambda c: c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())

@@ -1,0 +1,72 @@
+"""/metrics in Prometheus text format (prometheus-client).
+
+Request latency and index lag are histograms recorded where they happen; with several
+gunicorn workers they are aggregated through PROMETHEUS_MULTIPROC_DIR (set by the gunicorn
+config). Queue depth, replica lag and units stored are read from storage at scrape time,
+so every worker reports the same numbers.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from flask import Flask, Response, g, request
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+REQUEST_SECONDS = Histogram("context_request_seconds", "HTTP request latency by route.",
+                            ["route", "method", "status"],
+                            buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
+INDEX_LAG_SECONDS = Histogram("context_index_lag_seconds", "Push ack to indexed, per unit.",
+                              buckets=(.01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60))
+
+
+class StoreCollector:
+    def __init__(self, app: Flask):
+        self.app = app
+
+    def collect(self):
+        from .shards import sql
+        store = self.app.extensions["context_store"]
+        depth = GaugeMetricFamily("context_index_queue_depth", "Pending (not yet indexed) units.", labels=["tenant"])
+        lag = GaugeMetricFamily("context_replica_lag_seconds", "Age of the oldest change not yet in a replica.",
+                                labels=["tenant"])
+        stored = GaugeMetricFamily("context_units_stored", "Live units in the catalog.", labels=["tenant"])
+        now = time.time()
+        for name in store.tenant_names():
+            t = store.tenant(name)
+            pending, lag_ms = store.searcher.freshness(t, store.live_days(t), not store.config.replicas)
+            depth.add_metric([name], pending)
+            lag.add_metric([name], lag_ms / 1000)
+            stored.add_metric([name], t.catalog.read(
+                lambda c: c.execute(sql("catalog_count_live"), {"now": int(now)}).fetchone()[0]))
+        yield depth
+        yield lag
+        yield stored
+
+
+def init_app(app: Flask) -> None:
+    @app.before_request
+    def _start():
+        g._t0 = time.perf_counter()
+
+    @app.after_request
+    def _observe(response):
+        t0 = g.pop("_t0", None)
+        if t0 is not None:
+            route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+            REQUEST_SECONDS.labels(route, request.method, str(response.status_code)).observe(time.perf_counter() - t0)
+        return response
+
+    @app.get("/metrics")
+    def metrics():
+        """Prometheus metrics."""
+        registry = CollectorRegistry()
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            from prometheus_client import multiprocess
+            multiprocess.MultiProcessCollector(registry)
+        else:
+            registry.register(REQUEST_SECONDS)
+            registry.register(INDEX_LAG_SECONDS)
+        registry.register(StoreCollector(app))
+        return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)

@@ -1,0 +1,356 @@
+"""Search (DESIGN.md sections 4 and 6): query tokens, fan-out over live day shards, global BM25.
+
+Per shard: FTS5 ranks matches with its local statistics and we keep a generous local top-N
+(filters applied in SQL); across shards we sum document counts, token totals and term
+document frequencies, and re-score every candidate with those global statistics, so a unit's
+score does not depend on how the corpus is split into days. Scores use FTS5's own BM25
+formula with Lucene's always-positive idf; one unsharded index ranks identically.
+"""
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from .errors import BadRequest
+from .indexer import index_pending
+from .replica import ReplicaReaders, meta_of
+from .shards import Db, sql
+from .tokenize import tokenizer_for
+from .units import day_of, is_cid
+
+MAX_QUERY_CHARS = 16_384
+MAX_QUERY_TERMS = 64
+SNIPPET_CHARS = 200
+
+SEARCH_FIELDS = ("query", "top_k", "types", "source", "since", "until", "parent_cid", "min_score",
+                 "operator", "consistency", "after_seq", "highlight", "explain")
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    query: str
+    top_k: int = 10
+    types: tuple[str, ...] | None = None
+    source: str | None = None
+    since: int | None = None
+    until: int | None = None
+    parent_cid: str | None = None
+    min_score: float = 0.0
+    operator: str = "or"
+    consistency: str = "replica"
+    after_seq: int | None = None
+    highlight: bool = False
+    explain: bool = False
+
+    @property
+    def strong(self) -> bool:
+        return self.consistency == "strong" or self.after_seq is not None
+
+
+def _int(body, name, lo=None, hi=None):
+    v = body.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise BadRequest(f"Field {name!r} must be an integer.", field=name)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise BadRequest(f"Field {name!r} must be between {lo} and {hi}.", field=name)
+    return v
+
+
+def _bool(body, name) -> bool:
+    v = body.get(name, False)
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise BadRequest(f"Field {name!r} must be true or false.", field=name)
+    return v
+
+
+def parse_search(body, config, *, allow_unknown: bool = False) -> SearchParams:
+    """Validate a search request body (REST, MCP tool, adapters); raise 400 on the first problem."""
+    if not isinstance(body, dict):
+        raise BadRequest("The search body must be a JSON object.", code="invalid_body")
+    if not allow_unknown:
+        unknown = sorted(set(body) - set(SEARCH_FIELDS))
+        if unknown:
+            raise BadRequest(f"Unknown field {unknown[0]!r}.", code="unknown_field", field=unknown[0])
+    query = body.get("query")
+    if query is None:
+        raise BadRequest("Field 'query' is required.", code="missing_field", field="query")
+    if not isinstance(query, str):
+        raise BadRequest("Field 'query' must be a string.", field="query")
+    if len(query) > MAX_QUERY_CHARS:
+        raise BadRequest(f"Field 'query' must be at most {MAX_QUERY_CHARS} characters.",
+                         code="query_too_long", field="query")
+    top_k = _int(body, "top_k", 1, 100)
+    types = body.get("types")
+    if types is not None:
+        if isinstance(types, str):
+            types = [types]
+        if not isinstance(types, list) or not all(isinstance(x, str) for x in types):
+            raise BadRequest("Field 'types' must be a list of type names.", field="types")
+        bad = [x for x in types if x not in config.types]
+        if bad:
+            raise BadRequest(f"Unknown type {bad[0]!r}; known: {', '.join(config.types)}.",
+                             code="invalid_type", field="types")
+        types = tuple(dict.fromkeys(types)) or None
+    source = body.get("source")
+    if source is not None and (not isinstance(source, str) or not source or len(source) > 201):
+        raise BadRequest("Field 'source' must be a non-empty string (exact, or a prefix ending in '*').",
+                         field="source")
+    since = _int(body, "since", 0)
+    until = _int(body, "until", 0)
+    parent = body.get("parent_cid")
+    if parent is not None and not is_cid(parent):
+        raise BadRequest("Field 'parent_cid' must be 12 lowercase hex digits.", code="invalid_cid",
+                         field="parent_cid")
+    min_score = body.get("min_score", 0.0)
+    if min_score is None:
+        min_score = 0.0
+    if isinstance(min_score, bool) or not isinstance(min_score, int | float) or not 0 <= min_score <= 1:
+        raise BadRequest("Field 'min_score' must be a number between 0 and 1.", field="min_score")
+    operator = body.get("operator") or "or"
+    if operator not in ("or", "and"):
+        raise BadRequest("Field 'operator' must be 'or' or 'and'.", field="operator")
+    consistency = body.get("consistency") or "replica"
+    if consistency not in ("replica", "strong"):
+        raise BadRequest("Field 'consistency' must be 'replica' or 'strong'.", field="consistency")
+    return SearchParams(query=query, top_k=top_k or 10, types=types, source=source, since=since,
+                        until=until, parent_cid=parent, min_score=float(min_score), operator=operator,
+                        consistency=consistency, after_seq=_int(body, "after_seq", 0),
+                        highlight=_bool(body, "highlight"), explain=_bool(body, "explain"))
+
+
+def fts_query(terms: list[str], operator: str) -> str:
+    """Quote every token: the user's text never becomes FTS5 syntax."""
+    joiner = " AND " if operator == "and" else " OR "
+    return joiner.join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def _candidates(conn, p: SearchParams, terms: list[str], limit: int, now: int) -> dict:
+    """One shard, one snapshot: local stats, per-term document frequencies and the local top-N."""
+    conn.execute("BEGIN")
+    meta = meta_of(conn)
+    df = {}
+    for term in terms:
+        row = conn.execute(sql("vocab_df"), {"term": term}).fetchone()
+        df[term] = row["doc"] if row else 0
+    where = ["units_fts MATCH :match", "u.expires_at > :now"]
+    args: dict = {"match": fts_query(terms, p.operator), "now": now, "limit": limit}
+    if p.types:
+        names = []
+        for i, t in enumerate(p.types):
+            args[f"type{i}"] = t
+            names.append(f":type{i}")
+        where.append(f"u.type IN ({', '.join(names)})")
+    if p.source:
+        if p.source.endswith("*"):
+            args["source"] = p.source[:-1]
+            where.append("substr(u.source, 1, length(:source)) = :source")
+        else:
+            args["source"] = p.source
+            where.append("u.source = :source")
+    if p.since is not None:
+        args["since"] = p.since
+        where.append("u.timestamp >= :since")
+    if p.until is not None:
+        args["until"] = p.until
+        where.append("u.timestamp <= :until")
+    if p.parent_cid:
+        args["parent"] = p.parent_cid
+        where.append("u.parent_cid = :parent")
+    rows = []
+    if all(df.values()) or (p.operator == "or" and any(df.values())):
+        rows = conn.execute(
+            "SELECT f.rowid AS id, u.cid AS cid, f.tokens AS tokens, u.ntok AS ntok FROM units_fts f "
+            "JOIN units u ON u.id = f.rowid WHERE " + " AND ".join(where) + " ORDER BY f.rank LIMIT :limit",
+            args).fetchall()
+    return {"ndocs": meta.get("ndocs", 0), "ntokens": meta.get("ntokens", 0), "df": df,
+            "rows": [(r["id"], r["cid"], r["tokens"], r["ntok"]) for r in rows]}
+
+
+def _fetch_units(conn, ids: list[int]) -> dict:
+    marks = ", ".join("?" * len(ids))
+    rows = conn.execute(
+        "SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid "
+        f"FROM units WHERE id IN ({marks})", ids).fetchall()
+    return {r["id"]: r for r in rows}
+
+
+def term_frequencies(tokens: str, terms: list[str]) -> list[int]:
+    """Occurrences of each query term in a space-joined token string (spaces doubled so neighbours
+    do not share a separator)."""
+    padded = " " + tokens.replace(" ", "  ") + " "
+    return [padded.count(" " + t + " ") for t in terms]
+
+
+class Searcher:
+    def __init__(self, store):
+        self.store = store
+        self.config = store.config
+        self.tokenizer = tokenizer_for(store.config)
+        self.replicas = ReplicaReaders(store.config)
+        self.pool = ThreadPoolExecutor(max(1, self.config.search_threads), thread_name_prefix="search")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+        self.replicas.close()
+
+    # --- shard access -------------------------------------------------------------------------
+    def _read(self, t, day: str, strong: bool, fn, *args):
+        """Run fn on the day's replica (default) or primary; fall back to the primary if the replica
+        is missing or damaged. Returns (result, used_replica)."""
+        if not strong and self.config.replicas:
+            path = t.replica_path(day)
+            db = self.replicas.get(path)
+            if db is not None:
+                try:
+                    return db.read(fn, *args), True
+                except Exception as e:  # noqa: BLE001 - any read failure means "rebuild it"
+                    import sqlite3
+                    if not isinstance(e, sqlite3.DatabaseError):
+                        raise
+                    self.replicas.broken(path)
+        db = t.shard(day, create=False)
+        if db is None:
+            return None, False
+        return db.read(fn, *args), False
+
+    def _catch_up(self, t, days: list[str]) -> None:
+        """Read-your-writes: index what is pending in these shards now, bounded in time."""
+        deadline = time.monotonic() + self.config.strong_wait_ms / 1000
+        for day in days:
+            db = t.shard(day, create=False)
+            while db is not None and time.monotonic() < deadline:
+                if index_pending(db, self.tokenizer, self.config.index_batch) < self.config.index_batch:
+                    break
+
+    def _map(self, fn, items):
+        if len(items) <= 1:
+            return [fn(x) for x in items]
+        return list(self.pool.map(fn, items))
+
+    # --- search -------------------------------------------------------------------------------
+    def search(self, t, p: SearchParams) -> dict:
+        start = time.perf_counter()
+        now = int(time.time())
+        first = day_of(p.since) if p.since is not None else "0000-00-00"
+        last = day_of(min(p.until, 253402300799)) if p.until is not None else "9999-99-99"
+        days = self.store.live_days(t, first, last)
+        terms = self.tokenizer.query_terms(p.query)[:MAX_QUERY_TERMS]
+        if p.strong:
+            self._catch_up(t, days)
+        results: list[dict] = []
+        if terms and days:
+            limit = max(self.config.local_top_n, 3 * p.top_k)
+            per_shard = self._map(lambda d: (d, *self._read(t, d, p.strong, _candidates, p, terms, limit, now)),
+                                  days)
+            per_shard = [(d, r, used) for d, r, used in per_shard if r is not None]
+            results = self._rank(t, p, terms, per_shard)
+        pending, replica_lag = self.freshness(t, days, p.strong or not self.config.replicas)
+        return {"results": results, "took_ms": round((time.perf_counter() - start) * 1000, 2),
+                "shards_searched": len(days),
+                "freshness": {"replica_lag_ms": replica_lag, "index_pending": pending}}
+
+    def freshness(self, t, days: list[str], primary_only: bool) -> tuple[int, int]:
+        """(rows still pending in these shards, ms the oldest replica has been behind its primary)."""
+        pending = lag = 0
+        now_ms = time.time() * 1000
+        for day in days:
+            db = t.shard(day, create=False)
+            if db is None:
+                continue
+            n, dirty = db.read(lambda c: c.execute(sql("shard_freshness")).fetchone())
+            pending += n
+            if dirty and not primary_only:
+                lag = max(lag, int(now_ms - dirty))
+        return pending, lag
+
+    def _rank(self, t, p: SearchParams, terms: list[str], per_shard: list) -> list[dict]:
+        n = sum(r["ndocs"] for _, r, _ in per_shard)
+        if n <= 0:
+            return []
+        avgdl = sum(r["ntokens"] for _, r, _ in per_shard) / n
+        k1, b = self.config.bm25_k1, self.config.bm25_b
+        idf = []
+        for term in terms:
+            df = sum(r["df"][term] for _, r, _ in per_shard)
+            # Lucene's idf: always positive, so small tenants (a term in most of few units) still rank sanely.
+            idf.append(math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0)
+        max_attainable = sum(w * (k1 + 1) for w in idf) or 1.0
+        scored = []
+        for day, r, used in per_shard:
+            for rowid, cid, tokens, ntok in r["rows"]:
+                tfs = term_frequencies(tokens, terms)
+                norm = k1 * (1 - b + b * ntok / avgdl)
+                parts = [w * tf * (k1 + 1) / (tf + norm) if tf else 0.0 for w, tf in zip(idf, tfs)]
+                total = sum(parts)
+                if total <= 0:
+                    continue
+                scored.append((total, cid, day, used, rowid, tfs, parts, ntok))
+        # Ties break by CID, so the order is the same however the corpus is sharded.
+        scored.sort(key=lambda x: (-x[0], x[1]))
+        winners = [s for s in scored if s[0] / max_attainable >= p.min_score][:p.top_k]
+        by_day: dict[tuple[str, bool], list[int]] = {}
+        for s in winners:
+            by_day.setdefault((s[2], s[3]), []).append(s[4])
+        fetched = {}
+        for (day, used), ids in by_day.items():
+            rows, _ = self._read(t, day, not used, _fetch_units, ids)
+            for rid, row in (rows or {}).items():
+                fetched[(day, rid)] = row
+        from .store import unit_dict
+        out = []
+        for total, _cid, day, used, rowid, tfs, parts, ntok in winners:
+            row = fetched.get((day, rowid))
+            if row is None:
+                continue
+            item = unit_dict(row)
+            item.pop("seq", None)
+            item["score"] = round(total / max_attainable, 6)
+            item["bm25_score"] = round(total, 6)
+            if p.highlight:
+                item["snippet"] = snippet(item["content"], terms)
+            if p.explain:
+                item["explain"] = {
+                    "doc_len": ntok, "avg_doc_len": round(avgdl, 3), "documents": n,
+                    "k1": k1, "b": b, "max_attainable": round(max_attainable, 6),
+                    "terms": [{"term": term, "idf": round(w, 6), "tf": tf, "score": round(c, 6)}
+                              for term, w, tf, c in zip(terms, idf, tfs, parts)]}
+            out.append(item)
+        return out
+
+
+def snippet(content: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
+    """A window of the content around the first query term, terms wrapped in ** **."""
+    low = content.lower()
+    hits = [(low.find(t), t) for t in terms if t and low.find(t) >= 0]
+    if not hits:
+        return content[:width]
+    pos = min(h[0] for h in hits)
+    start = max(0, pos - width // 3)
+    end = min(len(content), start + width)
+    window = content[start:end]
+    low_window = low[start:end]
+    spans = []
+    for _, t in hits:
+        i = low_window.find(t)
+        while i >= 0:
+            spans.append((i, i + len(t)))
+            i = low_window.find(t, i + len(t))
+    spans.sort()
+    merged: list[list[int]] = []
+    for s, e in spans:
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    parts, last = [], 0
+    for s, e in merged:
+        parts.append(window[last:s] + "**" + window[s:e] + "**")
+        last = e
+    parts.append(window[last:])
+    return ("…" if start > 0 else "") + "".join(parts) + ("…" if end < len(content) else "")

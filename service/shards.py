@@ -1,0 +1,219 @@
+"""SQLite files, connections and the per-file writer (DESIGN.md section 5).
+
+One :class:`Db` owns one database file. Reads run ``fn(conn)`` on a pooled connection;
+writes run ``fn(conn)`` inside ``BEGIN IMMEDIATE`` on the single writer connection of
+this process. SQL text lives in ``sql/`` and is loaded once by name.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import queue
+import re
+import sqlite3
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import ApiError, StorageUnavailable
+
+log = logging.getLogger(__name__)
+
+SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+_NAME_RE = re.compile(r"^--\s*name:\s*(\S+)\s*$", re.M)
+
+
+@lru_cache(maxsize=None)
+def _sql_file(filename: str) -> str:
+    return (SQL_DIR / filename).read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=None)
+def _named() -> dict[str, str]:
+    text = _sql_file("queries.sql")
+    parts = _NAME_RE.split(text)
+    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
+
+
+def sql(name: str) -> str:
+    """A named statement from sql/queries.sql."""
+    return _named()[name]
+
+
+def schema(filename: str) -> str:
+    return _sql_file(filename)
+
+
+def check_fts5() -> str | None:
+    """None when FTS5 (and fts5vocab) work in this SQLite; otherwise a clear message."""
+    try:
+        conn = sqlite3.connect(":memory:")
+        conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+        conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, row)")
+        conn.close()
+    except sqlite3.OperationalError as e:
+        return (f"SQLite {sqlite3.sqlite_version} lacks FTS5 ({e}). Install a Python whose sqlite3 "
+                "is compiled with SQLITE_ENABLE_FTS5 (Debian's and python.org's builds are).")
+    return None
+
+
+def connect(path: Path | str, *, busy_timeout_ms: int = 10_000, synchronous: str = "NORMAL",
+            cache_size_kib: int = 8192, readonly: bool = False) -> sqlite3.Connection:
+    """Open one connection with the pragmas every shard uses.
+
+    Several gunicorn workers share a shard safely because SQLite does the arbitration:
+    WAL mode lets readers in any process run alongside one writer; every write starts
+    with BEGIN IMMEDIATE, so a second writer (another worker's thread, or another
+    process's indexer) waits on busy_timeout for the file lock instead of failing a
+    lock upgrade mid-transaction; and nothing is cached in Python that another process
+    could change underneath us except the file itself, which writers re-check (inode)
+    after taking the lock, since the janitor may unlink a fully expired day.
+    """
+    if readonly:
+        # Replica files are replaced by rename and never written in place.
+        conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, isolation_level=None,
+                               check_same_thread=False)
+    else:
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False,
+                               timeout=busy_timeout_ms / 1000)
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute(f"PRAGMA cache_size=-{int(cache_size_kib)}")
+    conn.execute("PRAGMA temp_store=MEMORY")
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+class Db:
+    """One SQLite file: a small pool of read connections and one writer connection."""
+
+    def __init__(self, path: Path, schema_file: str | None, config, *, readonly: bool = False,
+                 pool_size: int = 4, cache_size_kib: int | None = None):
+        self.path = Path(path)
+        self.schema_file = schema_file
+        self.config = config
+        self.readonly = readonly
+        self.cache_size_kib = cache_size_kib or config.cache_size_kib
+        self._pool: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue(maxsize=pool_size)
+        self._writer: sqlite3.Connection | None = None
+        self._write_lock = threading.RLock()
+        self._ino: int | None = None
+        self._closed = False
+        self._generation = 0
+        self._gen_lock = threading.Lock()
+        if not readonly:
+            self._open_writer()
+
+    # --- connections --------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        return connect(self.path, busy_timeout_ms=self.config.busy_timeout_ms,
+                       synchronous=self.config.synchronous, cache_size_kib=self.cache_size_kib,
+                       readonly=self.readonly)
+
+    def _open_writer(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = self._connect()
+        if self.schema_file:
+            conn.executescript(schema(self.schema_file))
+        self._writer = conn
+        self._ino = os.stat(self.path).st_ino
+
+    def read(self, fn, *args, **kwargs):
+        """Run ``fn(conn, ...)`` on a pooled read connection."""
+        gen = self._generation
+        try:
+            conn = self._pool.get_nowait()
+        except queue.Empty:
+            conn = self._connect()
+        ok = False
+        try:
+            result = fn(conn, *args, **kwargs)
+            ok = True
+            return result
+        finally:
+            if ok and conn.in_transaction:
+                conn.rollback()
+            if ok and gen == self._generation and not self._closed:
+                try:
+                    self._pool.put_nowait(conn)
+                    conn = None
+                except queue.Full:
+                    pass
+            if conn is not None:
+                conn.close()
+
+    def write(self, fn, *args, **kwargs):
+        """Run ``fn(conn, ...)`` in one BEGIN IMMEDIATE transaction on this file; commit or roll back."""
+        if self.readonly:
+            raise RuntimeError("read-only database")
+        with self._write_lock:
+            for attempt in (0, 1):
+                if self._writer is None:
+                    self._open_writer()
+                conn = self._writer
+                conn.execute("BEGIN IMMEDIATE")
+                if not self._same_file():
+                    # The janitor unlinked this day after we opened it: reopen a fresh file.
+                    conn.rollback()
+                    self._reset()
+                    continue
+                try:
+                    result = fn(conn, *args, **kwargs)
+                    conn.execute("COMMIT")
+                    return result
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.rollback()
+                    raise
+            raise StorageUnavailable("Shard file keeps changing underneath the writer; retry.")
+
+    def _same_file(self) -> bool:
+        try:
+            return os.stat(self.path).st_ino == self._ino
+        except FileNotFoundError:
+            return False
+
+    def _reset(self) -> None:
+        with self._gen_lock:
+            self._generation += 1
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+            self._drain()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self._pool.get_nowait().close()
+            except queue.Empty:
+                break
+
+    def close(self) -> None:
+        with self._write_lock:
+            self._closed = True
+            self._drain()
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+
+
+_STORAGE_MESSAGES = ("disk is full", "readonly database", "unable to open database", "disk i/o error",
+                     "database is locked", "no such table", "file is not a database",
+                     "database disk image is malformed")
+
+
+def storage_error(exc: BaseException) -> ApiError | None:
+    """Map a storage failure to 503 + Retry-After; None when it is not one."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError):
+        msg = str(exc).lower()
+        if any(m in msg for m in _STORAGE_MESSAGES):
+            log.error("storage unavailable: %s", exc)
+            return StorageUnavailable(f"Storage is unavailable ({exc}); retry later.")
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EIO):
+        log.error("storage unavailable: %s", exc)
+        return StorageUnavailable(f"Storage is unavailable ({exc.strerror}); retry later.")
+    return None

@@ -1,0 +1,352 @@
+"""The store API (DESIGN.md section 2): push, get, lineage, delete, recent, search.
+
+Only the store knows about files, SQL and threads. HTTP views and adapters (MCP, Dify,
+Continue) call these methods with a tenant name that auth already checked.
+
+Push protocol, per batch: (1) one catalog transaction reserves each new CID with its
+per-tenant ``seq`` (or finds a duplicate / collision); (2) one transaction per day shard
+stores the rows as pending; (3) only then the ack. A crash between (1) and (2) leaves a
+catalog row without a shard row: it was never acked, reads treat it as absent, and a later
+push of the same CID repairs it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from . import units as unitmod
+from .config import Config
+from .errors import ApiError, Conflict, NotFound, Unprocessable
+from .shards import Db, sql
+from .units import Unit, validate_unit
+
+log = logging.getLogger(__name__)
+
+TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+DAY_FILE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})\.db$")
+# A catalog reservation older than this without its shard row is a crashed, never-acked push.
+STALE_RESERVATION_MS = 30_000
+MAX_LINEAGE_DEPTH = 1000
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def unit_dict(row: sqlite3.Row | dict) -> dict:
+    """The public shape of a stored unit."""
+    meta = row["metadata"]
+    return {
+        "cid": row["cid"], "type": row["type"], "source": row["source"],
+        "timestamp": row["timestamp"], "ttl": row["ttl"], "content": row["content"],
+        "metadata": json.loads(meta) if meta else None, "parent_cid": row["parent_cid"],
+        "expires_at": row["expires_at"], "seq": row["seq"],
+    }
+
+
+class Tenant:
+    """One tenant's directory: catalog.db, primary/ and replica/ day files."""
+
+    def __init__(self, store: "Store", name: str):
+        if not TENANT_RE.match(name):
+            raise ValueError(f"invalid tenant name {name!r}")
+        self.store = store
+        self.name = name
+        self.dir = store.root / "tenants" / name
+        (self.dir / "primary").mkdir(parents=True, exist_ok=True)
+        (self.dir / "replica").mkdir(parents=True, exist_ok=True)
+        self.catalog = Db(self.dir / "catalog.db", "catalog_schema.sql", store.config)
+        self._shards: dict[str, Db] = {}
+        self._lock = threading.Lock()
+
+    def primary_path(self, day: str) -> Path:
+        return self.dir / "primary" / f"{day}.db"
+
+    def replica_path(self, day: str) -> Path:
+        return self.dir / "replica" / f"{day}.db"
+
+    def shard(self, day: str, create: bool = True) -> Db | None:
+        """The primary Db of one day (opened once per process)."""
+        db = self._shards.get(day)
+        if db is not None:
+            return db
+        if not create and not self.primary_path(day).exists():
+            return None
+        with self._lock:
+            db = self._shards.get(day)
+            if db is None:
+                db = Db(self.primary_path(day), "shard_schema.sql", self.store.config,
+                        cache_size_kib=2048)
+                self._shards[day] = db
+            return db
+
+    def forget_shard(self, day: str) -> None:
+        with self._lock:
+            db = self._shards.pop(day, None)
+        if db is not None:
+            db.close()
+
+    def primary_days(self) -> list[str]:
+        days = []
+        for name in os.listdir(self.dir / "primary"):
+            m = DAY_FILE_RE.match(name)
+            if m:
+                days.append(m.group(1))
+        return sorted(days)
+
+    def close(self) -> None:
+        with self._lock:
+            for db in self._shards.values():
+                db.close()
+            self._shards.clear()
+        self.catalog.close()
+
+
+class Store:
+    def __init__(self, config: Config):
+        self.config = config
+        self.root = Path(config.data_dir)
+        (self.root / "tenants").mkdir(parents=True, exist_ok=True)
+        self._tenants: dict[str, Tenant] = {}
+        self._lock = threading.Lock()
+        self.listeners: list = []   # callables(tenant, days) told about new pending rows
+        from .search import Searcher
+        self.searcher = Searcher(self)
+
+    # --- tenants ------------------------------------------------------------------------------
+    def tenant(self, name: str) -> Tenant:
+        t = self._tenants.get(name)
+        if t is None:
+            with self._lock:
+                t = self._tenants.get(name)
+                if t is None:
+                    t = self._tenants[name] = Tenant(self, name)
+        return t
+
+    def tenant_names(self) -> list[str]:
+        base = self.root / "tenants"
+        return sorted(n for n in os.listdir(base) if TENANT_RE.match(n) and (base / n).is_dir())
+
+    def close(self) -> None:
+        self.searcher.close()
+        with self._lock:
+            for t in self._tenants.values():
+                t.close()
+            self._tenants.clear()
+
+    # --- push ---------------------------------------------------------------------------------
+    def push_one(self, tenant: str, raw) -> dict:
+        result = self.push_many(tenant, [raw])[0]
+        if isinstance(result, ApiError):
+            raise result
+        return result
+
+    def push_many(self, tenant: str, raws: list) -> list[dict | ApiError]:
+        """Validate and store units; per item a result dict or the ApiError that rejected it."""
+        now = time.time()
+        results: list[dict | ApiError | None] = [None] * len(raws)
+        valid: list[tuple[int, Unit]] = []
+        for i, raw in enumerate(raws):
+            try:
+                valid.append((i, validate_unit(raw, self.config, now)))
+            except ApiError as e:
+                results[i] = e
+        if valid:
+            t = self.tenant(tenant)
+            planned = t.catalog.write(self._reserve, t, valid, now, results)
+            self._store_rows(t, planned, results)
+        return results  # type: ignore[return-value]
+
+    def _reserve(self, conn: sqlite3.Connection, t: Tenant, valid, now: float, results) -> list:
+        """Catalog transaction: assign seqs, detect duplicates and collisions, check parents."""
+        planned = []          # (index, unit, seq, status)
+        batch_cids: dict[str, int] = {}   # cid -> expires_at, for parents earlier in this batch
+        ms = now_ms()
+        for i, u in valid:
+            try:
+                row = conn.execute(sql("catalog_get"), {"cid": u.cid}).fetchone()
+                if row is not None and not (row["digest"] == u.digest and row["timestamp"] == u.timestamp
+                                            and row["source"] == u.source):
+                    if self._stale_reservation(t, row, ms):
+                        conn.execute(sql("catalog_delete"), {"cid": u.cid})
+                        row = None
+                    else:
+                        raise Conflict(f"CID {u.cid} already names a different unit (48-bit collision); "
+                                       "the stored unit was not changed.", field="cid")
+                self._check_parent(conn, u, now, batch_cids)
+                params = {"cid": u.cid, "day": u.day, "timestamp": u.timestamp, "source": u.source,
+                          "digest": u.digest, "expires_at": u.expires_at, "parent_cid": u.parent_cid,
+                          "reserved_ms": ms}
+                if row is None:
+                    seq = conn.execute(sql("catalog_insert"), params).lastrowid
+                    status = "ok"
+                else:
+                    conn.execute(sql("catalog_update_mutable"), params)
+                    seq, status = row["seq"], "duplicate"
+                conn.execute(sql("days_upsert"), {"day": u.day, "expires_at": u.expires_at})
+                batch_cids[u.cid] = u.expires_at
+                planned.append((i, u, seq, status))
+            except ApiError as e:
+                results[i] = e
+        return planned
+
+    def _check_parent(self, conn, u: Unit, now: float, batch_cids: dict) -> None:
+        if u.parent_cid is None:
+            return
+        exp = batch_cids.get(u.parent_cid)
+        if exp is None:
+            prow = conn.execute(sql("catalog_get"), {"cid": u.parent_cid}).fetchone()
+            exp = prow["expires_at"] if prow is not None else None
+        if exp is None or exp <= now:
+            raise Unprocessable(f"Parent unit {u.parent_cid} does not exist or has expired.",
+                                code="parent_not_found", field="parent_cid")
+
+    def _stale_reservation(self, t: Tenant, row, ms: int) -> bool:
+        """A catalog row whose shard row never arrived (crashed push) and is old enough not to be in flight."""
+        if ms - row["reserved_ms"] < STALE_RESERVATION_MS:
+            return False
+        shard = t.shard(row["day"], create=False)
+        if shard is None:
+            return True
+        return shard.read(lambda c: c.execute("SELECT 1 FROM units WHERE cid = ?", (row["cid"],)).fetchone()) is None
+
+    def _store_rows(self, t: Tenant, planned: list, results: list) -> None:
+        by_day: dict[str, list] = {}
+        for item in planned:
+            by_day.setdefault(item[1].day, []).append(item)
+        ms = now_ms()
+        for day, items in by_day.items():
+            t.shard(day).write(self._insert_rows, items, ms, results)
+        for listener in self.listeners:
+            listener(t.name, list(by_day))
+
+    @staticmethod
+    def _insert_rows(conn: sqlite3.Connection, items: list, ms: int, results: list) -> None:
+        touched = False
+        for i, u, seq, status in items:
+            cur = conn.execute(sql("unit_upsert"), {
+                "cid": u.cid, "seq": seq, "type": u.type, "source": u.source, "timestamp": u.timestamp,
+                "ttl": u.ttl, "expires_at": u.expires_at, "content": u.content,
+                "metadata": u.metadata_json(), "parent_cid": u.parent_cid, "pushed_ms": ms})
+            if cur.rowcount == 0:
+                # The shard holds a different unit under this CID: never overwrite it.
+                results[i] = Conflict(f"CID {u.cid} already names a different unit (48-bit collision); "
+                                      "the stored unit was not changed.", field="cid")
+                continue
+            touched = touched or status == "duplicate"
+            results[i] = {"status": status, "cid": u.cid, "seq": seq, "indexed": False}
+        if touched:
+            conn.execute(sql("meta_touch"), {"now_ms": ms})
+
+    # --- reads --------------------------------------------------------------------------------
+    def _locate(self, tenant: str, cid: str) -> tuple[Tenant, sqlite3.Row] | None:
+        if not unitmod.is_cid(cid):
+            return None
+        t = self.tenant(tenant)
+        row = t.catalog.read(lambda c: c.execute(sql("catalog_get"), {"cid": cid}).fetchone())
+        if row is None or row["expires_at"] <= time.time():
+            return None
+        return t, row
+
+    def get(self, tenant: str, cid: str) -> dict | None:
+        """One live unit, or None (unknown, expired or never acked)."""
+        found = self._locate(tenant, cid)
+        if found is None:
+            return None
+        t, row = found
+        shard = t.shard(row["day"], create=False)
+        if shard is None:
+            return None
+        urow = shard.read(lambda c: c.execute(sql("unit_get"), {"cid": cid, "now": int(time.time())}).fetchone())
+        return unit_dict(urow) if urow is not None else None
+
+    def require(self, tenant: str, cid: str) -> dict:
+        unit = self.get(tenant, cid)
+        if unit is None:
+            raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
+        return unit
+
+    def lineage(self, tenant: str, cid: str) -> dict:
+        """Ancestors (nearest first, root last) and direct children of a live unit."""
+        unit = self.require(tenant, cid)
+        ancestors, seen = [], {cid}
+        parent = unit["parent_cid"]
+        while parent and parent not in seen and len(ancestors) < MAX_LINEAGE_DEPTH:
+            seen.add(parent)
+            p = self.get(tenant, parent)
+            if p is None:
+                break
+            ancestors.append(p)
+            parent = p["parent_cid"]
+        t = self.tenant(tenant)
+        rows = t.catalog.read(lambda c: c.execute(
+            sql("catalog_children"), {"cid": cid, "now": int(time.time()), "limit": 1000}).fetchall())
+        children = [u for u in (self.get(tenant, r["cid"]) for r in rows) if u is not None]
+        return {"unit": unit, "ancestors": ancestors, "children": children}
+
+    def recent(self, tenant: str, limit: int = 50, before_seq: int | None = None) -> list[dict]:
+        """Live units, newest (highest seq) first, strictly below ``before_seq``."""
+        t = self.tenant(tenant)
+        out: list[dict] = []
+        before = before_seq if before_seq is not None else 2**62
+        while len(out) < limit:
+            rows = t.catalog.read(lambda c: c.execute(sql("catalog_recent"), {
+                "now": int(time.time()), "before": before, "limit": limit - len(out)}).fetchall())
+            if not rows:
+                break
+            for r in rows:
+                u = self.get(tenant, r["cid"])
+                if u is not None:
+                    out.append(u)
+            before = rows[-1]["seq"]
+        return out
+
+    def delete(self, tenant: str, cid: str) -> dict:
+        """Remove a unit everywhere: shard row, FTS row, catalog (the replica on its next refresh)."""
+        found = self._locate(tenant, cid)
+        if found is None:
+            raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
+        t, row = found
+        shard = t.shard(row["day"], create=False)
+        deleted = shard.write(_delete_rows, [cid]) if shard is not None else 0
+        t.catalog.write(lambda c: c.execute(sql("catalog_delete"), {"cid": cid}))
+        if not deleted:
+            raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
+        return {"status": "deleted", "cid": cid}
+
+    # --- search -------------------------------------------------------------------------------
+    def search(self, tenant: str, params) -> dict:
+        return self.searcher.search(self.tenant(tenant), params)
+
+    def live_days(self, t: Tenant, first: str = "0000-00-00", last: str = "9999-99-99") -> list[str]:
+        return [r[0] for r in t.catalog.read(lambda c: c.execute(
+            sql("days_live"), {"now": int(time.time()), "first": first, "last": last}).fetchall())]
+
+    def max_seq(self, tenant: str) -> int:
+        return self.tenant(tenant).catalog.read(lambda c: c.execute(sql("catalog_max_seq")).fetchone()[0])
+
+
+def _delete_rows(conn: sqlite3.Connection, cids: list[str]) -> int:
+    """Delete units by CID with their FTS rows, keeping the BM25 stats exact."""
+    n = ndocs = ntokens = 0
+    for cid in cids:
+        row = conn.execute(sql("unit_delete_fetch"), {"cid": cid}).fetchone()
+        if row is None:
+            continue
+        if row["indexed"] and row["ntok"]:
+            conn.execute(sql("fts_delete"), {"id": row["id"]})
+            ndocs += 1
+            ntokens += row["ntok"]
+        conn.execute(sql("unit_delete"), {"id": row["id"]})
+        n += 1
+    if n:
+        conn.execute(sql("meta_add"), {"key": "ndocs", "delta": -ndocs})
+        conn.execute(sql("meta_add"), {"key": "ntokens", "delta": -ntokens})
+        conn.execute(sql("meta_touch"), {"now_ms": now_ms()})
+    return n

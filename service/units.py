@@ -1,0 +1,170 @@
+"""The context unit contract (DESIGN.md section 3): validation and the CID rule."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from .config import Config
+from .errors import BadRequest, Unprocessable
+
+CID_RE = re.compile(r"^[0-9a-f]{12}$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+FIELDS = ("cid", "type", "source", "timestamp", "ttl", "content", "metadata", "parent_cid")
+
+
+def compute_cid(content: str, timestamp: int, source: str) -> str:
+    """First 12 hex digits of sha256(content + str(timestamp) + source), UTF-8."""
+    data = (content + str(timestamp) + source).encode("utf-8")
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+def content_digest(content: str) -> str:
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
+def day_of(timestamp: int) -> str:
+    """The unit's own UTC day names its shard file (DESIGN.md section 5)."""
+    return datetime.fromtimestamp(timestamp, tz=timezone.utc).strftime("%Y-%m-%d")
+
+
+@dataclass(frozen=True)
+class Unit:
+    cid: str
+    type: str
+    source: str
+    timestamp: int
+    ttl: int
+    content: str
+    metadata: dict | None
+    parent_cid: str | None
+
+    @property
+    def expires_at(self) -> int:
+        return self.timestamp + self.ttl
+
+    @property
+    def day(self) -> str:
+        return day_of(self.timestamp)
+
+    @property
+    def digest(self) -> str:
+        return content_digest(self.content)
+
+    def metadata_json(self) -> str | None:
+        if self.metadata is None:
+            return None
+        return json.dumps(self.metadata, ensure_ascii=False, separators=(",", ":"))
+
+
+def _is_int(v) -> bool:
+    # JSON true is not 1: bool is a subclass of int in Python.
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_cid(value) -> bool:
+    return isinstance(value, str) and bool(CID_RE.match(value))
+
+
+def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
+    """Check one pushed unit against every rule of the unit table; raise ApiError on the first failure."""
+    now = time.time() if now is None else now
+    if not isinstance(raw, dict):
+        raise BadRequest("A unit must be a JSON object.", code="invalid_unit")
+    unknown = sorted(set(raw) - set(FIELDS))
+    if unknown:
+        raise BadRequest(f"Unknown field {unknown[0]!r}; allowed fields are {', '.join(FIELDS)}.",
+                         code="unknown_field", field=unknown[0])
+
+    utype = raw.get("type")
+    if utype is None:
+        raise BadRequest("Field 'type' is required.", code="missing_field", field="type")
+    if not isinstance(utype, str) or utype not in config.types:
+        raise BadRequest(f"Field 'type' must be one of: {', '.join(config.types)}.",
+                         code="invalid_type", field="type")
+
+    source = raw.get("source")
+    if source is None:
+        raise BadRequest("Field 'source' is required.", code="missing_field", field="source")
+    if not isinstance(source, str) or not source.strip():
+        raise BadRequest("Field 'source' must be a non-empty string.", field="source")
+    if len(source) > config.max_source_chars:
+        raise BadRequest(f"Field 'source' must be at most {config.max_source_chars} characters.", field="source")
+    if _CONTROL_RE.search(source):
+        raise BadRequest("Field 'source' must not contain control characters.", field="source")
+
+    timestamp = raw.get("timestamp")
+    if timestamp is None:
+        raise BadRequest("Field 'timestamp' is required.", code="missing_field", field="timestamp")
+    if not _is_int(timestamp):
+        raise BadRequest("Field 'timestamp' must be an integer number of seconds (not a float, string or boolean).",
+                         field="timestamp")
+    if timestamp < 0:
+        raise BadRequest("Field 'timestamp' must not be negative.", field="timestamp")
+    if timestamp > now + config.future_skew_s:
+        raise BadRequest(f"Field 'timestamp' is more than {config.future_skew_s} seconds in the future.",
+                         code="timestamp_in_future", field="timestamp")
+
+    ttl = raw.get("ttl")
+    if ttl is None:
+        raise BadRequest("Field 'ttl' is required.", code="missing_field", field="ttl")
+    if not _is_int(ttl):
+        raise BadRequest("Field 'ttl' must be an integer number of seconds (not a float, string or boolean).",
+                         field="ttl")
+    if not 1 <= ttl <= config.max_ttl:
+        raise BadRequest(f"Field 'ttl' must be between 1 and {config.max_ttl} seconds.", field="ttl")
+
+    content = raw.get("content")
+    if content is None:
+        raise BadRequest("Field 'content' is required.", code="missing_field", field="content")
+    if isinstance(content, (dict, list)):
+        raise BadRequest("Field 'content' must be a string: serialize JSON objects and arrays "
+                         "(e.g. json.dumps) before pushing.", code="invalid_content", field="content")
+    if not isinstance(content, str):
+        raise BadRequest("Field 'content' must be a string.", code="invalid_content", field="content")
+    try:
+        size = len(content.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise BadRequest("Field 'content' is not valid Unicode (lone surrogate).",
+                         code="invalid_content", field="content") from None
+    if size > config.max_content_bytes:
+        raise BadRequest(f"Field 'content' exceeds {config.max_content_bytes} bytes of UTF-8.",
+                         code="content_too_large", field="content")
+
+    metadata = raw.get("metadata")
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise BadRequest("Field 'metadata' must be a JSON object.", field="metadata")
+        try:
+            encoded = json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        except (ValueError, UnicodeEncodeError):
+            raise BadRequest("Field 'metadata' is not serializable JSON.", field="metadata") from None
+        if len(encoded) > config.max_metadata_bytes:
+            raise BadRequest(f"Field 'metadata' exceeds {config.max_metadata_bytes} bytes serialized.",
+                             code="metadata_too_large", field="metadata")
+
+    parent = raw.get("parent_cid")
+    if parent is not None and not is_cid(parent):
+        raise BadRequest("Field 'parent_cid' must be 12 lowercase hex digits.", code="invalid_cid",
+                         field="parent_cid")
+
+    expected = compute_cid(content, timestamp, source)
+    cid = raw.get("cid")
+    if cid is not None:
+        if not is_cid(cid):
+            raise BadRequest("Field 'cid' must be 12 lowercase hex digits.", code="invalid_cid", field="cid")
+        if cid != expected:
+            raise BadRequest("Field 'cid' does not match sha256(content + str(timestamp) + source)[:12] "
+                             f"= {expected}.", code="invalid_cid", field="cid")
+    if parent == expected:
+        raise Unprocessable("A unit cannot be its own parent.", code="parent_not_found", field="parent_cid")
+
+    if timestamp + ttl <= now:
+        raise Unprocessable("The unit expired before it arrived (timestamp + ttl is in the past).",
+                            code="already_expired", field="ttl")
+
+    return Unit(cid=expected, type=utype, source=source, timestamp=timestamp, ttl=ttl,
+                content=content, metadata=metadata, parent_cid=parent)

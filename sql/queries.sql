@@ -1,0 +1,132 @@
+-- Named statements, loaded once by service/shards.py:sql(name). Named parameters only.
+
+-- ===== catalog.db =====
+-- name: catalog_get
+SELECT seq, cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms
+FROM catalog WHERE cid = :cid;
+
+-- name: catalog_insert
+INSERT INTO catalog(cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms)
+VALUES (:cid, :day, :timestamp, :source, :digest, :expires_at, :parent_cid, :reserved_ms);
+
+-- name: catalog_update_mutable
+UPDATE catalog SET expires_at = :expires_at, parent_cid = :parent_cid WHERE cid = :cid;
+
+-- name: catalog_delete
+DELETE FROM catalog WHERE cid = :cid;
+
+-- name: catalog_children
+SELECT cid, day FROM catalog
+WHERE parent_cid = :cid AND expires_at > :now ORDER BY seq LIMIT :limit;
+
+-- name: catalog_recent
+SELECT seq, cid, day FROM catalog
+WHERE expires_at > :now AND seq < :before ORDER BY seq DESC LIMIT :limit;
+
+-- name: catalog_max_seq
+SELECT coalesce(max(seq), 0) FROM catalog;
+
+-- name: catalog_count_live
+SELECT count(*) FROM catalog WHERE expires_at > :now;
+
+-- name: days_upsert
+INSERT INTO days(day, max_expires_at, min_expires_at) VALUES (:day, :expires_at, :expires_at)
+ON CONFLICT(day) DO UPDATE SET
+    max_expires_at = max(max_expires_at, excluded.max_expires_at),
+    min_expires_at = min(min_expires_at, excluded.min_expires_at);
+
+-- name: days_live
+SELECT day FROM days WHERE max_expires_at > :now AND day >= :first AND day <= :last ORDER BY day;
+
+-- name: days_all
+SELECT day, max_expires_at, min_expires_at FROM days ORDER BY day;
+
+-- name: days_with_expired
+SELECT day, max_expires_at FROM days WHERE min_expires_at <= :now ORDER BY day;
+
+-- name: days_set_min
+UPDATE days SET min_expires_at = :min_expires_at WHERE day = :day;
+
+-- name: days_delete_dead
+DELETE FROM days WHERE day = :day AND max_expires_at <= :now;
+
+-- name: catalog_purge_day
+DELETE FROM catalog WHERE day = :day AND expires_at <= :now;
+
+-- ===== primary/YYYY-MM-DD.db =====
+-- name: unit_upsert
+INSERT INTO units(cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, pushed_ms)
+VALUES (:cid, :seq, :type, :source, :timestamp, :ttl, :expires_at, :content, :metadata, :parent_cid, :pushed_ms)
+ON CONFLICT(cid) DO UPDATE SET
+    type = excluded.type, ttl = excluded.ttl, expires_at = excluded.expires_at,
+    metadata = excluded.metadata, parent_cid = excluded.parent_cid
+WHERE units.content = excluded.content AND units.timestamp = excluded.timestamp
+  AND units.source = excluded.source;
+
+-- name: unit_identity
+SELECT content = :content AND timestamp = :timestamp AND source = :source AS same FROM units WHERE cid = :cid;
+
+-- name: unit_get
+SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, indexed
+FROM units WHERE cid = :cid AND expires_at > :now;
+
+-- name: unit_delete_fetch
+SELECT id, indexed, ntok FROM units WHERE cid = :cid;
+
+-- name: unit_delete
+DELETE FROM units WHERE id = :id;
+
+-- name: fts_delete
+DELETE FROM units_fts WHERE rowid = :id;
+
+-- name: pending_fetch
+SELECT id, content, pushed_ms FROM units WHERE indexed = 0 ORDER BY id LIMIT :limit;
+
+-- name: pending_count
+SELECT count(*) FROM units WHERE indexed = 0;
+
+-- name: pending_max_seq_below
+SELECT count(*) FROM units WHERE indexed = 0 AND seq <= :seq;
+
+-- name: fts_insert
+INSERT INTO units_fts(rowid, tokens) VALUES (:id, :tokens);
+
+-- name: unit_mark_indexed
+UPDATE units SET indexed = 1, ntok = :ntok WHERE id = :id AND indexed = 0;
+
+-- name: meta_get
+SELECT key, value FROM meta;
+
+-- name: meta_add
+UPDATE meta SET value = value + :delta WHERE key = :key;
+
+-- name: meta_touch
+-- A change search can see: bump the version and remember when the replica first fell behind.
+UPDATE meta SET value = CASE key
+        WHEN 'index_version' THEN value + 1
+        WHEN 'dirty_since_ms' THEN CASE WHEN value = 0 THEN :now_ms ELSE value END
+    END
+WHERE key IN ('index_version', 'dirty_since_ms');
+
+-- name: meta_clean
+UPDATE meta SET value = 0 WHERE key = 'dirty_since_ms'
+  AND (SELECT value FROM meta WHERE key = 'index_version') = :version;
+
+-- name: expired_fetch
+SELECT id, indexed, ntok FROM units WHERE expires_at <= :now;
+
+-- name: expired_delete
+DELETE FROM units WHERE expires_at <= :now;
+
+-- name: shard_expiry_bounds
+SELECT min(expires_at), max(expires_at) FROM units;
+
+-- name: vocab_df
+SELECT term, doc FROM units_vocab WHERE term = :term;
+
+-- name: fts_tokens
+SELECT rowid, tokens FROM units_fts WHERE rowid = :id;
+
+-- name: shard_freshness
+SELECT (SELECT count(*) FROM units WHERE indexed = 0),
+       (SELECT value FROM meta WHERE key = 'dirty_since_ms');
