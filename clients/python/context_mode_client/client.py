@@ -1,0 +1,182 @@
+"""The client: one ``requests.Session``, retries only where a retry is safe and useful."""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from typing import Any, Iterable, Iterator, Optional
+
+import requests
+
+# Worth retrying: the server is busy or storage is briefly unavailable. Every other 4xx is the
+# caller's mistake and would fail again. Pushes are safe to repeat: the CID makes them idempotent.
+RETRY_STATUSES = frozenset({429, 503})
+MAX_BATCH = 1000
+
+
+def compute_cid(content: str, timestamp: int, source: str) -> str:
+    """First 12 hex digits of sha256(content + str(timestamp) + source), UTF-8: the server's rule."""
+    return hashlib.sha256((content + str(timestamp) + source).encode("utf-8")).hexdigest()[:12]
+
+
+def make_unit(content: str, *, type: str = "tool_output", source: str, ttl: int = 86400,
+              timestamp: Optional[int] = None, metadata: Optional[dict] = None,
+              parent_cid: Optional[str] = None) -> dict:
+    """A unit dict with its CID filled in (timestamp defaults to now)."""
+    ts = int(time.time()) if timestamp is None else timestamp
+    unit: dict[str, Any] = {"cid": compute_cid(content, ts, source), "type": type, "source": source,
+                            "timestamp": ts, "ttl": ttl, "content": content}
+    if metadata is not None:
+        unit["metadata"] = metadata
+    if parent_cid is not None:
+        unit["parent_cid"] = parent_cid
+    return unit
+
+
+class ContextModeError(Exception):
+    """An error answer from the service (``code`` is its machine code) or a transport failure
+    (``status`` None, ``code`` "connection_error")."""
+
+    def __init__(self, message: str, *, status: Optional[int] = None, code: str = "http_error",
+                 field: Optional[str] = None, body: Any = None):
+        super().__init__(message)
+        self.message, self.status, self.code, self.field, self.body = message, status, code, field, body
+
+    def __str__(self) -> str:
+        where = f" (field {self.field!r})" if self.field else ""
+        status = f"HTTP {self.status} " if self.status is not None else ""
+        return f"{status}{self.code}: {self.message}{where}"
+
+    @property
+    def retryable(self) -> bool:
+        return self.status is None or self.status in RETRY_STATUSES
+
+
+class ContextModeClient:
+    """:param retries: extra attempts after the first on 429/503/connection errors.
+    :param backoff: first delay in seconds, doubled each time (with jitter), capped at ``max_backoff``."""
+
+    def __init__(self, url: str = "http://127.0.0.1:5000", api_key: Optional[str] = None, *,
+                 timeout: float = 10.0, retries: int = 4, backoff: float = 0.25, max_backoff: float = 8.0,
+                 session: Optional[requests.Session] = None, sleep=time.sleep):
+        self.url = url.rstrip("/")
+        self.timeout, self.retries, self.backoff, self.max_backoff = timeout, retries, backoff, max_backoff
+        self.session = session or requests.Session()
+        self.session.headers.setdefault("User-Agent", "context-mode-client/0.1")
+        if api_key:
+            self.session.headers["Authorization"] = f"Bearer {api_key}"
+        self._sleep = sleep
+
+    # --- transport ----------------------------------------------------------------------------
+    def request(self, method: str, path: str, *, body: Any = None, params: Optional[dict] = None) -> Any:
+        """One API call with retries; returns the decoded JSON or raises ContextModeError."""
+        data = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        attempt = 0
+        while True:
+            try:
+                rv = self.session.request(method, self.url + path, data=data, params=params,
+                                          headers=headers, timeout=self.timeout)
+            except (requests.ConnectionError, requests.Timeout) as e:
+                error = ContextModeError(f"{type(e).__name__}: {e}", code="connection_error")
+                retry_after = None
+            else:
+                if rv.status_code < 400:
+                    try:
+                        return rv.json()
+                    except ValueError:
+                        raise ContextModeError("The server answered with a body that is not JSON.",
+                                               status=rv.status_code, code="invalid_response") from None
+                error = _error_from(rv)
+                retry_after = _retry_after(rv)
+            if not error.retryable or attempt >= self.retries:
+                raise error
+            delay = min(self.max_backoff, self.backoff * 2 ** attempt) * (0.5 + random.random() / 2)
+            if retry_after is not None:
+                delay = min(self.max_backoff, max(delay, retry_after))
+            self._sleep(delay)
+            attempt += 1
+
+    # --- API ----------------------------------------------------------------------------------
+    def push(self, content_or_unit: Any, **fields) -> dict:
+        """Push one unit: a unit dict, or content plus make_unit() keywords (``source`` required)."""
+        unit = content_or_unit if isinstance(content_or_unit, dict) else make_unit(content_or_unit, **fields)
+        return self.request("POST", "/mcp/push", body=unit)
+
+    def push_batch(self, units: list) -> list[dict]:
+        """One batch request (at most 1,000 units): per unit ``{"index", "status", ...}``; failed
+        items carry ``"status": "error"``, ``code`` and ``error`` and do not stop the others."""
+        return self.request("POST", "/mcp/push", body={"units": list(units)})["results"]
+
+    def push_many(self, units: Iterable[dict], batch_size: int = 500) -> Iterator[dict]:
+        """Push any number of units in batches; yields one result per unit with its overall index."""
+        batch_size = max(1, min(batch_size, MAX_BATCH))
+        batch: list = []
+        offset = 0
+        for unit in units:
+            batch.append(unit)
+            if len(batch) == batch_size:
+                yield from self._send(batch, offset)
+                offset += len(batch)
+                batch = []
+        if batch:
+            yield from self._send(batch, offset)
+
+    def _send(self, batch: list, offset: int) -> Iterator[dict]:
+        for r in self.push_batch(batch):
+            yield dict(r, index=r["index"] + offset)
+
+    def search(self, query: str, **params) -> dict:
+        """POST /mcp/search: ``top_k``, ``types``, ``source``, ``since``, ``until``, ``min_score``,
+        ``consistency`` ("strong" for read-your-writes), ..."""
+        return self.request("POST", "/mcp/search", body={"query": query, **params})
+
+    def context(self, query: str, budget_tokens: int = 2000, **params) -> dict:
+        """POST /mcp/context: prompt-ready text with [type cid] citations under a token budget."""
+        return self.request("POST", "/mcp/context", body={"query": query, "budget_tokens": budget_tokens, **params})
+
+    def get(self, cid: str) -> dict:
+        return self.request("GET", f"/mcp/units/{cid}")
+
+    def lineage(self, cid: str) -> dict:
+        return self.request("GET", f"/mcp/units/{cid}/lineage")
+
+    def delete(self, cid: str) -> dict:
+        return self.request("DELETE", f"/mcp/units/{cid}")
+
+    def recall(self, query: str, threshold: float = 0.3, top_k: int = 3, max_chars: int = 200,
+               **params) -> list[dict]:
+        """The plugin habit: the top ``top_k`` results scoring above ``threshold``, each cut to
+        ``max_chars`` characters, ready to show or to prepend to a prompt."""
+        results = self.search(query, top_k=top_k, **params)["results"]
+        out = []
+        for r in results:
+            if r["score"] <= threshold:
+                continue
+            text = r["content"] if len(r["content"]) <= max_chars else r["content"][:max_chars] + "…"
+            out.append({"cid": r["cid"], "type": r["type"], "source": r["source"], "score": r["score"],
+                        "text": text})
+        return out[:top_k]
+
+
+def _error_from(rv: requests.Response) -> ContextModeError:
+    try:
+        body = rv.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and "code" in body:
+        return ContextModeError(str(body.get("error", "")), status=rv.status_code, code=str(body["code"]),
+                                field=body.get("field"), body=body)
+    if isinstance(body, dict) and "error_code" in body:   # the Dify endpoint's shape
+        return ContextModeError(str(body.get("error_msg", "")), status=rv.status_code,
+                                code=str(body["error_code"]), body=body)
+    return ContextModeError(rv.text[:200] or rv.reason or "HTTP error", status=rv.status_code, body=body)
+
+
+def _retry_after(rv: requests.Response) -> Optional[float]:
+    value = rv.headers.get("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
