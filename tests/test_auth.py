@@ -1,0 +1,115 @@
+"""API keys: tenants, scopes, 401/403, hashed storage and `context-mode keys add` (DESIGN.md section 9)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import make_unit
+from service.auth import hash_key
+from test_units import assert_error
+
+
+@pytest.fixture
+def keyed(tmp_path):
+    from service import create_app
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"keys": [
+        {"key_sha256": hash_key("acme-writer"), "tenant": "acme", "scopes": ["push", "search"]},
+        {"key_sha256": hash_key("acme-reader"), "tenant": "acme", "scopes": ["search"]},
+        {"key": "globex-dev", "tenant": "globex", "scopes": ["push", "search", "admin"]},
+    ]}))
+    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "api_keys_file": str(keys)})
+    yield app.test_client()
+    app.extensions["context_shutdown"]()
+
+
+def bearer(key):
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_missing_malformed_and_bad_keys_are_401(keyed):
+    assert_error(keyed.post("/mcp/push", json=make_unit("x")), 401, "missing_api_key")
+    assert_error(keyed.post("/mcp/push", json=make_unit("x"), headers={"Authorization": "Basic abc"}), 401,
+                 "malformed_api_key")
+    assert_error(keyed.post("/mcp/push", json=make_unit("x"), headers={"Authorization": "Bearer"}), 401,
+                 "malformed_api_key")
+    assert_error(keyed.post("/mcp/push", json=make_unit("x"), headers=bearer("wrong")), 401, "invalid_api_key")
+    assert_error(keyed.post("/mcp/search", json={"query": "x"}), 401, "missing_api_key")
+    assert_error(keyed.get("/mcp/units/0123456789ab"), 401, "missing_api_key")
+
+
+def test_missing_scope_is_403(keyed):
+    assert_error(keyed.post("/mcp/push", json=make_unit("x"), headers=bearer("acme-reader")), 403, "missing_scope")
+    cid = keyed.post("/mcp/push", json=make_unit("x"), headers=bearer("acme-writer")).get_json()["cid"]
+    assert_error(keyed.delete(f"/mcp/units/{cid}", headers=bearer("acme-writer")), 403, "missing_scope")
+    assert keyed.get(f"/mcp/units/{cid}", headers=bearer("acme-reader")).status_code == 200
+
+
+def test_tenants_are_isolated(keyed):
+    unit = make_unit("shared text 共享")
+    a = keyed.post("/mcp/push", json=unit, headers=bearer("acme-writer")).get_json()
+    b = keyed.post("/mcp/push", json=unit, headers=bearer("globex-dev")).get_json()
+    assert a["cid"] == b["cid"] and a["status"] == b["status"] == "ok"   # same unit, two tenants, both new
+    only_acme = keyed.post("/mcp/push", json=make_unit("acme secret 机密"), headers=bearer("acme-writer")).get_json()
+    assert_error(keyed.get(f"/mcp/units/{only_acme['cid']}", headers=bearer("globex-dev")), 404, "not_found")
+    assert_error(keyed.delete(f"/mcp/units/{only_acme['cid']}", headers=bearer("globex-dev")), 404, "not_found")
+    assert_error(keyed.post("/mcp/push", json=make_unit("child", parent_cid=only_acme["cid"]),
+                            headers=bearer("globex-dev")), 422, "parent_not_found")
+    rv = keyed.post("/mcp/search", json={"query": "机密", "consistency": "strong"}, headers=bearer("globex-dev"))
+    assert rv.get_json()["results"] == []
+    rv = keyed.post("/mcp/search", json={"query": "机密", "consistency": "strong"}, headers=bearer("acme-reader"))
+    assert [r["cid"] for r in rv.get_json()["results"]] == [only_acme["cid"]]
+
+
+def test_keys_file_rejects_bad_entries(tmp_path):
+    from service import create_app
+    for entry in ({"key": "k", "tenant": "../etc", "scopes": ["push"]},
+                  {"key": "k", "tenant": "ok", "scopes": ["root"]},
+                  {"tenant": "ok", "scopes": ["push"]}):
+        keys = tmp_path / "bad.json"
+        keys.write_text(json.dumps({"keys": [entry]}))
+        with pytest.raises(ValueError):
+            create_app({"data_dir": str(tmp_path / "d"), "background": False, "api_keys_file": str(keys)})
+
+
+def test_inline_keys_from_environment_form(tmp_path):
+    from service import create_app
+    app = create_app({"data_dir": str(tmp_path / "d"), "background": False,
+                      "api_keys": "k1:team-a:push+search;k2:team-b:search"})
+    try:
+        c = app.test_client()
+        assert c.post("/mcp/push", json=make_unit("x"), headers=bearer("k1")).status_code == 200
+        assert_error(c.post("/mcp/push", json=make_unit("x"), headers=bearer("k2")), 403, "missing_scope")
+    finally:
+        app.extensions["context_shutdown"]()
+
+
+def test_keys_add_prints_key_once_and_stores_only_its_hash(tmp_path):
+    keys = tmp_path / "keys.json"
+    out = subprocess.run([sys.executable, "-m", "service.cli", "keys", "add", "--tenant", "acme",
+                          "--scopes", "push,search", "--file", str(keys)], capture_output=True, text=True, check=True)
+    key = out.stdout.strip()
+    assert len(key) > 30
+    stored = json.loads(keys.read_text())["keys"]
+    assert stored == [{"key_sha256": hash_key(key), "tenant": "acme", "scopes": ["push", "search"]}]
+    assert key not in keys.read_text()
+    bad = subprocess.run([sys.executable, "-m", "service.cli", "keys", "add", "--tenant", "Bad/Name",
+                          "--file", str(keys)], capture_output=True, text=True)
+    assert bad.returncode != 0 and "invalid tenant" in bad.stderr
+
+
+def test_open_mode_warns_loudly(tmp_path, caplog):
+    from service import create_app
+    with caplog.at_level("WARNING"):
+        app = create_app({"data_dir": str(tmp_path / "d"), "background": False})
+    app.extensions["context_shutdown"]()
+    assert "NO API KEYS CONFIGURED" in caplog.text
+
+
+def test_doctor_reports_checks(tmp_path):
+    import os
+    env = dict(os.environ, CONTEXT_DATA_DIR=str(tmp_path / "dd"))
+    out = subprocess.run([sys.executable, "-m", "service.cli", "doctor"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "FTS5" in out.stdout and "jieba dictionary loads" in out.stdout and "writable" in out.stdout

@@ -1,0 +1,206 @@
+"""Search (DESIGN.md sections 4 and 6): tokens, hostile queries, filters, consistency, ranking."""
+import json
+import time
+
+import pytest
+
+from conftest import make_unit
+from test_units import assert_error
+
+
+def push(client, content, **kw):
+    rv = client.post("/mcp/push", json=make_unit(content, **kw))
+    assert rv.status_code == 200, rv.get_json()
+    return rv.get_json()["cid"]
+
+
+def search(client, query, **kw):
+    rv = client.post("/mcp/search", json={"query": query, "consistency": "strong", **kw})
+    assert rv.status_code == 200, rv.get_json()
+    return rv.get_json()
+
+
+def cids(body):
+    return [r["cid"] for r in body["results"]]
+
+
+def test_chinese_compound_found_by_its_parts(client):
+    cid = push(client, "新版订单管理系统上线了")
+    push(client, "完全无关的内容")
+    assert cids(search(client, "订单管理")) == [cid]
+    assert cids(search(client, "管理系统")) == [cid]
+
+
+def test_identifier_found_whole_and_by_part(client):
+    cid = push(client, '{"order_id":"ORD-7890","status":"shipped"}')
+    push(client, '{"order_id":"ORD-1111","status":"pending"}')
+    assert cids(search(client, "ORD-7890"))[0] == cid
+    assert cids(search(client, "7890")) == [cid]
+    assert cid in cids(search(client, "order_id"))
+    assert cid in cids(search(client, "api.v2 shipped"))
+
+
+def test_english_and_chinese_in_one_unit(client):
+    cid = push(client, "部署 deployment 失败: connection refused on port 5432")
+    assert cids(search(client, "部署")) == [cid]
+    assert cids(search(client, "refused connections")) == [cid]   # stemmed: connections -> connect
+
+
+@pytest.mark.parametrize("query", ['"', "AND", "NEAR(", "*", "订单 OR", "x" * 10_000, "😀", "\x00", "a" * 16_384,
+                                   "NOT", "(", ")", "^", ":", "col:val", '"unterminated', "-", "OR OR OR",
+                                   "NEAR(a b, 2)", "\ud800", "{}", "' OR 1=1 --", "\\", "订单\x00管理", "   "])
+def test_hostile_queries_never_500(client, query):
+    push(client, "订单 AND NEAR things 😀 quoted \"text\"")
+    body = json.dumps({"query": query, "consistency": "strong"})  # ASCII-escaped, so a lone surrogate survives
+    rv = client.post("/mcp/search", data=body, content_type="application/json")
+    assert rv.status_code in (200, 400), rv.get_data(as_text=True)
+    if query != "\ud800":  # a lone surrogate cannot be put in a URL at all
+        rv = client.get("/mcp/search", query_string={"q": query})
+        assert rv.status_code in (200, 400)
+
+
+def test_query_too_long_is_400(client):
+    assert_error(client.post("/mcp/search", json={"query": "x" * 20_000}), 400, "query_too_long", "query")
+
+
+@pytest.mark.parametrize("body,field", [
+    ({}, "query"), ({"query": 5}, "query"), ({"query": "x", "top_k": 0}, "top_k"),
+    ({"query": "x", "top_k": 101}, "top_k"), ({"query": "x", "top_k": True}, "top_k"),
+    ({"query": "x", "types": ["nope"]}, "types"), ({"query": "x", "types": 3}, "types"),
+    ({"query": "x", "min_score": 1.5}, "min_score"), ({"query": "x", "min_score": "high"}, "min_score"),
+    ({"query": "x", "operator": "xor"}, "operator"), ({"query": "x", "consistency": "eventual"}, "consistency"),
+    ({"query": "x", "after_seq": -1}, "after_seq"), ({"query": "x", "parent_cid": "zz"}, "parent_cid"),
+    ({"query": "x", "since": "yesterday"}, "since"), ({"query": "x", "highlight": "yes"}, "highlight"),
+    ({"query": "x", "bogus": 1}, "bogus"), ({"query": "x", "source": ""}, "source"),
+])
+def test_bad_search_parameters_are_400_with_field(client, body, field):
+    rv = client.post("/mcp/search", json=body)
+    assert rv.status_code == 400
+    assert rv.get_json()["field"] == field
+
+
+def test_get_search_parameters(client):
+    cid = push(client, "alpha beta", type="user_input")
+    push(client, "alpha gamma", type="tool_output")
+    rv = client.get("/mcp/search", query_string={"q": "alpha", "types": "user_input", "consistency": "strong",
+                                                 "top_k": "5", "highlight": "true"})
+    assert rv.status_code == 200
+    assert cids(rv.get_json()) == [cid]
+    assert "**alpha**" in rv.get_json()["results"][0]["snippet"]
+    assert_error(client.get("/mcp/search", query_string={"q": "a", "top_k": "ten"}), 400, "invalid_field", "top_k")
+
+
+def test_strong_consistency_finds_a_fresh_push_at_once(client):
+    cid = push(client, "freshly pushed zebra")
+    body = search(client, "zebra")
+    assert cids(body) == [cid]
+    assert body["freshness"]["index_pending"] == 0
+
+
+def test_after_seq_gives_read_your_writes(client):
+    rv = client.post("/mcp/push", json=make_unit("quokka sighting")).get_json()
+    body = client.post("/mcp/search", json={"query": "quokka", "after_seq": rv["seq"]}).get_json()
+    assert cids(body) == [rv["cid"]]
+
+
+def test_default_search_reads_replica_and_reports_freshness(client, app):
+    push(client, "replicated walrus")
+    body = client.post("/mcp/search", json={"query": "walrus"}).get_json()
+    assert body["results"] == [] and body["freshness"]["index_pending"] == 1
+    app.extensions["context_maintenance"].run_once()
+    body = client.post("/mcp/search", json={"query": "walrus"}).get_json()
+    assert len(body["results"]) == 1
+    assert body["freshness"] == {"replica_lag_ms": 0, "index_pending": 0}
+    assert body["shards_searched"] == 1 and body["took_ms"] >= 0
+
+
+def test_result_fields_and_scores(client):
+    push(client, "the quick brown fox jumps", metadata={"k": 1})
+    push(client, "fox fox fox den")
+    body = search(client, "fox", explain=True, highlight=True)
+    assert len(body["results"]) == 2
+    for r in body["results"]:
+        for key in ("cid", "type", "source", "timestamp", "ttl", "content", "metadata", "bm25_score", "score",
+                    "expires_at", "snippet", "explain"):
+            assert key in r
+        assert 0 < r["score"] <= 1 and r["bm25_score"] > 0
+        term = r["explain"]["terms"][0]
+        assert term["term"] == "fox" and term["idf"] > 0
+        assert abs(term["score"] - r["bm25_score"]) < 1e-5
+        assert abs(r["score"] - r["bm25_score"] / r["explain"]["max_attainable"]) < 1e-5
+    scores = [r["bm25_score"] for r in body["results"]]
+    assert scores == sorted(scores, reverse=True)
+    assert body["results"][0]["content"] == "fox fox fox den"
+
+
+def test_operator_and(client):
+    both = push(client, "apple banana")
+    push(client, "apple cherry")
+    assert set(cids(search(client, "apple banana"))) >= {both}
+    assert cids(search(client, "apple banana", operator="and")) == [both]
+
+
+def test_filters_types_source_time_parent(client):
+    now = int(time.time())
+    root = push(client, "kiwi root", type="user_input", source="chat_v1_prod", timestamp=now - 100)
+    a = push(client, "kiwi tool", type="tool_output", source="curl_v2_prod", timestamp=now - 50, parent_cid=root)
+    b = push(client, "kiwi think", type="model_thinking", source="curl_v2_dev", timestamp=now - 10)
+    assert cids(search(client, "kiwi", types=["tool_output", "model_thinking"], top_k=10)) != []
+    assert set(cids(search(client, "kiwi", types=["tool_output", "model_thinking"]))) == {a, b}
+    assert cids(search(client, "kiwi", source="chat_v1_prod")) == [root]
+    assert set(cids(search(client, "kiwi", source="curl_*"))) == {a, b}
+    assert cids(search(client, "kiwi", source="curl_v2_d*")) == [b]
+    assert set(cids(search(client, "kiwi", since=now - 60))) == {a, b}
+    assert set(cids(search(client, "kiwi", until=now - 60))) == {root}
+    assert cids(search(client, "kiwi", since=now - 60, until=now - 20)) == [a]
+    assert cids(search(client, "kiwi", parent_cid=root)) == [a]
+    assert search(client, "kiwi", min_score=1.0)["results"] == []
+    assert len(search(client, "kiwi", top_k=1)["results"]) == 1
+
+
+def test_source_prefix_is_not_a_pattern(client):
+    push(client, "pattern test", source="a%b_c")
+    push(client, "pattern test", source="axbyc")
+    assert len(search(client, "pattern", source="a%b_*")["results"]) == 1
+
+
+def test_expired_units_never_appear(client, app):
+    now = int(time.time())
+    push(client, "ephemeral narwhal", timestamp=now - 10, ttl=12)
+    keep = push(client, "lasting narwhal")
+    app.extensions["context_maintenance"].run_once()
+    assert len(search(client, "narwhal")["results"]) == 2
+    time.sleep(now + 2.2 - time.time())
+    assert cids(search(client, "narwhal")) == [keep]
+    assert cids(client.post("/mcp/search", json={"query": "narwhal"}).get_json()) == [keep]
+
+
+def test_context_packing_under_budget(client):
+    ids = {}
+    for t in ("user_input", "tool_output", "model_thinking", "system_notice"):
+        ids[t] = push(client, f"budget topic {t} " + "filler words " * 40, type=t)
+    full = client.post("/mcp/context", json={"query": "budget topic", "budget_tokens": 5000,
+                                             "consistency": "strong"}).get_json()
+    assert {i["cid"] for i in full["items"]} == set(ids.values()) and full["dropped"] == []
+    assert "untrusted data" in full["context"]
+    for t, cid in ids.items():
+        assert f"[{t} {cid}]" in full["context"]
+    tight = client.post("/mcp/context", json={"query": "budget topic", "budget_tokens": 400,
+                                              "consistency": "strong"}).get_json()
+    dropped_types = [d["type"] for d in tight["dropped"]]
+    assert dropped_types[:2] == ["model_thinking", "system_notice"]
+    assert all(d["reason"] == "over_budget" for d in tight["dropped"])
+    assert tight["tokens"] <= 400
+    assert f"[model_thinking {ids['model_thinking']}]" not in tight["context"]
+    short = client.post("/mcp/context", json={"query": "budget topic", "max_chars_per_item": 20,
+                                              "consistency": "strong"}).get_json()
+    assert all(i["truncated"] for i in short["items"])
+    assert_error(client.post("/mcp/context", json={"query": "x", "budget_tokens": 0}), 400, "invalid_field",
+                 "budget_tokens")
+    assert_error(client.post("/mcp/context", json={"query": "x", "budget_tokens": "lots"}), 400, "invalid_field")
+
+
+def test_content_is_data_not_fts_syntax(client):
+    cid = push(client, 'NEAR("a" "b") OR * AND "quoted" col:val')
+    assert cids(search(client, "NEAR")) == [cid]
+    assert cids(search(client, "col:val")) == [cid]
