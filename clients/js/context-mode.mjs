@@ -1,0 +1,147 @@
+// Context Mode Service client for VS Code / Cursor extensions and Node 18+: one file, no dependencies.
+// Uses only fetch and WebCrypto (globalThis.crypto.subtle), both built into Node 18+ and VS Code.
+//
+//   import { ContextModeClient } from "./context-mode.mjs";
+//   const cm = new ContextModeClient({ url: "http://localhost:5000", apiKey: process.env.CONTEXT_API_KEY });
+//   await cm.push("订单 ORD-7890 shipped", { type: "tool_output", source: "vscode_ext_1.0_dev", ttl: 3600 });
+//   const hits = await cm.recall("ORD-7890");
+
+/** HTTP statuses worth retrying: busy (429) or storage briefly unavailable (503). Other 4xx never. */
+export const RETRY_STATUSES = new Set([429, 503]);
+
+/** The server's CID rule: first 12 hex digits of sha256(content + String(timestamp) + source), UTF-8. */
+export async function computeCid(content, timestamp, source) {
+  const data = new TextEncoder().encode(String(content) + String(timestamp) + String(source));
+  const digest = await globalThis.crypto.subtle.digest("SHA-256", data);
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("").slice(0, 12);
+}
+
+/** A unit object with its CID filled in; timestamp defaults to now (integer seconds). */
+export async function makeUnit(content, { type = "tool_output", source, ttl = 86400, timestamp, metadata, parentCid } = {}) {
+  if (!source) throw new TypeError("makeUnit: 'source' is required");
+  const ts = timestamp ?? Math.floor(Date.now() / 1000);
+  const unit = { cid: await computeCid(content, ts, source), type, source, timestamp: ts, ttl, content };
+  if (metadata !== undefined) unit.metadata = metadata;
+  if (parentCid !== undefined) unit.parent_cid = parentCid;
+  return unit;
+}
+
+/** An error answer from the service (`code` is its machine code), or a network failure (`status` null). */
+export class ContextModeError extends Error {
+  constructor(message, { status = null, code = "http_error", field = null, body = null } = {}) {
+    super(message);
+    this.name = "ContextModeError";
+    this.status = status;
+    this.code = code;
+    this.field = field;
+    this.body = body;
+  }
+
+  get retryable() {
+    return this.status === null || RETRY_STATUSES.has(this.status);
+  }
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export class ContextModeClient {
+  /**
+   * @param {object} options
+   * @param {string} [options.url] base URL, e.g. "http://localhost:5000"
+   * @param {string} [options.apiKey] sent as "Authorization: Bearer <key>"
+   * @param {number} [options.timeoutMs] per attempt
+   * @param {number} [options.retries] extra attempts on 429/503/network errors
+   * @param {number} [options.backoffMs] first delay, doubled each retry (with jitter)
+   * @param {Function} [options.fetch] a fetch implementation (default: globalThis.fetch)
+   */
+  constructor({ url = "http://127.0.0.1:5000", apiKey, timeoutMs = 10000, retries = 4, backoffMs = 250,
+                maxBackoffMs = 8000, fetch = globalThis.fetch } = {}) {
+    this.url = url.replace(/\/+$/, "");
+    this.apiKey = apiKey;
+    this.timeoutMs = timeoutMs;
+    this.retries = retries;
+    this.backoffMs = backoffMs;
+    this.maxBackoffMs = maxBackoffMs;
+    this.fetch = fetch;
+  }
+
+  /** One API call with retries; resolves to the decoded JSON or rejects with ContextModeError. */
+  async request(method, path, body) {
+    const headers = { Accept: "application/json" };
+    if (this.apiKey) headers.Authorization = `Bearer ${this.apiKey}`;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    for (let attempt = 0; ; attempt++) {
+      let error;
+      let retryAfterMs = null;
+      try {
+        const rv = await this.fetch(this.url + path, {
+          method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+          signal: AbortSignal.timeout(this.timeoutMs),
+        });
+        const text = await rv.text();
+        let data = null;
+        try { data = text ? JSON.parse(text) : null; } catch { data = null; }
+        if (rv.ok) {
+          if (data === null) throw new ContextModeError("The server answered with a body that is not JSON.", { status: rv.status, code: "invalid_response" });
+          return data;
+        }
+        error = errorFrom(rv, data, text);
+        const ra = Number(rv.headers.get("retry-after"));
+        if (rv.headers.has("retry-after") && Number.isFinite(ra)) retryAfterMs = ra * 1000;
+      } catch (e) {
+        if (e instanceof ContextModeError) throw e;
+        error = new ContextModeError(`${e.name}: ${e.message}`, { code: "connection_error" });
+      }
+      if (!error.retryable || attempt >= this.retries) throw error;
+      let delay = Math.min(this.maxBackoffMs, this.backoffMs * 2 ** attempt) * (0.5 + Math.random() / 2);
+      if (retryAfterMs !== null) delay = Math.min(this.maxBackoffMs, Math.max(delay, retryAfterMs));
+      await sleep(delay);
+    }
+  }
+
+  /** Push one unit: a unit object, or content plus makeUnit() options (`source` required). */
+  async push(contentOrUnit, options = {}) {
+    const unit = typeof contentOrUnit === "string" ? await makeUnit(contentOrUnit, options) : contentOrUnit;
+    return this.request("POST", "/mcp/push", unit);
+  }
+
+  /** One batch (at most 1,000 units): per unit {index, status, cid, seq} or {index, status: "error", code, error}. */
+  async pushBatch(units) {
+    return (await this.request("POST", "/mcp/push", { units })).results;
+  }
+
+  /** POST /mcp/search; params: top_k, types, source, since, until, min_score, consistency ("strong"), ... */
+  async search(query, params = {}) {
+    return this.request("POST", "/mcp/search", { query, ...params });
+  }
+
+  /** POST /mcp/context: prompt-ready text with [type cid] citations under a token budget. */
+  async context(query, params = {}) {
+    return this.request("POST", "/mcp/context", { query, ...params });
+  }
+
+  async getUnit(cid) { return this.request("GET", `/mcp/units/${encodeURIComponent(cid)}`); }
+
+  async lineage(cid) { return this.request("GET", `/mcp/units/${encodeURIComponent(cid)}/lineage`); }
+
+  async deleteUnit(cid) { return this.request("DELETE", `/mcp/units/${encodeURIComponent(cid)}`); }
+
+  /** The plugin habit: the top `topK` results scoring above `threshold`, each cut to `maxChars` characters. */
+  async recall(query, { threshold = 0.3, topK = 3, maxChars = 200, ...params } = {}) {
+    const { results } = await this.search(query, { top_k: topK, ...params });
+    return results.filter((r) => r.score > threshold).slice(0, topK).map((r) => ({
+      cid: r.cid, type: r.type, source: r.source, score: r.score,
+      text: r.content.length > maxChars ? r.content.slice(0, maxChars) + "…" : r.content,
+    }));
+  }
+}
+
+function errorFrom(rv, data, text) {
+  if (data && typeof data === "object" && "code" in data) {
+    return new ContextModeError(String(data.error ?? ""), { status: rv.status, code: String(data.code), field: data.field ?? null, body: data });
+  }
+  if (data && typeof data === "object" && "error_code" in data) {
+    return new ContextModeError(String(data.error_msg ?? ""), { status: rv.status, code: String(data.error_code), body: data });
+  }
+  return new ContextModeError((text || rv.statusText || "HTTP error").slice(0, 200), { status: rv.status, body: data });
+}
