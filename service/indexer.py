@@ -19,6 +19,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .metrics import INDEX_LAG_SECONDS
 from .shards import Db, sql
 from .tokenize import Tokenizer
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def index_pending(db: Db, tokenizer: Tokenizer, limit: int = 512, pool: ThreadPoolExecutor | None = None,
-                  lags: "collections.deque | None" = None) -> int:
+                  on_lags=None) -> int:
     """Index up to ``limit`` pending rows of one shard; return how many rows this call indexed."""
     rows = db.read(lambda c: c.execute(sql("pending_fetch"), {"limit": limit}).fetchall())
     if not rows:
@@ -56,9 +57,9 @@ def index_pending(db: Db, tokenizer: Tokenizer, limit: int = 512, pool: ThreadPo
         return done
 
     done = db.write(tx)
-    if lags is not None and done:
+    if on_lags is not None and done:
         now = time.time() * 1000
-        lags.extend(now - r["pushed_ms"] for r in rows)
+        on_lags([now - r["pushed_ms"] for r in rows])
     return done
 
 
@@ -178,12 +179,17 @@ class Maintenance:
             if db is None:
                 continue
             while not self._stop.is_set():
-                n = index_pending(db, self.tokenizer, self.config.index_batch, self.pool, self.lags)
+                n = index_pending(db, self.tokenizer, self.config.index_batch, self.pool, self._record_lags)
                 total += n
                 if n < self.config.index_batch:
                     break
         self.indexed_total += total
         return total
+
+    def _record_lags(self, lags_ms: list[float]) -> None:
+        self.lags.extend(lags_ms)
+        for lag in lags_ms:
+            INDEX_LAG_SECONDS.observe(lag / 1000)
 
     def lag_percentiles(self) -> dict:
         lags = sorted(self.lags)

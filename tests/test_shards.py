@@ -1,0 +1,188 @@
+"""Global BM25 across day shards, replicas and the janitor (DESIGN.md sections 5 and 6)."""
+import os
+import random
+import sqlite3
+import time
+
+import pytest
+
+from conftest import make_unit
+
+WORDS = ("order shipped refund invoice payment customer address warehouse delay carrier parcel label "
+         "error timeout retry database index query latency cache token budget context agent tool model "
+         "订单 发货 退款 发票 支付 客户 地址 仓库 延迟 快递 包裹 标签 错误 超时 重试 数据库 索引 查询 缓存").split()
+
+
+def corpus(n=600, seed=7):
+    rng = random.Random(seed)
+    docs = []
+    for i in range(n):
+        # Zipf-ish word choice, varied lengths, so idf and length normalisation both matter.
+        length = rng.randint(3, 40)
+        words = [WORDS[min(int(rng.paretovariate(1.2)) - 1, len(WORDS) - 1)] if rng.random() < 0.5
+                 else rng.choice(WORDS) for _ in range(length)]
+        docs.append(" ".join(words) + f" doc{i}")
+    queries = [" ".join(rng.sample(WORDS, rng.randint(1, 4))) for _ in range(50)]
+    return docs, queries
+
+
+def build(tmp_path, name, docs, days):
+    from service import create_app
+    app = create_app({"data_dir": str(tmp_path / name), "background": False})
+    now = int(time.time())
+    units = [make_unit(text, timestamp=now - (i % days) * 86_400, ttl=30 * 86_400, source="equiv")
+             for i, text in enumerate(docs)]
+    rv = app.test_client().post("/mcp/push", json={"units": units})
+    assert all(r["status"] == "ok" for r in rv.get_json()["results"])
+    while app.extensions["context_maintenance"].run_once():
+        pass
+    return app
+
+
+def test_five_day_shards_rank_exactly_like_one_shard(tmp_path):
+    docs, queries = corpus()
+    one = build(tmp_path, "one", docs, days=1)
+    five = build(tmp_path, "five", docs, days=5)
+    try:
+        c1, c5 = one.test_client(), five.test_client()
+        compared = 0
+        for q in queries:
+            r1 = c1.post("/mcp/search", json={"query": q, "top_k": 20}).get_json()
+            r5 = c5.post("/mcp/search", json={"query": q, "top_k": 20}).get_json()
+            assert r1["shards_searched"] == 1 and r5["shards_searched"] == 5
+            # Same scores in the same order, and the same documents wherever the score is not tied at
+            # the cut (CIDs, the tie-break, differ between the two builds because timestamps differ).
+            s1 = [r["bm25_score"] for r in r1["results"]]
+            assert s1 == [r["bm25_score"] for r in r5["results"]], q
+            cut = s1[-1] if len(s1) == 20 else -1
+            assert sorted((r["bm25_score"], r["content"]) for r in r1["results"] if r["bm25_score"] > cut) == \
+                   sorted((r["bm25_score"], r["content"]) for r in r5["results"] if r["bm25_score"] > cut), q
+            compared += len(s1)
+        assert compared > 500
+    finally:
+        one.extensions["context_shutdown"]()
+        five.extensions["context_shutdown"]()
+
+
+def test_ranking_agrees_with_independent_bm25(tmp_path):
+    """Scores equal a from-scratch BM25 (Lucene idf, k1=1.2, b=0.75) over the same tokens."""
+    import math
+    from service.tokenize import tokenizer_for
+    docs, queries = corpus(300, seed=3)
+    app = build(tmp_path, "ref", docs, days=3)
+    try:
+        tok = tokenizer_for(app.config["CONTEXT"])
+        toks = [tok.tokens(d) for d in docs]
+        n = len(toks)
+        avgdl = sum(map(len, toks)) / n
+        for q in queries[:20]:
+            terms = tok.query_terms(q)
+            scores = []
+            for i, t in enumerate(toks):
+                s = 0.0
+                for term in terms:
+                    tf = t.count(term)
+                    if tf:
+                        df = sum(1 for x in toks if term in x)
+                        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+                        s += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * len(t) / avgdl))
+                if s > 0:
+                    scores.append((round(s, 6), docs[i]))
+            scores.sort(key=lambda x: -x[0])
+            got = app.test_client().post("/mcp/search", json={"query": q, "top_k": 10}).get_json()["results"]
+            assert [r["bm25_score"] for r in got] == pytest.approx([s for s, _ in scores[:10]], abs=1e-5)
+    finally:
+        app.extensions["context_shutdown"]()
+
+
+def test_only_live_shards_are_searched(client):
+    now = int(time.time())
+    client.post("/mcp/push", json=make_unit("ancient lemur", timestamp=now - 3 * 86_400, ttl=3 * 86_400 + 2))
+    client.post("/mcp/push", json=make_unit("recent lemur"))
+    body = client.post("/mcp/search", json={"query": "lemur", "consistency": "strong"}).get_json()
+    assert body["shards_searched"] == 2
+    time.sleep(now + 2.2 - time.time())
+    body = client.post("/mcp/search", json={"query": "lemur", "consistency": "strong"}).get_json()
+    assert body["shards_searched"] == 1 and len(body["results"]) == 1
+
+
+def test_janitor_purges_expired_units_and_unlinks_dead_days(client, app):
+    now = int(time.time())
+    old_day = now - 2 * 86_400
+    dead = client.post("/mcp/push", json=make_unit("doomed okapi", timestamp=old_day, ttl=2 * 86_400 + 2)).get_json()
+    short = client.post("/mcp/push", json=make_unit("short okapi", timestamp=now - 10, ttl=12)).get_json()
+    keep = client.post("/mcp/push", json=make_unit("lasting okapi", timestamp=now - 10, ttl=3600)).get_json()
+    maint = app.extensions["context_maintenance"]
+    maint.run_once()
+    tenant_dir = app.config["CONTEXT"].data_path / "tenants" / "default"
+    primaries = sorted(p.name for p in (tenant_dir / "primary").glob("*.db"))
+    assert len(primaries) == 2 and len(list((tenant_dir / "replica").glob("*.db"))) == 2
+    time.sleep(now + 2.5 - time.time())
+    result = maint.janitor.run(app.extensions["context_store"].tenant("default"))
+    assert result == {"purged": 1, "unlinked": 1}
+    # The dead day is gone from disk (primary, replica, WAL files) and from the catalog.
+    assert sorted(p.name for p in (tenant_dir / "primary").glob("*.db*")) == [primaries[1]] + \
+        [x for x in sorted(os.listdir(tenant_dir / "primary")) if x.startswith(primaries[1]) and x != primaries[1]]
+    assert not any(p.name.startswith(primaries[0]) for p in (tenant_dir / "replica").iterdir())
+    cat = sqlite3.connect(tenant_dir / "catalog.db")
+    assert {r[0] for r in cat.execute("SELECT cid FROM catalog")} == {keep["cid"]}
+    assert cat.execute("SELECT count(*) FROM days").fetchone()[0] == 1
+    cat.close()
+    shard = sqlite3.connect(tenant_dir / "primary" / primaries[1])
+    assert shard.execute("SELECT count(*) FROM units_fts").fetchone()[0] == 1
+    assert dict(shard.execute("SELECT key, value FROM meta"))["ndocs"] == 1
+    shard.close()
+    body = client.post("/mcp/search", json={"query": "okapi", "consistency": "strong"}).get_json()
+    assert [r["cid"] for r in body["results"]] == [keep["cid"]]
+    for gone in (dead, short):
+        assert client.get(f"/mcp/units/{gone['cid']}").status_code == 404
+    # A new unit for the unlinked day re-creates its shard.
+    rv = client.post("/mcp/push", json=make_unit("reborn okapi", timestamp=old_day, ttl=3 * 86_400))
+    assert rv.status_code == 200
+    assert client.get(f"/mcp/units/{rv.get_json()['cid']}").status_code == 200
+    assert (tenant_dir / "primary" / primaries[0]).exists()
+
+
+def test_replica_refresh_lag_and_damaged_replica_rebuilt(client, app):
+    maint = app.extensions["context_maintenance"]
+    client.post("/mcp/push", json=make_unit("replica tapir"))
+    # No replica yet: default reads fall back to the primary.
+    assert client.post("/mcp/search", json={"query": "tapir"}).get_json()["results"] == []
+    maint.run_once()
+    tenant_dir = app.config["CONTEXT"].data_path / "tenants" / "default"
+    replica = next((tenant_dir / "replica").glob("*.db"))
+    assert len(client.post("/mcp/search", json={"query": "tapir"}).get_json()["results"]) == 1
+    # A change not yet copied shows as replica lag.
+    client.post("/mcp/push", json=make_unit("second tapir"))
+    client.post("/mcp/search", json={"query": "tapir", "consistency": "strong"})
+    time.sleep(0.05)
+    body = client.post("/mcp/search", json={"query": "tapir"}).get_json()
+    assert len(body["results"]) == 1 and body["freshness"]["replica_lag_ms"] > 0
+    # Corrupt the replica: the search still answers (from the primary) and the file is rebuilt.
+    replica.unlink()
+    replica.write_bytes(b"this is not a database" * 100)
+    body = client.post("/mcp/search", json={"query": "tapir"}).get_json()
+    assert len(body["results"]) == 2
+    maint.replicas._last.clear()
+    maint.run_once()
+    conn = sqlite3.connect(replica)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("SELECT count(*) FROM units").fetchone()[0] == 2
+    conn.close()
+    body = client.post("/mcp/search", json={"query": "tapir"}).get_json()
+    assert len(body["results"]) == 2 and body["freshness"]["replica_lag_ms"] == 0
+
+
+def test_metrics_exposes_latency_queue_lag_and_units(client, app):
+    client.post("/mcp/push", json=make_unit("metric unit"))
+    client.post("/mcp/search", json={"query": "metric"})
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'context_request_seconds_bucket{le="0.005",method="POST",route="/mcp/push",status="200"}' in text or \
+        'route="/mcp/push"' in text
+    assert 'context_index_queue_depth{tenant="default"} 1.0' in text
+    assert 'context_units_stored{tenant="default"} 1.0' in text
+    assert "context_replica_lag_seconds" in text
+    app.extensions["context_maintenance"].run_once()
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'context_index_queue_depth{tenant="default"} 0.0' in text
+    assert "context_index_lag_seconds_count" in text
