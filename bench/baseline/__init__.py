@@ -1,0 +1,1 @@
+"""The naive baseline of DESIGN.md section 10 (see app.py). It never imports ``service``."""
