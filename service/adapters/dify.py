@@ -59,13 +59,17 @@ def _tenant() -> str:
     return principal.tenant
 
 
+_PROBE = object()
+
+
 def _body():
+    """The parsed JSON body, or _PROBE when there is no body at all."""
     try:
         raw = request.get_data(cache=True)
     except RequestEntityTooLarge:
         raise DifyError(413, BODY_TOO_LARGE, "Request body too large.") from None
     if not raw.strip():
-        return None
+        return _PROBE
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -107,7 +111,7 @@ def record(unit: dict) -> dict:
 def _retrieve():
     tenant = _tenant()
     body = _body()
-    if body is None:
+    if body is _PROBE:
         return jsonify({"records": []})   # Dify's registration probe
     if not isinstance(body, dict):
         raise _bad("The request body must be a JSON object.")
