@@ -65,6 +65,7 @@ class Config:
     public_url: str = "http://context-mode:5000"
     mcp_allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]", "::1")
     mcp_allowed_origins: tuple[str, ...] = ()
+    mcp_cursor_secret: str | None = None   # HMAC key for MCP list cursors (default: a key file in data_dir)
     rate_limit: str | None = None     # e.g. "600/minute" per key
     background: bool = True          # start indexer/janitor threads (tests may turn off)
 

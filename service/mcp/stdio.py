@@ -1,0 +1,185 @@
+"""``context-mode mcp-stdio``: a stdio bridge for hosts that only launch local processes (DESIGN.md section 7).
+
+Newline-delimited JSON-RPC from stdin is POSTed, one message per request, to the Streamable
+HTTP endpoint; each JSON response becomes one line on stdout. Nothing but protocol goes to
+stdout (logs go to stderr) and the bridge exits 0 when stdin closes. The HTTP headers a
+server checks are derived from each message: for 2026-07-28 the revision, method and name
+mirrored from the body; for the handshake era the revision ``initialize`` negotiated.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import click
+import requests
+
+log = logging.getLogger("context-mode.mcp-stdio")
+
+PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
+NAME_BEARING = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+_HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
+INTERNAL_ERROR = -32603
+PARSE_ERROR = -32700
+
+
+def header_value(value: str) -> str:
+    """Plain printable ASCII as is, anything else in the ``=?base64?...?=`` form servers decode."""
+    if _HEADER_SAFE.fullmatch(value) and value == value.strip() and not value.startswith("=?base64?"):
+        return value
+    return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
+
+
+class Bridge:
+    """Forwards messages to one MCP endpoint and remembers the handshake revision."""
+
+    def __init__(self, url: str, api_key: str | None, out, *, timeout: float = 120.0, workers: int = 4):
+        self.url = url
+        self.out = out
+        self.timeout = timeout
+        self.session = requests.Session()
+        self.session.headers.update({"Content-Type": "application/json",
+                                     "Accept": "application/json, text/event-stream"})
+        if api_key:
+            self.session.headers["Authorization"] = f"Bearer {api_key}"
+        self.negotiated: str | None = None   # set by an `initialize` result (handshake era)
+        self._write_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mcp-stdio")
+
+    # --- headers ---------------------------------------------------------------------------------
+    def headers_for(self, msg) -> dict:
+        if not isinstance(msg, dict):
+            return {}
+        method = msg.get("method")
+        params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+        meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+        version = meta.get(PROTOCOL_VERSION_META_KEY)
+        headers: dict[str, str] = {}
+        if isinstance(version, str):
+            headers["MCP-Protocol-Version"] = header_value(version)
+            if isinstance(method, str):
+                headers["Mcp-Method"] = header_value(method)
+                name = params.get(NAME_BEARING.get(method, ""), None)
+                if isinstance(name, str):
+                    headers["Mcp-Name"] = header_value(name)
+        elif method != "initialize" and self.negotiated:
+            headers["MCP-Protocol-Version"] = self.negotiated
+        return headers
+
+    # --- one message ---------------------------------------------------------------------------
+    def handle_line(self, line: bytes) -> None:
+        line = line.strip()
+        if not line:
+            return
+        try:
+            msg = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            # The host sent something unparsable: answer as a server would, then carry on.
+            self.write({"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": "Parse error"}})
+            return
+        if isinstance(msg, dict) and msg.get("method") == "initialize":
+            self.forward(line, msg)      # later messages need the negotiated revision: no overtaking
+        else:
+            self._pool.submit(self.forward, line, msg)
+
+    def forward(self, body: bytes, msg) -> None:
+        rid = msg.get("id") if isinstance(msg, dict) else None
+        expects_reply = isinstance(msg, dict) and "id" in msg and "method" in msg
+        try:
+            rv = self.session.post(self.url, data=body, headers=self.headers_for(msg), timeout=self.timeout,
+                                   stream=True)
+        except requests.RequestException as e:
+            log.error("POST %s failed: %s", self.url, e)
+            if expects_reply:
+                self.write(_error(rid, f"Cannot reach the MCP server at {self.url}: {type(e).__name__}"))
+            return
+        with rv:
+            if rv.status_code == 202 or not expects_reply:
+                return
+            ctype = rv.headers.get("Content-Type", "").split(";")[0].strip().lower()
+            if ctype == "text/event-stream":
+                for reply in _sse_messages(rv):
+                    self._reply(reply, rid, msg)
+                return
+            try:
+                reply = rv.json()
+            except ValueError:
+                log.error("HTTP %s from %s without a JSON-RPC body", rv.status_code, self.url)
+                self.write(_error(rid, f"HTTP {rv.status_code} from the MCP server"))
+                return
+            self._reply(reply, rid, msg)
+
+    def _reply(self, reply, rid, msg) -> None:
+        if isinstance(reply, dict) and ("result" in reply or "error" in reply):
+            if reply.get("id") is None:
+                reply["id"] = rid        # errors raised before the server could read the id
+            if msg.get("method") == "initialize" and isinstance(reply.get("result"), dict):
+                version = reply["result"].get("protocolVersion")
+                self.negotiated = version if isinstance(version, str) else None
+        self.write(reply)
+
+    def write(self, obj) -> None:
+        data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        with self._write_lock:
+            self.out.write(data)
+            self.out.flush()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self.session.close()
+
+    def run(self, stdin) -> None:
+        try:
+            for line in iter(stdin.readline, b""):
+                self.handle_line(line)
+        finally:
+            self.close()
+
+
+def _error(rid, message: str) -> dict:
+    return {"jsonrpc": "2.0", "id": rid, "error": {"code": INTERNAL_ERROR, "message": message}}
+
+
+def _sse_messages(rv):
+    """JSON-RPC messages from an SSE response (``event: message`` frames)."""
+    data: list[str] = []
+    for raw in rv.iter_lines(decode_unicode=True):
+        if raw is None:
+            continue
+        if raw == "":
+            if data:
+                try:
+                    yield json.loads("\n".join(data))
+                except ValueError:
+                    log.error("unparsable SSE frame from the server")
+                data = []
+            continue
+        if raw.startswith("data:"):
+            data.append(raw[5:].lstrip(" "))
+
+
+def register_cli(main: click.Group) -> None:
+    @main.command("mcp-stdio")
+    @click.option("--url", default="http://127.0.0.1:5000/mcp", show_default=True, envvar="CONTEXT_MODE_MCP_URL",
+                  help="The service's MCP endpoint.")
+    @click.option("--api-key", default=None, envvar="CONTEXT_MODE_API_KEY",
+                  help="API key (Bearer); also read from CONTEXT_MODE_API_KEY.")
+    @click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait for one response.")
+    def mcp_stdio(url, api_key, timeout):
+        """Bridge MCP over stdio (newline-delimited JSON-RPC) to the HTTP endpoint."""
+        logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        log.info("forwarding stdio to %s", url)
+        bridge = Bridge(url, api_key, sys.stdout.buffer, timeout=timeout)
+        try:
+            bridge.run(sys.stdin.buffer)
+        except BrokenPipeError:
+            pass                           # the host went away: nothing left to tell it
+        except KeyboardInterrupt:
+            pass
+        log.info("stdin closed; exiting")

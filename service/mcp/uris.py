@@ -1,0 +1,93 @@
+"""Resource URIs (DESIGN.md section 7): ``context://units/{cid}`` and ``context://search/{query}``.
+
+Parsing is deliberately strict: a URI is accepted only in the exact form the server itself
+builds, so no spelling (dot segments, encoded slashes, double encoding, case games, query
+strings, fragments) can reach a different unit or turn into an empty success. ``{query}``
+is one path segment expanded as RFC 6570 ``{var}``: every byte outside the unreserved set
+is percent-encoded with upper-case hex, so a space is ``%20`` and never ``+``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import quote, unquote_to_bytes
+
+SCHEME = "context://"
+UNITS_PREFIX = SCHEME + "units/"
+SEARCH_PREFIX = SCHEME + "search/"
+UNIT_TEMPLATE = UNITS_PREFIX + "{cid}"
+SEARCH_TEMPLATE = SEARCH_PREFIX + "{query}"
+
+MAX_URI_CHARS = 2048
+MAX_QUERY_CHARS = 512
+# What RFC 6570 simple expansion may leave in a segment: unreserved characters and %XX.
+_SEGMENT_RE = re.compile(r"(?:[A-Za-z0-9\-._~]|%[0-9A-F]{2})+")
+_ESCAPE_RE = re.compile(r"%[0-9A-Fa-f]{2}")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_CID_RE = re.compile(r"[0-9a-f]{12}")     # used with fullmatch: '$' would also accept a trailing newline
+
+
+class BadUri(ValueError):
+    """The URI names no resource of this server (the message is safe to show)."""
+
+
+@dataclass(frozen=True)
+class UnitUri:
+    cid: str
+
+
+@dataclass(frozen=True)
+class SearchUri:
+    query: str
+
+
+def unit_uri(cid: str) -> str:
+    return UNITS_PREFIX + cid
+
+
+def search_uri(query: str) -> str:
+    return SEARCH_PREFIX + quote(query, safe="")
+
+
+def parse(uri: str) -> UnitUri | SearchUri:
+    """Parse a resource URI or raise BadUri."""
+    if not isinstance(uri, str) or not uri:
+        raise BadUri("The resource URI is empty.")
+    if len(uri) > MAX_URI_CHARS:
+        raise BadUri(f"The resource URI is longer than {MAX_URI_CHARS} characters.")
+    if "?" in uri or "#" in uri:
+        raise BadUri("Resource URIs take no query string or fragment.")
+    if uri.startswith(UNITS_PREFIX):
+        cid = uri[len(UNITS_PREFIX):]
+        if not _CID_RE.fullmatch(cid):
+            raise BadUri("A unit URI is context://units/ followed by exactly 12 lowercase hex digits.")
+        return UnitUri(cid)
+    if uri.startswith(SEARCH_PREFIX):
+        return SearchUri(_query(uri[len(SEARCH_PREFIX):]))
+    raise BadUri("Unknown resource URI: this server serves context://units/{cid} and context://search/{query}.")
+
+
+def _query(segment: str) -> str:
+    if not segment:
+        raise BadUri("A search URI needs a non-empty query segment.")
+    if not _SEGMENT_RE.fullmatch(segment):
+        raise BadUri("The search query must be one path segment, percent-encoded as RFC 6570 {query} "
+                     "(space is %20, '/' is %2F, hex digits upper-case).")
+    raw = unquote_to_bytes(segment)
+    try:
+        query = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadUri("The decoded search query is not valid UTF-8.") from None
+    if search_uri(query) != SEARCH_PREFIX + segment:
+        # Non-canonical spelling, e.g. an unreserved character written as %2E.
+        raise BadUri("The search query is not in canonical percent-encoding (encode only what RFC 6570 encodes).")
+    if _ESCAPE_RE.search(query):
+        raise BadUri("The search query looks double percent-encoded.")
+    if _CONTROL_RE.search(query):
+        raise BadUri("The search query contains control characters.")
+    if not any(ch.isalnum() for ch in query):
+        # A query with no letters or digits ("../", "%2F") could only ever be an empty success.
+        raise BadUri("The search query has no letters or digits to search for.")
+    if len(query) > MAX_QUERY_CHARS:
+        raise BadUri(f"The search query is longer than {MAX_QUERY_CHARS} characters.")
+    return query
