@@ -1,0 +1,381 @@
+"""Ingest, indexing, freshness and replica cost (DESIGN.md section 10).
+
+1. batch ingest to durable storage, in-process (push_many, batches of 1000) and over HTTP
+   (POST /mcp/push {"units": [1000]} to gunicorn), service vs baseline (which indexes inline);
+2. indexing rate (units/s, CJK chars/s) draining the pending queue, rjieba vs jieba, plus the
+   bare segmentation rate of each;
+3. index lag under a sustained push load against gunicorn: a probe unit with a unique token is
+   pushed every 0.5 s and searched for (default replica consistency) every 20 ms; lag = first
+   hit - push ack;
+4. replica refresh cost: SQLite online backup of one day shard (seconds, MB/s) per corpus size.
+
+    python bench/ingest.py                                  # full
+    python bench/ingest.py --units 20000 --duration 10 --sizes 20000
+"""
+from __future__ import annotations
+
+import os as _os
+import sys as _sys
+# bench/http.py would shadow the stdlib's http package: keep bench/ last on sys.path.
+_HERE = _os.path.dirname(_os.path.abspath(__file__))
+_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
+
+import argparse
+import http.client
+import json
+import re
+import shutil
+import threading
+import time
+import uuid
+
+from common import RESULTS, TMP, machine, plt, quiet_service_logs, r, service_rev, service_src, summary, write_json
+
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def fresh(name: str):
+    d = TMP / name
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    return d
+
+
+def gen_units(n: int, seed: int) -> list[dict]:
+    from corpus import Generator
+    return list(Generator(seed).units(n))
+
+
+# --- 1 and 2: in-process ----------------------------------------------------------------------
+def inprocess(units: list[dict], segmenter: str, jieba_units: int) -> dict:
+    from service import create_app
+    out = {}
+    d = fresh("ingest-service")
+    app = create_app({"data_dir": str(d), "background": False, "segmenter": segmenter})
+    store, maint = app.extensions["context_store"], app.extensions["context_maintenance"]
+    t0 = time.perf_counter()
+    for i in range(0, len(units), 1000):
+        for res in store.push_many("default", units[i:i + 1000]):
+            assert isinstance(res, dict), res
+    push_s = time.perf_counter() - t0
+    out["push_units_per_s"] = round(len(units) / push_s)
+    chars = sum(len(u["content"]) for u in units)
+    cjk = sum(len(_HAN.findall(u["content"])) for u in units)
+    t0 = time.perf_counter()
+    n = 0
+    while True:
+        k = maint.index_tenant(store.tenant("default"))
+        n += k
+        if k == 0:
+            break
+    idx_s = time.perf_counter() - t0
+    out[f"index_{segmenter}"] = {"units": n, "seconds": r(idx_s), "units_per_s": round(n / idx_s),
+                                 "cjk_chars_per_s": round(cjk / idx_s), "chars_per_s": round(chars / idx_s)}
+    # Replica refresh of a fresh set of shards (what the first refresh after a burst costs).
+    t = store.tenant("default")
+    days = store.live_days(t)
+    t0 = time.perf_counter()
+    for day in days:
+        maint.replicas.refresh(t, day)
+    out["replica_refresh_all"] = {"shards": len(days), "seconds": r(time.perf_counter() - t0, 3)}
+    app.extensions["context_shutdown"]()
+    # Segmentation alone: what the tokenizer costs with each segmenter.
+    from service.tokenize import Tokenizer
+    for seg in ("rjieba", "jieba"):
+        tok = Tokenizer(segmenter=seg)
+        sample = units[:jieba_units] if seg == "jieba" else units
+        sc = sum(len(_HAN.findall(u["content"])) for u in sample)
+        t0 = time.perf_counter()
+        for u in sample:
+            tok.tokens(u["content"])
+        s = time.perf_counter() - t0
+        out[f"tokenize_{seg}"] = {"units": len(sample), "units_per_s": round(len(sample) / s),
+                                  "cjk_chars_per_s": round(sc / s)}
+    # Indexing with pure-Python jieba on a smaller sample (it is much slower).
+    d = fresh("ingest-service-jieba")
+    app = create_app({"data_dir": str(d), "background": False, "segmenter": "jieba"})
+    store, maint = app.extensions["context_store"], app.extensions["context_maintenance"]
+    sample = units[:jieba_units]
+    for i in range(0, len(sample), 1000):
+        store.push_many("default", sample[i:i + 1000])
+    sc = sum(len(_HAN.findall(u["content"])) for u in sample)
+    t0 = time.perf_counter()
+    n = 0
+    while True:
+        k = maint.index_tenant(store.tenant("default"))
+        n += k
+        if k == 0:
+            break
+    s = time.perf_counter() - t0
+    out["index_jieba"] = {"units": n, "seconds": r(s), "units_per_s": round(n / s), "cjk_chars_per_s": round(sc / s)}
+    app.extensions["context_shutdown"]()
+    shutil.rmtree(TMP / "ingest-service")
+    shutil.rmtree(d)
+    return out
+
+
+def baseline_inprocess(units: list[dict]) -> dict:
+    from baseline.app import BaselineStore
+    d = fresh("ingest-baseline")
+    b = BaselineStore(d / "b.db")
+    t0 = time.perf_counter()
+    for i in range(0, len(units), 1000):
+        b.push_many(units[i:i + 1000])
+    s = time.perf_counter() - t0
+    b.close()
+    shutil.rmtree(d)
+    return {"push_units_per_s": round(len(units) / s), "note": "durable and indexed in the same transaction"}
+
+
+# --- HTTP helpers -----------------------------------------------------------------------------
+class Client:
+    def __init__(self, port: int):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def post(self, path: str, body: bytes) -> tuple[int, dict]:
+        for attempt in (0, 1):
+            try:
+                self.conn.request("POST", path, body, {"Content-Type": "application/json"})
+                resp = self.conn.getresponse()
+                return resp.status, json.loads(resp.read())
+            except (http.client.HTTPException, ConnectionError):
+                self.conn.close()
+                if attempt:
+                    raise
+        raise AssertionError
+
+
+def http_batch_ingest(port: int, units: list[dict], clients: int = 2) -> dict:
+    bodies = [json.dumps({"units": units[i:i + 1000]}, ensure_ascii=False).encode()
+              for i in range(0, len(units), 1000)]
+    lat, errors = [], [0]
+    lock = threading.Lock()
+    it = iter(bodies)
+
+    def worker():
+        c = Client(port)
+        while True:
+            with lock:
+                body = next(it, None)
+            if body is None:
+                return
+            t0 = time.perf_counter()
+            status, data = c.post("/mcp/push", body)
+            lat.append((time.perf_counter() - t0) * 1000)
+            if status != 200 or any(x.get("status") == "error" for x in data.get("results", [])):
+                errors[0] += 1
+    t0 = time.perf_counter()
+    ths = [threading.Thread(target=worker) for _ in range(clients)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    s = time.perf_counter() - t0
+    return {"units": len(units), "batch": 1000, "clients": clients, "units_per_s": round(len(units) / s),
+            "batch_latency": summary(lat), "errors": errors[0]}
+
+
+def index_lag(port: int, load_units: list[dict], rate: float, duration: float, strong_probe: bool = False) -> dict:
+    """Sustained push load at ``rate`` units/s (batches of 50, 2 threads) while probing freshness."""
+    stop = threading.Event()
+    pushed = [0]
+    now = int(time.time()) - 30
+
+    def loader(offset: int):
+        c = Client(port)
+        i = offset
+        period = 50 / (rate / 2)
+        nxt = time.perf_counter()
+        while not stop.is_set():
+            batch = []
+            for _ in range(50):
+                u = dict(load_units[i % len(load_units)])
+                u.pop("cid", None), u.pop("parent_cid", None)
+                u["timestamp"] = now
+                u["content"] = f"{u['content']} L{offset}x{i}"
+                batch.append(u)
+                i += 2
+            c.post("/mcp/push", json.dumps({"units": batch}, ensure_ascii=False).encode())
+            pushed[0] += 50
+            nxt += period
+            delay = nxt - time.perf_counter()
+            if delay > 0:
+                stop.wait(delay)
+    loaders = [threading.Thread(target=loader, args=(k,), daemon=True) for k in range(2)]
+    t_start = time.perf_counter()
+    for th in loaders:
+        th.start()
+    lags, misses = [], 0
+    probe_c = Client(port)
+    deadline = time.perf_counter() + duration
+    while time.perf_counter() < deadline:
+        token = "probe" + uuid.uuid4().hex[:10]
+        unit = {"type": "system_notice", "source": "bench_probe_v1_local", "timestamp": int(time.time()),
+                "ttl": 86_400, "content": f"freshness probe {token}"}
+        status, _ = probe_c.post("/mcp/push", json.dumps(unit).encode())
+        acked = time.perf_counter()
+        q = json.dumps({"query": token, "top_k": 1}).encode()
+        found = None
+        while time.perf_counter() - acked < 30:
+            status, data = probe_c.post("/mcp/search", q)
+            if status == 200 and data.get("results"):
+                found = time.perf_counter()
+                break
+            time.sleep(0.02)
+        if found is None:
+            misses += 1
+        else:
+            lags.append((found - acked) * 1000)
+        time.sleep(max(0.0, 0.5 - (time.perf_counter() - acked)))
+    stop.set()
+    for th in loaders:
+        th.join(timeout=30)
+    elapsed = time.perf_counter() - t_start
+    return {"target_rate_units_per_s": rate, "achieved_units_per_s": round(pushed[0] / elapsed),
+            "probes": len(lags) + misses, "misses_after_30s": misses, "lag": summary(lags), "raw_ms": [round(x, 1) for x in lags]}
+
+
+def replica_cost(size: int, seed: int) -> dict:
+    from corpus import service_dir
+    from service import create_app
+    d = service_dir(size, seed)
+    app = create_app({"data_dir": str(d), "background": False})
+    store, maint = app.extensions["context_store"], app.extensions["context_maintenance"]
+    t = store.tenant("default")
+    days = store.live_days(t)
+    rows = []
+    for day in days[-3:]:
+        mb = t.primary_path(day).stat().st_size / 2**20
+        t0 = time.perf_counter()
+        maint.replicas.refresh(t, day)
+        s = time.perf_counter() - t0
+        rows.append({"day": day, "shard_mib": r(mb, 1), "seconds": r(s, 3), "mib_per_s": r(mb / s, 1)})
+    app.extensions["context_shutdown"]()
+    return {"shards": rows, "mean_seconds": r(sum(x["seconds"] for x in rows) / len(rows), 3)}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--units", type=int, default=100_000, help="units for the ingest/indexing rates")
+    ap.add_argument("--jieba-units", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--duration", type=float, default=30, help="index-lag run, seconds")
+    ap.add_argument("--rate", type=float, default=1000, help="sustained push load, units/s")
+    ap.add_argument("--sizes", default="100000,1000000", help="corpus sizes for replica refresh cost")
+    ap.add_argument("--service-src", default="head")
+    ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--name", default="ingest")
+    a = ap.parse_args(argv)
+    src = service_src(a.service_src)
+    quiet_service_logs()
+    hb = _http_bench()
+    free_port, start_baseline, start_service, stop, wait_ready = (
+        hb.free_port, hb.start_baseline, hb.start_service, hb.stop, hb.wait_ready)
+
+    units = gen_units(a.units, a.seed + 500)   # a stream of their own: not the search corpus
+    out = {"machine": machine(), "service_rev": service_rev(src), "units": a.units}
+    print("== in-process ingest and indexing")
+    out["service_inprocess"] = inprocess(units, "rjieba", a.jieba_units)
+    print("  service ", json.dumps(out["service_inprocess"]))
+    if not a.no_baseline:
+        out["baseline_inprocess"] = baseline_inprocess(units)
+        print("  baseline", json.dumps(out["baseline_inprocess"]))
+
+    print("== HTTP batch ingest and index lag")
+    d = fresh("ingest-http-service")
+    port = free_port()
+    proc = start_service(src, d, port)
+    try:
+        wait_ready(port, 120)
+        out["service_http_batch"] = http_batch_ingest(port, units[: min(len(units), 50_000)])
+        print("  service  batch", json.dumps(out["service_http_batch"]))
+        time.sleep(2)
+        _drain(port)
+        out["service_index_lag"] = index_lag(port, units, a.rate, a.duration)
+        print("  service  lag", json.dumps({k: v for k, v in out["service_index_lag"].items() if k != "raw_ms"}))
+        out["service_readyz_after"] = _get(port, "/readyz")
+    finally:
+        stop(proc)
+    shutil.rmtree(d)
+    if not a.no_baseline:
+        d = fresh("ingest-http-baseline")
+        port = free_port()
+        proc = start_baseline(d / "b.db", port)
+        try:
+            wait_ready(port, 60)
+            out["baseline_http_batch"] = http_batch_ingest(port, units[: min(len(units), 50_000)])
+            print("  baseline batch", json.dumps(out["baseline_http_batch"]))
+            out["baseline_index_lag"] = index_lag(port, units, a.rate, a.duration)
+            print("  baseline lag", json.dumps({k: v for k, v in out["baseline_index_lag"].items() if k != "raw_ms"}))
+        finally:
+            stop(proc)
+        shutil.rmtree(d)
+
+    print("== replica refresh cost")
+    out["replica_refresh"] = {}
+    for size in [int(x) for x in a.sizes.split(",")]:
+        out["replica_refresh"][str(size)] = replica_cost(size, a.seed)
+        print(f"  {size}", json.dumps(out["replica_refresh"][str(size)]))
+    out["targets"] = {"batch_ingest_units_per_s": 10_000, "index_lag_p99_ms": 2000}
+    write_json(a.name, out)
+    plot(out, a.name)
+
+
+def _http_bench():
+    """bench/http.py's server helpers (it cannot be imported as ``http``: that is the stdlib)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_http", _os.path.join(_HERE, "http.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _get(port: int, path: str) -> dict:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", path)
+    return json.loads(c.getresponse().read())
+
+
+def _drain(port: int, timeout: float = 300) -> None:
+    """Wait until the service's indexer has caught up with the batch-ingest burst."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and _get(port, "/readyz").get("index_pending"):
+        time.sleep(0.5)
+
+
+def plot(out: dict, name: str) -> None:
+    pyplot = plt()
+    fig, axes = pyplot.subplots(1, 2, figsize=(12, 4.5))
+    ax = axes[0]
+    for system in ("service", "baseline"):
+        raw = (out.get(f"{system}_index_lag") or {}).get("raw_ms")
+        if raw:
+            v = sorted(raw)
+            ax.plot(v, [i / len(v) for i in range(1, len(v) + 1)], label=f"{system}")
+    ax.axvline(2000, color="grey", lw=0.8, ls=":")
+    ax.set_xscale("symlog")
+    ax.set_xlabel("push ack -> searchable on the replica (ms)")
+    ax.set_ylabel("fraction of probes")
+    ax.set_title(f"index lag under {out.get('service_index_lag', {}).get('target_rate_units_per_s')} units/s push load")
+    ax.legend()
+    ax = axes[1]
+    s = out["service_inprocess"]
+    labels = ["durable push\n(service)", "index rjieba", "index jieba", "baseline push\n(+FTS inline)",
+              "HTTP batch\n(service)", "HTTP batch\n(baseline)"]
+    vals = [s["push_units_per_s"], s["index_rjieba"]["units_per_s"], s["index_jieba"]["units_per_s"],
+            (out.get("baseline_inprocess") or {}).get("push_units_per_s", 0),
+            out["service_http_batch"]["units_per_s"], (out.get("baseline_http_batch") or {}).get("units_per_s", 0)]
+    ax.bar(labels, vals, color=["C0", "C0", "C0", "C1", "C0", "C1"])
+    ax.axhline(10_000, color="grey", lw=0.8, ls=":")
+    ax.set_ylabel("units/s")
+    ax.set_title("ingest and indexing rates")
+    ax.tick_params(axis="x", labelsize=8)
+    fig.tight_layout()
+    path = RESULTS / f"{name}.png"
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
