@@ -14,7 +14,7 @@ log = logging.getLogger("service")
 
 def create_app(test_config: dict | Config | None = None) -> Flask:
     """Application factory: configuration, store, background maintenance, blueprints."""
-    from . import errors, metrics
+    from . import errors, limits, metrics
     from .api import health, search, units
     from .auth import KeyRing
     from .indexer import Maintenance
@@ -54,6 +54,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.register_blueprint(search.bp)
     app.register_blueprint(health.bp)
     _register_optional(app)
+    limits.init_app(app)
 
     def shutdown():
         maintenance.stop()

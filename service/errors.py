@@ -96,6 +96,7 @@ def init_app(app: Flask) -> None:
             404: "No such route.",
             405: "Method not allowed for this route.",
             413: "Request body too large.",
+            429: f"Rate limit exceeded ({e.description}); retry after the Retry-After interval.",
         }.get(e.code, e.description or e.name)
         rv = jsonify(error_body(message, code))
         rv.status_code = e.code or 500

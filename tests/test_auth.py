@@ -113,3 +113,21 @@ def test_doctor_reports_checks(tmp_path):
     out = subprocess.run([sys.executable, "-m", "service.cli", "doctor"], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert "FTS5" in out.stdout and "jieba dictionary loads" in out.stdout and "writable" in out.stdout
+
+
+def test_rate_limit_per_key_is_429_with_retry_after(tmp_path):
+    from service import create_app
+    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "rate_limit": "5/minute",
+                      "api_keys": "ka:team-a:push+search;kb:team-b:push+search"})
+    try:
+        c = app.test_client()
+        codes = [c.post("/mcp/search", json={"query": "x"}, headers=bearer("ka")).status_code for _ in range(6)]
+        assert codes == [200] * 5 + [429]
+        rv = c.post("/mcp/push", json=make_unit("x"), headers=bearer("ka"))
+        assert_error(rv, 429, "rate_limited")
+        assert int(rv.headers["Retry-After"]) > 0
+        # Another key has its own budget; probes are never limited.
+        assert c.post("/mcp/search", json={"query": "x"}, headers=bearer("kb")).status_code == 200
+        assert all(c.get("/healthz").status_code == 200 for _ in range(10))
+    finally:
+        app.extensions["context_shutdown"]()

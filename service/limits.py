@@ -1,0 +1,33 @@
+"""Per-key rate limiting (DESIGN.md section 9) with flask-limiter: 429 + Retry-After.
+
+The key is a hash of the presented credential (or the client address when there is none),
+so limiting happens before authentication work and never logs a key. Counters live in each
+worker's memory: with N gunicorn workers a key may get up to N times the configured rate.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from flask import Flask, request
+from flask_limiter import Limiter
+
+
+def _key() -> str:
+    auth = request.headers.get("Authorization")
+    if auth:
+        return "key:" + hashlib.sha256(auth.encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return "addr:" + (request.remote_addr or "unknown")
+
+
+def init_app(app: Flask) -> None:
+    limit = app.config["CONTEXT"].rate_limit
+    if not limit:
+        return
+    # application_limits: one budget per key across all routes.
+    limiter = Limiter(key_func=_key, app=app, application_limits=[limit], storage_uri="memory://",
+                      headers_enabled=True, strategy="moving-window")
+    # Probes and scrapes are never limited.
+    for view in ("health.healthz", "health.readyz", "metrics"):
+        if view in app.view_functions:
+            limiter.exempt(app.view_functions[view])
+    app.extensions["context_limiter"] = limiter
