@@ -150,9 +150,11 @@ def build(config) -> dict:
     retrieval_body = {"type": "object", "required": ["query"], "properties": {
         "knowledge_id": {"type": "string", "description": "The tenant to search; empty means the key's own."},
         "query": {"type": "string", "description": "The user's question."},
-        "retrieval_setting": {"type": "object", "properties": {
+        "retrieval_setting": {"type": "object", "description": "top_k (null means 10) and score_threshold (0-1).",
+                              "properties": {
             "top_k": {"type": ["integer", "null"], "minimum": 1, "description": "Null means 10."},
-            "score_threshold": {"type": ["number", "null"], "minimum": 0, "maximum": 1}}},
+            "score_threshold": {"type": ["number", "null"], "minimum": 0, "maximum": 1,
+                                "description": "Drop records scoring below this."}}},
         "metadata_condition": {"type": ["object", "null"], "description":
                                "Dify's metadata filter: logical_operator and conditions "
                                "[{name, comparison_operator, value}] over unit fields and metadata keys."}}}
