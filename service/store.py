@@ -230,6 +230,8 @@ class Store:
     def _insert_rows(conn: sqlite3.Connection, items: list, ms: int, results: list) -> None:
         touched = False
         for i, u, seq, status in items:
+            if status == "duplicate" and conn.execute(sql("unit_exists"), {"cid": u.cid}).fetchone() is None:
+                status = "ok"   # reserved by an earlier push that failed before its shard write: first store
             cur = conn.execute(sql("unit_upsert"), {
                 "cid": u.cid, "seq": seq, "type": u.type, "source": u.source, "timestamp": u.timestamp,
                 "ttl": u.ttl, "expires_at": u.expires_at, "content": u.content,

@@ -63,8 +63,8 @@ ON CONFLICT(cid) DO UPDATE SET
 WHERE units.content = excluded.content AND units.timestamp = excluded.timestamp
   AND units.source = excluded.source;
 
--- name: unit_identity
-SELECT content = :content AND timestamp = :timestamp AND source = :source AS same FROM units WHERE cid = :cid;
+-- name: unit_exists
+SELECT 1 FROM units WHERE cid = :cid;
 
 -- name: unit_get
 SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, indexed

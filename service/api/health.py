@@ -23,9 +23,14 @@ def readyz():
     s = store()
     problems = []
     try:
+        # Write real bytes: on a full disk creating an empty file still succeeds.
         fd, path = tempfile.mkstemp(dir=s.root, prefix=".ready-")
-        os.close(fd)
-        os.unlink(path)
+        try:
+            os.write(fd, b"\0" * 65536)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(path)
         writable = True
     except OSError as e:
         writable = False
