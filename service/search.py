@@ -9,6 +9,7 @@ formula with Lucene's always-positive idf; one unsharded index ranks identically
 from __future__ import annotations
 
 import math
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -313,7 +314,7 @@ class Searcher:
             item["score"] = round(total / max_attainable, 6)
             item["bm25_score"] = round(total, 6)
             if p.highlight:
-                item["snippet"] = snippet(item["content"], terms)
+                item["snippet"] = snippet(item["content"], terms, self.tokenizer)
             if p.explain:
                 item["explain"] = {
                     "doc_len": ntok, "avg_doc_len": round(avgdl, 3), "documents": n,
@@ -324,33 +325,48 @@ class Searcher:
         return out
 
 
-def snippet(content: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
-    """A window of the content around the first query term, terms wrapped in ** **."""
-    low = content.lower()
-    hits = [(low.find(t), t) for t in terms if t and low.find(t) >= 0]
-    if not hits:
-        return content[:width]
-    pos = min(h[0] for h in hits)
-    start = max(0, pos - width // 3)
-    end = min(len(content), start + width)
-    window = content[start:end]
-    low_window = low[start:end]
+_SNIPPET_WORD_RE = re.compile(r"[^\W_]+(?:[-_.][^\W_]+)*")
+_SNIPPET_SCAN_CHARS = 100_000
+
+
+def snippet(content: str, terms: list[str], tokenizer, width: int = SNIPPET_CHARS) -> str:
+    """A window of the content around the first matching word, matches wrapped in ** **.
+
+    A word matches when the tokenizer turns it into a query term (so ``shipped`` matches the
+    stem ``ship`` but ``order`` does not match ``ord``); Chinese terms match as substrings.
+    """
+    termset = set(terms)
+    han_terms = [t for t in terms if t and not t.isascii()]
+    scan = content[:_SNIPPET_SCAN_CHARS]
     spans = []
-    for _, t in hits:
-        i = low_window.find(t)
-        while i >= 0:
-            spans.append((i, i + len(t)))
-            i = low_window.find(t, i + len(t))
-    spans.sort()
-    merged: list[list[int]] = []
-    for s, e in spans:
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
+    for m in _SNIPPET_WORD_RE.finditer(scan):
+        word = m.group()
+        if word.isascii():
+            if termset.intersection(tokenizer.tokens(word)):
+                spans.append(m.span())
         else:
-            merged.append([s, e])
-    parts, last = [], 0
-    for s, e in merged:
-        parts.append(window[last:s] + "**" + window[s:e] + "**")
-        last = e
-    parts.append(window[last:])
+            for t in han_terms:
+                i = word.find(t)
+                while i >= 0:
+                    spans.append((m.start() + i, m.start() + i + len(t)))
+                    i = word.find(t, i + len(t))
+    if not spans:
+        return content[:width] + ("…" if len(content) > width else "")
+    spans.sort()
+    start = max(0, spans[0][0] - width // 3)
+    end = min(len(content), start + width)
+    merged: list[list[int]] = []
+    for a, b in spans:
+        a, b = max(a, start), min(b, end)
+        if a >= b:
+            continue
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    parts, last = [], start
+    for a, b in merged:
+        parts.append(content[last:a] + "**" + content[a:b] + "**")
+        last = b
+    parts.append(content[last:end])
     return ("…" if start > 0 else "") + "".join(parts) + ("…" if end < len(content) else "")

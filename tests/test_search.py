@@ -204,3 +204,14 @@ def test_content_is_data_not_fts_syntax(client):
     cid = push(client, 'NEAR("a" "b") OR * AND "quoted" col:val')
     assert cids(search(client, "NEAR")) == [cid]
     assert cids(search(client, "col:val")) == [cid]
+
+
+def test_highlight_marks_whole_matching_words(client):
+    push(client, "Where is my order ORD-7890? It shipped yesterday. 订单管理系统已上线")
+    r = search(client, "ORD-7890 shipping 订单", highlight=True)["results"][0]
+    assert "**ORD-7890**" in r["snippet"] and "**shipped**" in r["snippet"] and "**订单**" in r["snippet"]
+    assert "**ord**er" not in r["snippet"].lower()
+    long_text = "filler " * 200 + "the needle word appears here " + "filler " * 200
+    push(client, long_text)
+    r = search(client, "needle", highlight=True)["results"][0]
+    assert "**needle**" in r["snippet"] and r["snippet"].startswith("…") and len(r["snippet"]) < 260
