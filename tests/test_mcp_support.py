@@ -1,0 +1,116 @@
+"""Shared helpers for the MCP tests (imported by tests/test_mcp_*.py; holds no tests itself).
+
+One gunicorn per test module keeps the MCP suite fast; the helpers speak raw JSON-RPC with
+requests where a test must control every header and byte.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import requests
+
+from conftest import ROOT, VENV_BIN, LiveServer, make_unit
+
+MODERN = "2026-07-28"
+LEGACY = "2025-11-25"
+KEY, OTHER_KEY, PUSH_ONLY_KEY = "mcp-test-key", "mcp-other-key", "mcp-push-only"
+KEYS = {KEY: ("acme", ["push", "search"]), OTHER_KEY: ("globex", ["push", "search"]),
+        PUSH_ONLY_KEY: ("acme", ["push"])}
+
+
+class McpServer(LiveServer):
+    """LiveServer whose start tolerates a slow first /healthz on a loaded machine."""
+
+    def start(self, timeout: float = 60.0) -> "McpServer":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [str(VENV_BIN / "gunicorn"), "-c", str(ROOT / "service" / "gunicorn_conf.py"), "service:create_app()"],
+            cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited early:\n{self.log()}")
+            try:
+                if requests.get(self.url + "/healthz", timeout=5).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"gunicorn did not become healthy:\n{self.log()}")
+
+    @property
+    def mcp(self) -> str:
+        return self.url + "/mcp"
+
+
+def start_server(tmp_path_factory, name: str, **kw) -> McpServer:
+    base = tmp_path_factory.mktemp(name)
+    return McpServer(base / "data", **kw).start()
+
+
+def meta(version: str = MODERN) -> dict:
+    return {"io.modelcontextprotocol/protocolVersion": version,
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "pytest", "version": "1"}}
+
+
+def rpc(server: McpServer, method: str, params: dict | None = None, *, era: str = MODERN, key: str | None = None,
+        id=1, headers: dict | None = None) -> requests.Response:
+    """POST one request the way a conforming client of ``era`` would (headers mirrored for 2026-07-28)."""
+    body: dict = {"jsonrpc": "2.0", "id": id, "method": method}
+    params = dict(params or {})
+    h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if key:
+        h["Authorization"] = f"Bearer {key}"
+    if era == MODERN:
+        params["_meta"] = {**meta(), **params.get("_meta", {})}
+        h.update({"MCP-Protocol-Version": MODERN, "Mcp-Method": method})
+        name = params.get("uri") if method == "resources/read" else params.get("name")
+        if isinstance(name, str) and method in ("resources/read", "tools/call", "prompts/get"):
+            h["Mcp-Name"] = name if name.isascii() and name.isprintable() else \
+                "=?base64?" + base64.b64encode(name.encode()).decode() + "?="
+    elif era:
+        h["MCP-Protocol-Version"] = era
+    if params:
+        body["params"] = params
+    h.update(headers or {})
+    return requests.post(server.mcp, data=json.dumps(body), headers=h, timeout=30)
+
+
+def post_raw(server: McpServer, data: bytes | str, headers: dict | None = None, key: str | None = None):
+    h = {"Content-Type": "application/json"}
+    if key:
+        h["Authorization"] = f"Bearer {key}"
+    h.update(headers or {})
+    return requests.post(server.mcp, data=data, headers=h, timeout=30)
+
+
+def push(server: McpServer, content: str, key: str | None = KEY, **fields) -> dict:
+    rv = requests.post(server.url + "/mcp/push", json=make_unit(content, **fields),
+                       headers=server.headers(key), timeout=30)
+    assert rv.status_code == 200, rv.text
+    return rv.json()
+
+
+def wait_searchable(server: McpServer, query: str, cids: set[str], key: str | None = KEY, timeout: float = 20) -> None:
+    """Wait until the default (replica) search sees every CID: resources and prompts search the replica."""
+    h = server.headers(key)
+    requests.post(server.url + "/mcp/search", json={"query": query, "consistency": "strong"}, headers=h,
+                  timeout=30).raise_for_status()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rv = requests.post(server.url + "/mcp/search", json={"query": query, "top_k": 100}, headers=h, timeout=30)
+        if cids <= {r["cid"] for r in rv.json()["results"]}:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"replica search for {query!r} never returned {cids}")
+
+
+def context_mode_bin() -> Path:
+    return VENV_BIN / "context-mode"
