@@ -66,7 +66,7 @@ class LiveServer:
         self.proc: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"gunicorn-{self.port}.log"
 
-    def start(self, timeout: float = 30.0) -> "LiveServer":
+    def start(self, timeout: float = 60.0) -> "LiveServer":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
@@ -77,9 +77,10 @@ class LiveServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"gunicorn exited early:\n{self.log()}")
             try:
-                if requests.get(self.url + "/healthz", timeout=1).status_code == 200:
+                # Workers may still be importing (jieba's dictionary) on a loaded machine: be patient.
+                if requests.get(self.url + "/healthz", timeout=5).status_code == 200:
                     return self
-            except requests.ConnectionError:
+            except requests.RequestException:
                 pass
             time.sleep(0.1)
         raise RuntimeError(f"gunicorn did not become healthy:\n{self.log()}")
