@@ -1,0 +1,365 @@
+"""Retrieval quality on the judged sets in ../shared/eval (DESIGN.md section 10).
+
+For each set (BEIR format: corpus.jsonl.gz, queries.jsonl, qrels.tsv) this measures, on the
+same documents and queries:
+
+- ``service``: the Context Mode Service itself, through its own paths: every document pushed
+  with ``POST /mcp/push`` (test client, batches of 1000), the indexer drained, every query run
+  with ``POST /mcp/search`` (top_k 100);
+- ``fts5-unicode61``: SQLite FTS5, default tokenizer, raw text, ``ORDER BY rank``;
+- ``fts5-trigram``: SQLite FTS5 ``trigram`` tokenizer, query = OR of the query's trigrams;
+- ``bm25s-service-tokens``: bm25s (Lucene BM25, same k1/b as the service) over exactly the
+  service's tokens (isolates ranking from tokenization: it should equal ``service``);
+- ``bm25s-own``: bm25s with its own analysis as in the eval README table (English:
+  bm25s tokenizer + English stopwords + Snowball stemmer, k1=1.2 b=0.75; Chinese: jieba
+  ``lcut`` (rjieba, identical tokens) + the set's ``stopwords.txt``, k1=0.9 b=0.4).
+
+Measures (ranx): nDCG@10, MRR@10, Recall@10, Recall@100. Every system's ranking is
+evaluated in its own order (scores are replaced by rank so ties cannot be re-broken).
+
+    .venv/bin/python bench/quality.py [--sets stard,scifact] [--limit-queries N]
+        [--systems service,fts5-unicode61,...] [--k1 X --b Y] [--stem/--no-stem] [--no-write]
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import json
+import math
+import os
+import platform
+import re
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EVAL_DIR = (ROOT / ".." / "shared" / "eval").resolve()
+RESULTS_DIR = ROOT / "bench" / "results"
+sys.path.insert(0, str(ROOT))
+
+SYSTEMS = ("service", "fts5-unicode61", "fts5-trigram", "bm25s-service-tokens", "bm25s-own")
+METRICS = ("ndcg@10", "mrr@10", "recall@10", "recall@100")
+TOP_K = 100
+BATCH = 1000
+
+
+# --- data --------------------------------------------------------------------------------------
+def load_set(name: str, limit_queries: int | None):
+    d = EVAL_DIR / name
+    corpus = []
+    with gzip.open(d / "corpus.jsonl.gz", "rt", encoding="utf-8") as fh:
+        for line in fh:
+            doc = json.loads(line)
+            corpus.append((str(doc["_id"]), doc.get("title") or "", doc.get("text") or ""))
+    qrels: dict[str, dict[str, int]] = {}
+    with open(d / "qrels.tsv", encoding="utf-8") as fh:
+        next(fh)  # header
+        for line in fh:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 3:
+                continue
+            qid, did, score = parts[0], parts[1], int(float(parts[2]))
+            if score > 0:
+                qrels.setdefault(qid, {})[did] = score
+    queries = []
+    with open(d / "queries.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            q = json.loads(line)
+            if str(q["_id"]) in qrels:
+                queries.append((str(q["_id"]), q["text"]))
+    if limit_queries:
+        queries = queries[:limit_queries]
+    keep = {q for q, _ in queries}
+    qrels = {q: r for q, r in qrels.items() if q in keep}
+    return corpus, queries, qrels
+
+
+def content_of(title: str, text: str) -> str:
+    return title + "\n" + text
+
+
+# --- measures ----------------------------------------------------------------------------------
+def evaluate(qrels: dict, ranked: dict[str, list[str]]) -> dict:
+    from ranx import Qrels, Run, evaluate as rx_evaluate
+    run = {}
+    for qid in qrels:
+        docs = ranked.get(qid) or []
+        # Scores from rank, so ranx keeps each system's own order (ties included).
+        run[qid] = {d: float(len(docs) - i) for i, d in enumerate(docs)} or {"__no_result__": 0.0}
+    scores = rx_evaluate(Qrels.from_dict(qrels), Run.from_dict(run), list(METRICS))
+    return {m: round(float(scores[m]), 4) for m in METRICS}
+
+
+# --- the service -------------------------------------------------------------------------------
+def _create_app(cfg: dict, info: dict):
+    """create_app, tolerating a broken optional front door (MCP/adapters being edited elsewhere):
+    the push and search blueprints measured here do not depend on them."""
+    import service
+    try:
+        return service.create_app(cfg)
+    except Exception as e:  # noqa: BLE001
+        info["optional_front_doors_skipped"] = f"{type(e).__name__}: {e}"
+        print(f"warning: create_app failed in an optional front door ({e}); retrying without them",
+              file=sys.stderr)
+        original = service._register_optional
+        service._register_optional = lambda app: None
+        try:
+            return service.create_app(cfg)
+        finally:
+            service._register_optional = original
+
+
+def run_service(corpus, queries, overrides: dict) -> tuple[dict, dict]:
+    info: dict = {}
+    with tempfile.TemporaryDirectory(prefix="quality-") as tmp:
+        cfg = {"data_dir": os.path.join(tmp, "data"), "background": False, **overrides}
+        app = _create_app(cfg, info)
+        try:
+            client = app.test_client()
+            maint = app.extensions["context_maintenance"]
+            now = int(time.time())
+            cid_to_doc: dict[str, str] = {}
+            t0 = time.perf_counter()
+            for start in range(0, len(corpus), BATCH):
+                chunk = corpus[start:start + BATCH]
+                units = [{"type": "tool_output", "source": "eval_quality", "timestamp": now,
+                          "ttl": 31_536_000, "content": content_of(title, text)} for _, title, text in chunk]
+                resp = client.post("/mcp/push", json={"units": units})
+                if resp.status_code != 200:
+                    raise RuntimeError(f"push failed: {resp.status_code} {resp.get_data(as_text=True)[:500]}")
+                for (doc_id, _, _), r in zip(chunk, resp.get_json()["results"]):
+                    if r.get("status") not in ("ok", "duplicate"):
+                        raise RuntimeError(f"push of {doc_id} rejected: {r}")
+                    cid_to_doc[r["cid"]] = doc_id
+            info["push_s"] = round(time.perf_counter() - t0, 2)
+            t0 = time.perf_counter()
+            while maint.run_once() > 0:
+                pass
+            info["index_s"] = round(time.perf_counter() - t0, 2)
+            # Let the (debounced) replica catch up so searches read what was indexed.
+            fresh = None
+            for _ in range(50):
+                maint.run_once()
+                fresh = client.post("/mcp/search", json={"query": "x", "top_k": 1}).get_json()["freshness"]
+                if fresh["index_pending"] == 0 and fresh["replica_lag_ms"] == 0:
+                    break
+                time.sleep(0.25)
+            info["freshness"] = fresh
+            ranked: dict[str, list[str]] = {}
+            t0 = time.perf_counter()
+            took = []
+            for qid, text in queries:
+                resp = client.post("/mcp/search", json={"query": text, "top_k": TOP_K})
+                if resp.status_code != 200:
+                    raise RuntimeError(f"search {qid} failed: {resp.status_code} {resp.get_data(as_text=True)[:300]}")
+                body = resp.get_json()
+                took.append(body["took_ms"])
+                ranked[qid] = [cid_to_doc[r["cid"]] for r in body["results"]]
+            info["search_s"] = round(time.perf_counter() - t0, 2)
+            took.sort()
+            info["search_p50_ms"] = took[len(took) // 2] if took else None
+            info["config"] = {k: getattr(app.config["CONTEXT"], k)
+                              for k in ("bm25_k1", "bm25_b", "stem", "segmenter", "local_top_n")}
+        finally:
+            app.extensions["context_shutdown"]()
+    return ranked, info
+
+
+# --- FTS5 baselines ----------------------------------------------------------------------------
+_WORD = re.compile(r"\w+")
+
+
+def run_fts5(corpus, queries, tokenizer: str) -> tuple[dict, dict]:
+    """A first attempt: one FTS5 table over the raw text, query words OR-ed, ORDER BY rank."""
+    conn = sqlite3.connect(":memory:")
+    spec = "" if tokenizer == "unicode61" else f", tokenize='{tokenizer}'"
+    conn.execute(f"CREATE VIRTUAL TABLE docs USING fts5(body{spec})")
+    t0 = time.perf_counter()
+    with conn:
+        conn.executemany("INSERT INTO docs(rowid, body) VALUES (?, ?)",
+                         ((i, content_of(title, text)) for i, (_, title, text) in enumerate(corpus)))
+    info = {"index_s": round(time.perf_counter() - t0, 2)}
+    ranked = {}
+    t0 = time.perf_counter()
+    for qid, text in queries:
+        words = [w.lower() for w in _WORD.findall(text)]
+        if tokenizer == "trigram":
+            # Trigram tokens of every word (FTS5 trigram cannot match anything shorter than 3).
+            terms = list(dict.fromkeys(w[i:i + 3] for w in words for i in range(len(w) - 2)))
+        else:
+            terms = list(dict.fromkeys(words))
+        if not terms:
+            ranked[qid] = []
+            continue
+        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        rows = conn.execute("SELECT rowid FROM docs WHERE docs MATCH ? ORDER BY rank LIMIT ?",
+                            (match, TOP_K)).fetchall()
+        ranked[qid] = [corpus[r[0]][0] for r in rows]
+    info["search_s"] = round(time.perf_counter() - t0, 2)
+    conn.close()
+    return ranked, info
+
+
+# --- bm25s baselines ---------------------------------------------------------------------------
+def _bm25s_rank(doc_tokens: list[list[str]], query_tokens: list[list[str]], doc_ids: list[str],
+                k1: float, b: float) -> dict[int, list[str]]:
+    import bm25s
+    import numpy as np
+    vocab: dict[str, int] = {}
+    ids = [[vocab.setdefault(t, len(vocab)) for t in toks] for toks in doc_tokens]
+    retriever = bm25s.BM25(method="lucene", k1=k1, b=b)
+    retriever.index(bm25s.tokenization.Tokenized(ids=ids, vocab=vocab), show_progress=False)
+    out = {}
+    for i, toks in enumerate(query_tokens):
+        q = [vocab[t] for t in dict.fromkeys(toks) if t in vocab]
+        if not q:
+            out[i] = []
+            continue
+        scores = retriever.get_scores(q)
+        k = min(TOP_K, len(scores))
+        top = np.argpartition(-scores, k - 1)[:k]
+        top = sorted((int(j) for j in top if scores[j] > 0), key=lambda j: (-scores[j], j))
+        out[i] = [doc_ids[j] for j in top]
+    return out
+
+
+def run_bm25s_service_tokens(corpus, queries, overrides: dict) -> tuple[dict, dict]:
+    from service.config import Config
+    from service.tokenize import Tokenizer, STOPWORDS
+    cfg = Config(**{k: v for k, v in overrides.items() if k in ("bm25_k1", "bm25_b", "stem", "segmenter")})
+    tok = Tokenizer(segmenter=cfg.segmenter, stem=cfg.stem, stopwords=STOPWORDS)
+    t0 = time.perf_counter()
+    docs = [tok.tokens(content_of(title, text)) for _, title, text in corpus]
+    qs = [tok.query_terms(text) for _, text in queries]
+    info = {"tokenize_s": round(time.perf_counter() - t0, 2), "k1": cfg.bm25_k1, "b": cfg.bm25_b,
+            "stem": cfg.stem}
+    res = _bm25s_rank(docs, qs, [d for d, _, _ in corpus], cfg.bm25_k1, cfg.bm25_b)
+    return {qid: res[i] for i, (qid, _) in enumerate(queries)}, info
+
+
+def run_bm25s_own(set_name: str, corpus, queries) -> tuple[dict, dict]:
+    texts = [content_of(title, text) for _, title, text in corpus]
+    qtexts = [text for _, text in queries]
+    stop_file = EVAL_DIR / set_name / "stopwords.txt"
+    if re.search(r"[\u4e00-\u9fff]", "".join(qtexts[:20])):
+        import rjieba
+        stop = set()
+        if stop_file.exists():
+            stop = {w.strip() for w in stop_file.read_text(encoding="utf-8").splitlines() if w.strip()}
+
+        def toks(s):
+            return [w for w in rjieba.cut(s, False) if w.strip() and w not in stop]
+        k1, b = 0.9, 0.4
+        info = {"analysis": "rjieba cut (HMM off) + " + ("stopwords.txt" if stop else "no stopwords"),
+                "k1": k1, "b": b}
+        docs, qs = [toks(t) for t in texts], [toks(q) for q in qtexts]
+    else:
+        import bm25s
+        import Stemmer
+        stemmer = Stemmer.Stemmer("english")
+        k1, b = 1.2, 0.75
+        info = {"analysis": "bm25s tokenizer + English stopwords + Snowball", "k1": k1, "b": b}
+        docs = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
+        qs = bm25s.tokenize(qtexts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
+    res = _bm25s_rank(docs, qs, [d for d, _, _ in corpus], k1, b)
+    return {qid: res[i] for i, (qid, _) in enumerate(queries)}, info
+
+
+# --- main --------------------------------------------------------------------------------------
+def fmt_table(rows: list[dict]) -> str:
+    head = f"{'set':8} {'system':22} " + " ".join(f"{m:>10}" for m in METRICS) + f" {'time_s':>8}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['set']:8} {r['system']:22} " + " ".join(f"{r[m]:>10.4f}" for m in METRICS)
+                     + f" {r['time_s']:>8.1f}")
+    return "\n".join(lines)
+
+
+def fmt_markdown(rows: list[dict], command: str) -> str:
+    out = ["# Retrieval quality (bench/quality.py)", "", f"Command: `{command}`", "",
+           "| set | system | nDCG@10 | MRR@10 | R@10 | R@100 | queries |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['set']} | {r['system']} | " + " | ".join(f"{r[m]:.3f}" for m in METRICS)
+                   + f" | {r['queries']} |")
+    out += ["", "service = this service through POST /mcp/push and POST /mcp/search (top_k 100); "
+            "bm25s-service-tokens = bm25s (Lucene BM25, same k1/b) over the service's own tokens; "
+            "bm25s-own = bm25s with its own analysis as in ../shared/eval/README.md.", ""]
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", default="stard,scifact")
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--limit-queries", type=int, default=None)
+    ap.add_argument("--k1", type=float, default=None, help="override the service's bm25_k1")
+    ap.add_argument("--b", type=float, default=None, help="override the service's bm25_b")
+    ap.add_argument("--stem", action=argparse.BooleanOptionalAction, default=None,
+                    help="override the service's English stemming")
+    ap.add_argument("--no-write", action="store_true", help="print only; do not write bench/results/")
+    args = ap.parse_args(argv)
+
+    overrides: dict = {}
+    if args.k1 is not None:
+        overrides["bm25_k1"] = args.k1
+    if args.b is not None:
+        overrides["bm25_b"] = args.b
+    if args.stem is not None:
+        overrides["stem"] = args.stem
+    systems = [s for s in args.systems.split(",") if s]
+    bad = [s for s in systems if s not in SYSTEMS]
+    if bad:
+        ap.error(f"unknown system {bad[0]!r}; known: {', '.join(SYSTEMS)}")
+    if not EVAL_DIR.is_dir():
+        ap.error(f"judged data not found at {EVAL_DIR}")
+
+    rows, details = [], {}
+    for set_name in [s for s in args.sets.split(",") if s]:
+        corpus, queries, qrels = load_set(set_name, args.limit_queries)
+        print(f"[{set_name}] {len(corpus)} docs, {len(queries)} queries", file=sys.stderr, flush=True)
+        for system in systems:
+            t0 = time.perf_counter()
+            if system == "service":
+                ranked, info = run_service(corpus, queries, overrides)
+            elif system == "fts5-unicode61":
+                ranked, info = run_fts5(corpus, queries, "unicode61")
+            elif system == "fts5-trigram":
+                ranked, info = run_fts5(corpus, queries, "trigram")
+            elif system == "bm25s-service-tokens":
+                ranked, info = run_bm25s_service_tokens(corpus, queries, overrides)
+            else:
+                ranked, info = run_bm25s_own(set_name, corpus, queries)
+            elapsed = time.perf_counter() - t0
+            scores = evaluate(qrels, ranked)
+            row = {"set": set_name, "system": system, **scores, "queries": len(queries),
+                   "time_s": round(elapsed, 1)}
+            rows.append(row)
+            details[f"{set_name}/{system}"] = {**row, "info": info}
+            print(f"[{set_name}] {system}: " + ", ".join(f"{m}={scores[m]:.4f}" for m in METRICS)
+                  + f" ({elapsed:.1f}s) {json.dumps(info, ensure_ascii=False)}", file=sys.stderr, flush=True)
+            del ranked
+            gc.collect()
+        del corpus
+        gc.collect()
+
+    print(fmt_table(rows))
+    if not args.no_write:
+        command = ".venv/bin/python bench/quality.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])
+                                                         if (argv if argv is not None else sys.argv[1:]) else "")
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        payload = {"command": command, "eval_dir": str(EVAL_DIR), "sqlite": sqlite3.sqlite_version,
+                   "python": platform.python_version(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                   "overrides": overrides, "rows": rows, "details": details}
+        (RESULTS_DIR / "quality.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n",
+                                                  encoding="utf-8")
+        (RESULTS_DIR / "quality.md").write_text(fmt_markdown(rows, command), encoding="utf-8")
+        print(f"wrote {RESULTS_DIR / 'quality.json'} and quality.md", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
