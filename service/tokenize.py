@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import unicodedata
 from functools import lru_cache
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,22 @@ CHINESE_STOPWORDS = frozenset("""
 STOPWORDS = ENGLISH_STOPWORDS | CHINESE_STOPWORDS
 
 
+# Where SQLite's unicode61 tables (an older Unicode) disagree with Python's: FTS5 folds final sigma to
+# sigma, and treats these New Tai Lue / Vedic signs (letters in Python's Unicode) as separators. Found by
+# comparing every code point with FTS5 (tests/test_tokenize.py keeps checking it).
+_FTS5_AGREE = str.maketrans({"\u03c2": "\u03c3", **{chr(c): " " for c in
+                                                  [*range(0x19B0, 0x19C1), 0x19C8, 0x19C9, 0x1CF2, 0x1CF3]}})
+
+
+def fold(text: str) -> str:
+    """NFKC, then lower case: full-width ``ＯＲＤ－７８９０`` becomes ``ord-7890``, ``ﬁ`` becomes ``fi`` and
+    the micro sign ``µ`` becomes Greek ``μ`` (as FTS5's own case folding does, so the index holds exactly
+    our tokens)."""
+    if text.isascii():
+        return text.lower()
+    return unicodedata.normalize("NFKC", text).lower().translate(_FTS5_AGREE)
+
+
 class Tokenizer:
     """Segments text into index/query tokens. Thread-safe; construct once per process."""
 
@@ -57,7 +74,7 @@ class Tokenizer:
         """All tokens of ``text`` in order, with repetition (what the index stores)."""
         out: list[str] = []
         stop = self.stopwords
-        for m in _RUN_RE.finditer(text.lower()):
+        for m in _RUN_RE.finditer(fold(text)):
             han = m.group("han")
             if han is not None:
                 for w in self._cut(han):
