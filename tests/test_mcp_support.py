@@ -13,7 +13,7 @@ from pathlib import Path
 
 import requests
 
-from conftest import ROOT, VENV_BIN, LiveServer, make_unit
+from conftest import ROOT, VENV_BIN, LiveServer, free_port, make_unit
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
@@ -110,6 +110,11 @@ def wait_searchable(server: McpServer, query: str, cids: set[str], key: str | No
             return
         time.sleep(0.1)
     raise AssertionError(f"replica search for {query!r} never returned {cids}")
+
+
+def free_port_url() -> str:
+    """An MCP URL nobody listens on."""
+    return f"http://127.0.0.1:{free_port()}/mcp"
 
 
 def context_mode_bin() -> Path:

@@ -63,7 +63,7 @@ def _answer(call: Call, args: dict) -> types.GetPromptResult:
 
 def _lineage(call: Call, args: dict) -> types.GetPromptResult:
     cid = args["cid"].strip()
-    if not uris._CID_RE.fullmatch(cid):
+    if not uris.is_cid(cid):
         raise invalid_params("Argument 'cid' must be 12 lowercase hex digits.")
     unit = call.store.get(call.tenant, cid)
     if unit is None:

@@ -51,12 +51,13 @@ __all__ = [
 class RpcError(Exception):
     """A JSON-RPC error response: protocol misuse, never a tool's business failure."""
 
-    def __init__(self, code: int, message: str, data: Any = None, *, status: int | None = None):
+    def __init__(self, code: int, message: str, data: Any = None, *, status: int | None = None, id: Any = None):
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
         self.status = status     # HTTP status override (else chosen by era, see transport)
+        self.id = id             # the request id, when known before the message was fully decoded
 
     def error(self) -> dict:
         err = {"code": self.code, "message": self.message}
@@ -139,9 +140,7 @@ def decode_message(doc: Any) -> Message:
     params = doc.get("params")
     if params is not None and not isinstance(params, dict):
         # MCP params are always objects; positional (array) params do not exist in it.
-        err = RpcError(INVALID_PARAMS, "Field 'params' must be a JSON object.")
-        err.id = doc["id"] if has_id else None  # type: ignore[attr-defined]
-        raise err
+        raise RpcError(INVALID_PARAMS, "Field 'params' must be a JSON object.", id=doc["id"] if has_id else None)
     return Message("request" if has_id else "notification", id=doc.get("id"), method=method,
                    params=params, raw=doc)
 

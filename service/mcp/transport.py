@@ -218,7 +218,7 @@ def endpoint():
                     store=current_app.extensions["context_store"], config=config,
                     cursor_key=_cursor_key(current_app, config))
     except p.RpcError as e:
-        rid = getattr(e, "id", None) if msg is None else msg.id
+        rid = e.id if msg is None else msg.id
         return _rpc_response(rid, _error_status(e, era, False), error=e)
     try:
         result = dispatch(call, msg.method, msg.params)

@@ -41,6 +41,10 @@ class SearchUri:
     query: str
 
 
+def is_cid(value: str) -> bool:
+    return isinstance(value, str) and _CID_RE.fullmatch(value) is not None
+
+
 def unit_uri(cid: str) -> str:
     return UNITS_PREFIX + cid
 
@@ -59,7 +63,7 @@ def parse(uri: str) -> UnitUri | SearchUri:
         raise BadUri("Resource URIs take no query string or fragment.")
     if uri.startswith(UNITS_PREFIX):
         cid = uri[len(UNITS_PREFIX):]
-        if not _CID_RE.fullmatch(cid):
+        if not is_cid(cid):
             raise BadUri("A unit URI is context://units/ followed by exactly 12 lowercase hex digits.")
         return UnitUri(cid)
     if uri.startswith(SEARCH_PREFIX):

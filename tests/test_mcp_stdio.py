@@ -1,0 +1,119 @@
+"""`context-mode mcp-stdio` as a host launches it: only protocol on stdout, logs on stderr, exit 0 on EOF.
+(The SDK's stdio client drives the bridge in tests/test_mcp_sdk.py.)"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+from test_mcp_support import KEY, KEYS, MODERN, context_mode_bin, free_port_url, meta, start_server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = start_server(tmp_path_factory, "mcp-stdio", keys=KEYS)
+    yield srv
+    srv.stop()
+
+
+def bridge(url: str, lines: list, key: str | None = KEY) -> subprocess.CompletedProcess:
+    args = [str(context_mode_bin()), "mcp-stdio", "--url", url, "--timeout", "20"]
+    if key:
+        args += ["--api-key", key]
+    data = "".join((line if isinstance(line, str) else json.dumps(line, ensure_ascii=False)) + "\n" for line in lines)
+    return subprocess.run(args, input=data.encode(), capture_output=True, timeout=60)
+
+
+def replies(proc) -> list[dict]:
+    out = proc.stdout.decode("utf-8")
+    assert out.endswith("\n") or out == ""
+    return [json.loads(line) for line in out.splitlines()]     # every stdout line is one JSON-RPC message
+
+
+def test_handshake_session_through_the_bridge(server):
+    proc = bridge(server.mcp, [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "h", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+        "this is not json",
+        "",
+        {"jsonrpc": "2.0", "id": 3, "method": "resources/read", "params": {"uri": "context://units/000000000000"}},
+    ])
+    assert proc.returncode == 0, proc.stderr
+    got = {r["id"]: r for r in replies(proc)}
+    assert set(got) == {1, 2, 3, None}                  # nothing for the notification or the blank line
+    assert got[1]["result"]["protocolVersion"] == "2025-06-18"
+    assert got[2]["result"] == {}
+    assert got[3]["error"]["code"] == -32002          # the negotiated 2025 revision rode along in the header
+    assert got[None]["error"]["code"] == -32700
+    assert b"forwarding stdio" in proc.stderr
+
+
+def test_stateless_requests_get_their_headers_from_the_envelope(server):
+    proc = bridge(server.mcp, [
+        {"jsonrpc": "2.0", "id": "d", "method": "server/discover", "params": {"_meta": meta()}},
+        {"jsonrpc": "2.0", "id": "r", "method": "resources/read",
+         "params": {"_meta": meta(), "uri": "context://search/%E8%AE%A2%E5%8D%95"}},
+        {"jsonrpc": "2.0", "id": "x", "method": "resources/read",
+         "params": {"_meta": meta(), "uri": "context://units/000000000000"}},
+    ])
+    assert proc.returncode == 0, proc.stderr
+    got = {r["id"]: r for r in replies(proc)}
+    assert got["d"]["result"]["supportedVersions"] == [MODERN]
+    assert got["r"]["result"]["contents"][0]["mimeType"] == "text/markdown"   # non-ASCII Mcp-Name, base64-wrapped
+    assert got["x"]["error"]["code"] == -32602
+
+
+def test_auth_failure_and_unreachable_server_are_reported_in_band(server):
+    proc = bridge(server.mcp, [{"jsonrpc": "2.0", "id": 5, "method": "ping"}], key="wrong")
+    assert proc.returncode == 0
+    [reply] = replies(proc)
+    assert reply["id"] == 5 and reply["error"]["code"] == -32010
+
+    proc = bridge(free_port_url(), [{"jsonrpc": "2.0", "id": 6, "method": "ping"},
+                                    {"jsonrpc": "2.0", "method": "notifications/initialized"}])
+    assert proc.returncode == 0
+    [reply] = replies(proc)
+    assert reply["id"] == 6 and reply["error"]["code"] == -32603
+    assert b"failed" in proc.stderr
+
+
+def test_exits_cleanly_on_immediate_eof(server):
+    proc = bridge(server.mcp, [])
+    assert proc.returncode == 0 and proc.stdout == b""
+
+
+def _expand(value: str, env: dict) -> str:
+    """Claude Code's ${VAR} / ${VAR:-default} expansion, enough for our config file."""
+    return re.sub(r"\$\{([A-Z_]+)(?::-([^}]*))?\}", lambda m: env.get(m.group(1), m.group(2) or ""), value)
+
+
+def test_client_configs_point_at_the_endpoint_and_the_bridge(server):
+    cursor = json.loads((ROOT / "clients" / ".cursor" / "mcp.json").read_text())["mcpServers"]
+    vscode = json.loads((ROOT / "clients" / ".vscode" / "mcp.json").read_text())
+    claude = json.loads((ROOT / "clients" / "claude-code" / ".mcp.json").read_text())["mcpServers"]
+    assert cursor["context-mode"]["url"].endswith("/mcp")
+    assert cursor["context-mode"]["headers"]["Authorization"] == "Bearer ${env:CONTEXT_MODE_API_KEY}"
+    assert vscode["servers"]["context-mode"]["type"] == "http"
+    assert {i["id"] for i in vscode["inputs"]} == {"context-mode-api-key"}
+    assert vscode["servers"]["context-mode-stdio"]["type"] == "stdio"
+    assert claude["context-mode"]["type"] == "http" and claude["context-mode-stdio"]["type"] == "stdio"
+    for entry in (cursor["context-mode-stdio"], vscode["servers"]["context-mode-stdio"], claude["context-mode-stdio"]):
+        assert entry["command"] == "context-mode" and entry["args"][:2] == ["mcp-stdio", "--url"]
+
+    # Launch the Claude Code stdio entry as Claude Code would, against the live server.
+    env = {"CONTEXT_MODE_MCP_URL": server.mcp, "CONTEXT_MODE_API_KEY": KEY}
+    entry = claude["context-mode-stdio"]
+    args = [_expand(a, env) for a in entry["args"]]
+    child_env = {**os.environ, **{k: _expand(v, env) for k, v in entry["env"].items()}}
+    proc = subprocess.run([str(context_mode_bin()), *args], env=child_env, capture_output=True, timeout=60,
+                          input=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode() + b"\n")
+    assert proc.returncode == 0, proc.stderr
+    [reply] = replies(proc)
+    assert {t["name"] for t in reply["result"]["tools"]} == {"context_search", "context_push"}
+    assert _expand(claude["context-mode"]["url"], env) == server.mcp
