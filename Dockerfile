@@ -1,0 +1,41 @@
+# Context Mode Service: gunicorn + Flask, SQLite FTS5 shards under /data (DESIGN.md sections 1 and 5).
+# Build: docker build -t context-mode-service .   Run: docker-compose up -d (see docker-compose.yml)
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    CONTEXT_DATA_DIR=/data \
+    CONTEXT_BIND=0.0.0.0:5000
+
+# An unprivileged user owns the data directory; nothing runs as root after the build.
+RUN groupadd --system --gid 10001 app \
+    && useradd --system --uid 10001 --gid app --create-home --home-dir /home/app --shell /usr/sbin/nologin app \
+    && mkdir -p /data \
+    && chown app:app /data
+
+WORKDIR /app
+COPY --chown=app:app pyproject.toml README.md ./
+COPY --chown=app:app service/ service/
+COPY --chown=app:app sql/ sql/
+COPY --chown=app:app clients/python/ clients/python/
+# Editable on purpose: service/shards.py finds sql/ beside the package (../sql), which a plain
+# wheel install into site-packages would not carry along.
+RUN pip install --no-cache-dir -e . ./clients/python
+
+USER 10001:10001
+# Warm jieba's dictionary cache (/tmp/jieba.cache, owned by this user) and check FTS5, the data
+# directory and the tokenizer once at build time, so the first request does not pay for it.
+RUN python -c "import jieba; jieba.initialize()" \
+    && context-mode doctor
+
+VOLUME ["/data"]
+EXPOSE 5000
+
+# slim has no curl: ask /healthz with the standard library, on the port CONTEXT_BIND names.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('CONTEXT_BIND', ':5000').rpartition(':')[2]; sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=4).status == 200 else 1)"]
+
+# exec: gunicorn replaces the shell and runs as PID 1, so it receives SIGTERM and shuts down gracefully.
+CMD ["sh", "-c", "context-mode doctor --quiet && exec gunicorn -c service/gunicorn_conf.py 'service:create_app()'"]

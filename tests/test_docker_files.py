@@ -1,0 +1,222 @@
+"""Dockerfile and docker-compose.yml, checked without a Docker engine (none exists here).
+
+Run when installed (.ci/setup.d/docker-lint.sh installs both): hadolint on the Dockerfile and
+Debian's docker-compose v1 `config`, which parses, interpolates and validates offline. Always:
+structural assertions, and the image's HEALTHCHECK and CMD commands run for real against a local
+gunicorn. Not run: `docker build` and starting containers.
+"""
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from conftest import ROOT, free_port
+
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+COMPOSE_PATH = ROOT / "docker-compose.yml"
+COMPOSE = yaml.safe_load(COMPOSE_PATH.read_text())
+HADOLINT = shutil.which("hadolint")
+DOCKER_COMPOSE = shutil.which("docker-compose")
+VENV_BIN = str(Path(sys.executable).parent)
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    joined = re.sub(r"\\\n", " ", text)
+    out = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+INSTR = instructions(DOCKERFILE)
+
+
+def exec_form(args: str) -> list[str]:
+    import json
+    return json.loads(args)
+
+
+# --- validators ---------------------------------------------------------------------------------
+@pytest.mark.skipif(HADOLINT is None, reason="hadolint not installed (run .ci/setup.d/docker-lint.sh): Dockerfile not linted")
+def test_hadolint_passes():
+    rv = subprocess.run([HADOLINT, "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    assert rv.returncode == 0, rv.stdout + rv.stderr
+
+
+def compose(*args, env=None, env_file=None):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXT_", "DIFY_", "COMPOSE_"))}
+    environ.update(env or {})
+    cmd = [DOCKER_COMPOSE, "--project-directory", str(ROOT), "-f", str(COMPOSE_PATH)]
+    if env_file:
+        cmd += ["--env-file", str(env_file)]
+    return subprocess.run(cmd + list(args), cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60)
+
+
+needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None,
+                                   reason="docker-compose not installed (run .ci/setup.d/docker-lint.sh): compose file not validated")
+
+
+@needs_compose
+def test_compose_config_validates(tmp_path):
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    rv = compose("config", "-q", env={"CONTEXT_API_KEY": "k_test"}, env_file=empty)
+    assert rv.returncode == 0, rv.stderr
+    rv = compose("--profile", "dify", "config", "--services", env={"CONTEXT_API_KEY": "k_test"}, env_file=empty)
+    assert rv.returncode == 0 and set(rv.stdout.split()) == {"context-mode", "context-mode-dify"}, rv.stderr
+
+
+@needs_compose
+def test_compose_refuses_to_run_without_a_key(tmp_path):
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    rv = compose("config", "-q", env_file=empty)
+    assert rv.returncode != 0 and "CONTEXT_API_KEY" in rv.stderr
+
+
+@needs_compose
+def test_env_example_works_with_compose():
+    rv = compose("config", env_file=ROOT / ".env.example")
+    assert rv.returncode == 0, rv.stderr
+    config = yaml.safe_load(rv.stdout)
+    env = config["services"]["context-mode"]["environment"]
+    assert env["CONTEXT_API_KEYS"] == "change-me:default:push+search"
+    assert config["networks"]["dify"]["name"] == "docker_default"
+
+
+# --- Dockerfile structure -----------------------------------------------------------------------
+def test_dockerfile_structure():
+    assert INSTR[0] == ("FROM", "python:3.11-slim")
+    users = [args for word, args in INSTR if word == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0"), "must end as a non-root user"
+    env = " ".join(args for word, args in INSTR if word == "ENV")
+    assert "CONTEXT_DATA_DIR=/data" in env and "CONTEXT_BIND=0.0.0.0:5000" in env
+    runs = " ".join(args for word, args in INSTR if word == "RUN")
+    assert "jieba.initialize()" in runs, "the jieba dictionary cache is warmed at build"
+    assert "pip install" in runs and "clients/python" in runs
+    # The warm-up runs as the runtime user, so the cache file it writes is readable at run time.
+    words = [w for w, _ in INSTR]
+    assert words.index("USER") < max(i for i, (w, a) in enumerate(INSTR) if w == "RUN" and "jieba" in a)
+
+
+def test_dockerfile_healthcheck_and_cmd():
+    health = [args for word, args in INSTR if word == "HEALTHCHECK"]
+    assert len(health) == 1
+    assert "CMD" in health[0] and '"python"' in health[0] and "/healthz" in health[0]
+    assert "curl" not in health[0] and "wget" not in health[0]
+    cmd = [args for word, args in INSTR if word == "CMD"][-1]
+    line = exec_form(cmd)[-1]
+    assert re.search(r"exec gunicorn -c service/gunicorn_conf.py 'service:create_app\(\)'$", line), line
+
+
+def test_dockerfile_copies_only_what_exists_and_is_not_ignored():
+    ignored = [p.strip() for p in (ROOT / ".dockerignore").read_text().splitlines()
+               if p.strip() and not p.startswith("#")]
+    for p in (".git", ".venv", "data", ".env", "tests"):
+        assert p in ignored
+    for word, args in INSTR:
+        if word == "COPY":
+            sources = [a for a in args.split() if not a.startswith("--")][:-1]
+            for src in sources:
+                assert (ROOT / src).exists(), src
+                assert src.rstrip("/") not in ignored, src
+
+
+# --- compose structure --------------------------------------------------------------------------
+def test_compose_structure():
+    services = COMPOSE["services"]
+    assert set(services) == {"context-mode", "context-mode-dify"}
+    for name, svc in services.items():
+        assert "context-data:/data" in svc["volumes"], name
+        hc = svc["healthcheck"]
+        assert hc["test"][0] == "CMD" and "/healthz" in " ".join(hc["test"]), name
+        assert "${CONTEXT_API_KEY:?" in svc["environment"]["CONTEXT_API_KEYS"], name
+        assert svc["environment"]["CONTEXT_DATA_DIR"] == "/data"
+    assert "context-data" in COMPOSE["volumes"]                           # a named volume, not a bind mount
+    assert "profiles" not in services["context-mode"]
+    dify = services["context-mode-dify"]
+    assert dify["profiles"] == ["dify"] and "ports" not in dify
+    assert dify["networks"]["dify"]["aliases"] == ["context-mode"]
+    assert COMPOSE["networks"]["dify"]["external"] is True
+
+
+def test_api_keys_format_matches_the_service(tmp_path):
+    """The compose value "<key>:<tenant>:push+search" is what service/auth.py parses."""
+    from service.auth import KeyRing
+    from service.config import Config
+    value = COMPOSE["services"]["context-mode"]["environment"]["CONTEXT_API_KEYS"]
+    value = re.sub(r"\$\{CONTEXT_API_KEY:\?[^}]*\}", "cms_abc-123", value)
+    value = value.replace("${CONTEXT_TENANT:-default}", "acme")
+    principal = KeyRing.from_config(Config(api_keys=value)).authenticate("cms_abc-123")
+    assert principal is not None and principal.tenant == "acme" and principal.scopes == {"push", "search"}
+
+
+# --- the image's commands, run here for real -----------------------------------------------------
+def test_cmd_execs_gunicorn_and_healthcheck_works(tmp_path):
+    """Run the Dockerfile's CMD (sh -c '... && exec gunicorn ...') and HEALTHCHECK outside Docker."""
+    port = free_port()
+    env = dict(os.environ, PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""),
+               CONTEXT_DATA_DIR=str(tmp_path / "data"), CONTEXT_BIND=f"127.0.0.1:{port}", CONTEXT_WORKERS="1")
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    cmd = exec_form([a for w, a in INSTR if w == "CMD"][-1])
+    health = [a for w, a in INSTR if w == "HEALTHCHECK"][0]
+    health_cmd = exec_form(health[health.index("CMD") + 3:].strip())
+    log = open(tmp_path / "cmd.log", "wb")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, (tmp_path / "cmd.log").read_text()
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200:
+                    break
+            except requests.RequestException:
+                time.sleep(0.2)
+        else:
+            pytest.fail("the CMD did not serve /healthz: " + (tmp_path / "cmd.log").read_text()[-2000:])
+        # exec replaced the shell: the PID the container would start is gunicorn's master.
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert any(b"gunicorn" in part for part in cmdline), cmdline
+        rv = subprocess.run(health_cmd, env=env, timeout=30)
+        assert rv.returncode == 0
+        dead = dict(env, CONTEXT_BIND=f"127.0.0.1:{free_port()}")
+        assert subprocess.run(health_cmd, env=dead, capture_output=True, timeout=30).returncode != 0
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        log.close()
+
+
+def test_setup_script_is_idempotent_and_says_what_it_installs():
+    script = (ROOT / ".ci" / "setup.d" / "docker-lint.sh").read_text()
+    assert "command -v docker-compose" in script and "command -v hadolint" in script
+    assert "set -euo pipefail" in script
+    if HADOLINT and DOCKER_COMPOSE:
+        rv = subprocess.run(["bash", str(ROOT / ".ci" / "setup.d" / "docker-lint.sh")], capture_output=True,
+                            text=True, timeout=60)
+        assert rv.returncode == 0, rv.stderr
+        assert "1." in rv.stdout and "dockerfile linter" in rv.stdout.lower()
+
+
+def test_shlex_sanity_of_cmd():
+    # The CMD's shell line must parse (no stray quotes) the way sh will read it.
+    line = exec_form([a for w, a in INSTR if w == "CMD"][-1])[-1]
+    words = shlex.split(line)
+    assert words[-4:] == ["gunicorn", "-c", "service/gunicorn_conf.py", "service:create_app()"]
