@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,20 @@ def same(stored: dict, sent: dict) -> bool:
     return all(stored.get(k) == sent.get(k) for k in FIELDS)
 
 
+def get_all(url: str, cids) -> dict[str, dict | None]:
+    """GET every CID (8 threads); None for a 404."""
+    local = threading.local()
+
+    def one(cid):
+        sess = getattr(local, "s", None) or setattr(local, "s", requests.Session()) or local.s
+        rv = sess.get(f"{url}/mcp/units/{cid}", timeout=30)
+        assert rv.status_code in (200, 404), rv.text
+        return cid, rv.json() if rv.status_code == 200 else None
+
+    with ThreadPoolExecutor(8) as pool:
+        return dict(pool.map(one, list(cids)))
+
+
 def wait_indexed(url: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -90,16 +105,16 @@ def test_backup_of_a_live_store_restores_every_acked_unit(servers, tmp_path):
     sent: dict[str, dict] = {}
     s = requests.Session()
 
-    # 3,000 units in three day shards before the backup (batches, then singles with parents).
-    for start in range(0, 2900, 500):
-        batch = [unit_for(i, now) for i in range(start, min(start + 500, 2900))]
+    # 1,500 units in three day shards before the backup (batches, then singles with parents).
+    for start in range(0, 1400, 500):
+        batch = [unit_for(i, now) for i in range(start, min(start + 500, 1400))]
         rv = s.post(server.url + "/mcp/push", json={"units": batch}, timeout=60)
         assert rv.status_code == 200, rv.text
         for u, r in zip(batch, rv.json()["results"]):
             assert r["status"] == "ok", r
             sent[r["cid"]] = u
     parents = list(sent)
-    for i in range(2900, 3000):
+    for i in range(1400, 1500):
         u = unit_for(i, now, parent=random.choice(parents))
         rv = s.post(server.url + "/mcp/push", json=u, timeout=30)
         assert rv.status_code == 200, rv.text
@@ -118,7 +133,7 @@ def test_backup_of_a_live_store_restores_every_acked_unit(servers, tmp_path):
         sess, i = requests.Session(), 0
         while not stop.is_set():
             i += 1
-            n = 1 if i % 3 else 20
+            n = 1 if i % 3 else 10
             batch = [unit_for(10_000 * (w + 1) + i * 100 + k, now, tag=f"d{w}x") for k in range(n)]
             rv = sess.post(server.url + "/mcp/push", json=batch if n > 1 else batch[0], timeout=30)
             assert rv.status_code == 200, rv.text
@@ -156,10 +171,9 @@ def test_backup_of_a_live_store_restores_every_acked_unit(servers, tmp_path):
     # Serve the restored copy (the live server keeps running on its own directory).
     again = servers(restored)
     s2 = requests.Session()
-    for cid, u in acked_before.items():
-        rv = s2.get(f"{again.url}/mcp/units/{cid}", timeout=30)
-        assert rv.status_code == 200, (cid, rv.text)
-        assert same(rv.json(), u)
+    for cid, stored in get_all(again.url, acked_before).items():
+        assert stored is not None, f"acked unit {cid} missing after restore"
+        assert same(stored, acked_before[cid]), cid
     assert s2.get(f"{again.url}/mcp/units/{gone}", timeout=30).status_code == 404
 
     wait_indexed(again.url)
@@ -179,21 +193,20 @@ def test_backup_of_a_live_store_restores_every_acked_unit(servers, tmp_path):
     rows = shard_rows(restored)
     assert gone not in rows
     assert set(rows) <= set(all_acked), "the backup holds a unit nobody was acked for"
-    for cid, row in rows.items():
-        assert same(row, all_acked[cid]), cid
-        rv = s2.get(f"{again.url}/mcp/units/{cid}", timeout=30)
-        assert rv.status_code == 200 and same(rv.json(), all_acked[cid]), cid
+    for cid, stored in get_all(again.url, rows).items():
+        assert same(rows[cid], all_acked[cid]), cid
+        assert stored is not None and same(stored, all_acked[cid]), cid
     present_during = len(set(rows) & set(during))
     print(f"\nbackup round trip: {len(acked_before)} units acked before the backup all restored and "
           f"searchable; {present_during} of {len(during)} acked during it present and identical")
-    assert len(acked_before) == 2999
+    assert len(acked_before) == 1499
 
 
-def _tiny_store(data_dir: Path) -> str:
+def _tiny_store(data_dir: Path, text: str) -> str:
     from service import create_app
     app = create_app({"data_dir": str(data_dir), "background": False})
     try:
-        rv = app.test_client().post("/mcp/push", json=make_unit("tiny store unit 小"))
+        rv = app.test_client().post("/mcp/push", json=make_unit(text))
         assert rv.status_code == 200
         return rv.get_json()["cid"]
     finally:
@@ -203,13 +216,13 @@ def _tiny_store(data_dir: Path) -> str:
 def test_restore_refuses_non_empty_dir_unless_forced(tmp_path):
     from service.cli import main
     src, dst, out = tmp_path / "src", tmp_path / "dst", tmp_path / "out"
-    cid = _tiny_store(src)
+    cid = _tiny_store(src, "the backed-up unit 小")
     runner = CliRunner()
     rv = runner.invoke(main, ["backup", str(out), "--data-dir", str(src)])
     assert rv.exit_code == 0, rv.output
     assert runner.invoke(main, ["backup", str(out), "--data-dir", str(src)]).exit_code == 1  # not empty
 
-    other = _tiny_store(dst)
+    other = _tiny_store(dst, "a unit the restore replaces 大")
     # A stale WAL and replica of the tenant being replaced must not survive a forced restore.
     (dst / "tenants" / "default" / "replica" / "2000-01-01.db").write_bytes(b"stale")
     rv = runner.invoke(main, ["restore", str(out), "--data-dir", str(dst)])
