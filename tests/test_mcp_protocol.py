@@ -41,8 +41,9 @@ def test_dns_rebinding_is_refused(server):
     evil = {"Host": "evil.example.com", "Origin": "http://evil.example.com"}
     rv = rpc(server, "resources/list", era=LEGACY, key=KEY, headers=evil)
     assert rv.status_code == 403 and "result" not in rv.json()
-    rv = rpc(server, "resources/list", era=LEGACY, key=KEY, headers={"Origin": "http://evil.example.com"})
-    assert rv.status_code == 403
+    for origin in ("http://evil.example.com", "null", f"http://127.0.0.1.evil.example.com:{server.port}"):
+        rv = rpc(server, "resources/list", era=LEGACY, key=KEY, headers={"Origin": origin})
+        assert rv.status_code == 403, origin
     rv = rpc(server, "resources/list", era=LEGACY, key=KEY, headers={"Host": f"localhost.evil.example.com:{server.port}"})
     assert rv.status_code == 403
     for host, origin in [(f"localhost:{server.port}", f"http://localhost:{server.port}"),

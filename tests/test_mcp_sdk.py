@@ -140,6 +140,7 @@ def test_prompts_embed_exactly_what_resources_read_returns(server, seeded, conn)
             for name, args in [("no-such-prompt", {"question": "x"}),
                                ("answer-with-context", {}),
                                ("answer-with-context", {"question": "x", "colour": "red"}),
+                               ("answer-with-context", {"question": "x", "types": "gossip"}),
                                ("review-lineage", {"cid": "000000000000"}),
                                ("review-lineage", {"cid": seeded["foreign"]})]:
                 with pytest.raises(MCPError) as e:
