@@ -44,7 +44,7 @@ MAX_ID_INT = 2**63
 __all__ = [
     "CLIENT_CAPABILITIES_META_KEY", "CLIENT_INFO_META_KEY", "PROTOCOL_VERSION_META_KEY",
     "HEADER_MISMATCH", "INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND",
-    "PARSE_ERROR", "UNSUPPORTED_PROTOCOL_VERSION", "RpcError", "Era", "Message", "is_modern",
+    "PARSE_ERROR", "UNSUPPORTED_PROTOCOL_VERSION", "RpcError", "Era", "Message",
 ]
 
 
@@ -87,10 +87,6 @@ def unsupported_version(requested: Any, supported: tuple[str, ...] = MODERN_VERS
     data = UnsupportedProtocolVersionErrorData(supported=list(supported),
                                                requested=str(requested)[:100]).model_dump(mode="json")
     return RpcError(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version", data)
-
-
-def is_modern(version: str) -> bool:
-    return version in MODERN_VERSIONS
 
 
 @dataclass(frozen=True)
