@@ -16,23 +16,12 @@ CLI = Path(sys.executable).parent / "context-mode"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from conftest import LiveServer
-    import requests as _requests
     s = LiveServer(tmp_path_factory.mktemp("cli") / "data", workers=1, keys={"clikey": ("acme", ["push", "search"])})
-    real_get = _requests.get
-
-    def get(url, *args, **kwargs):
-        # conftest's start() treats a 1 s /healthz read timeout (a worker still booting) as fatal.
-        try:
-            return real_get(url, *args, **kwargs)
-        except _requests.Timeout as e:
-            raise _requests.ConnectionError(str(e)) from None
-    _requests.get = get
     try:
         s.start()
+        yield s
     finally:
-        _requests.get = real_get
-    yield s
-    s.stop()
+        s.stop()
 
 
 def run(server, *args, key="clikey", stdin=None):

@@ -19,24 +19,6 @@ NOW = int(time.time())
 QUERY = "ORD-7890 order"
 
 
-@pytest.fixture
-def live_server_factory(live_server_factory, monkeypatch):
-    """conftest's factory, patient with a worker still booting (~2.5 s here: its 1 s /healthz read
-    timeout is otherwise fatal under load); remove once conftest's start() retries read timeouts."""
-    import requests as _requests
-    real_get = _requests.get
-
-    def get(url, *args, **kwargs):
-        try:
-            return real_get(url, *args, **kwargs)
-        except _requests.Timeout as e:
-            if url.endswith("/healthz"):
-                raise _requests.ConnectionError(str(e)) from None
-            raise
-    monkeypatch.setattr(_requests, "get", get)
-    return live_server_factory
-
-
 def dify_request(query=QUERY, *, knowledge_id="acme", top_k=None, score_threshold=0.0, metadata_condition=None):
     """Exactly Dify's request_params, key order included."""
     return {"retrieval_setting": {"top_k": top_k, "score_threshold": score_threshold}, "query": query,

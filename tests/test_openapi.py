@@ -39,24 +39,6 @@ def operations(doc):
 
 
 @pytest.fixture
-def live_server_factory(live_server_factory, monkeypatch):
-    """conftest's factory, patient with a worker still booting (~2.5 s here: its 1 s /healthz read
-    timeout is otherwise fatal under load); remove once conftest's start() retries read timeouts."""
-    import requests as _requests
-    real_get = _requests.get
-
-    def get(url, *args, **kwargs):
-        try:
-            return real_get(url, *args, **kwargs)
-        except _requests.Timeout as e:
-            if url.endswith("/healthz"):
-                raise _requests.ConnectionError(str(e)) from None
-            raise
-    monkeypatch.setattr(_requests, "get", get)
-    return live_server_factory
-
-
-@pytest.fixture
 def doc(client):
     rv = client.get("/openapi.json")
     assert rv.status_code == 200
