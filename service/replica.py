@@ -118,6 +118,10 @@ class ReplicaReaders:
             cur[1].close()
         return db
 
+    def inode(self, path) -> int | None:
+        cur = self._dbs.get(str(path))
+        return cur[0] if cur is not None else None
+
     def broken(self, path) -> None:
         """A replica failed to read: drop it so the leader rebuilds it; readers use the primary meanwhile."""
         key = str(path)

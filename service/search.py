@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -131,16 +132,19 @@ def fts_query(terms: list[str], operator: str) -> str:
     return joiner.join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-def _candidates(conn, p: SearchParams, terms: list[str], limit: int, now: int) -> dict:
-    """One shard, one snapshot: local stats, per-term document frequencies and the local top-N."""
-    conn.execute("BEGIN")
+def _shard_stats(conn, terms: list[str]) -> dict:
+    """A shard's BM25 statistics: indexed documents, token total, document frequency per term."""
     meta = meta_of(conn)
     df = {}
     for term in terms:
         row = conn.execute(sql("vocab_df"), {"term": term}).fetchone()
         df[term] = row["doc"] if row else 0
-    where = ["units_fts MATCH :match", "u.expires_at > :now"]
-    args: dict = {"match": fts_query(terms, p.operator), "now": now, "limit": limit}
+    return {"ndocs": meta.get("ndocs", 0), "ntokens": meta.get("ntokens", 0), "df": df}
+
+
+def _filters(p: SearchParams, args: dict) -> list[str]:
+    """SQL conditions for the request's filters; every value is a bound parameter."""
+    where = ["u.expires_at > :now"]
     if p.types:
         names = []
         for i, t in enumerate(p.types):
@@ -163,14 +167,33 @@ def _candidates(conn, p: SearchParams, terms: list[str], limit: int, now: int) -
     if p.parent_cid:
         args["parent"] = p.parent_cid
         where.append("u.parent_cid = :parent")
-    rows = []
-    if all(df.values()) or (p.operator == "or" and any(df.values())):
-        rows = conn.execute(
-            "SELECT f.rowid AS id, u.cid AS cid, f.tokens AS tokens, u.ntok AS ntok FROM units_fts f "
-            "JOIN units u ON u.id = f.rowid WHERE " + " AND ".join(where) + " ORDER BY f.rank LIMIT :limit",
-            args).fetchall()
-    return {"ndocs": meta.get("ndocs", 0), "ntokens": meta.get("ntokens", 0), "df": df,
-            "rows": [(r["id"], r["cid"], r["tokens"], r["ntok"]) for r in rows]}
+    return where
+
+
+def _shard_top(conn, p: SearchParams, match: str, terms: list[str], weights: list[float], avgdl: float,
+               k1: float, b: float, local_n: int, k: int, now: int) -> list[tuple]:
+    """One shard: FTS5's local top-N (filters applied), re-scored inside SQLite with the *global*
+    BM25 weights; returns the shard's best k as (score, cid, id, ntok, tf...).
+
+    Term frequencies come from the stored token string: with spaces doubled, occurrences of
+    ' term ' are counted by length arithmetic, in C, without sending documents to Python.
+    """
+    args: dict = {"match": match, "n": local_n, "k": k, "now": now, "k1": k1, "b": b, "avgdl": avgdl}
+    where = ["units_fts MATCH :match"] + _filters(p, args)
+    tf_cols, score_terms = [], []
+    for i, (term, w) in enumerate(zip(terms, weights)):
+        args[f"p{i}"] = f" {term} "
+        tf_cols.append(f"(length(t) - length(replace(t, :p{i}, ''))) / length(:p{i}) AS tf{i}")
+        args[f"w{i}"] = w
+        score_terms.append(f":w{i} * tf{i} / (tf{i} + norm)")
+    query = (
+        "WITH c AS (SELECT u.id AS id, u.cid AS cid, u.ntok AS ntok, "
+        "' ' || replace(f.tokens, ' ', '  ') || ' ' AS t FROM units_fts f JOIN units u ON u.id = f.rowid "
+        f"WHERE {' AND '.join(where)} ORDER BY f.rank LIMIT :n), "
+        f"s AS (SELECT id, cid, ntok, :k1 * (1 - :b + :b * ntok / :avgdl) AS norm, {', '.join(tf_cols)} FROM c) "
+        f"SELECT {' + '.join(score_terms)} AS score, cid, id, ntok, {', '.join(f'tf{i}' for i in range(len(terms)))} "
+        "FROM s ORDER BY score DESC, cid LIMIT :k")
+    return [tuple(r) for r in conn.execute(query, args)]
 
 
 def _fetch_units(conn, ids: list[int]) -> dict:
@@ -181,11 +204,27 @@ def _fetch_units(conn, ids: list[int]) -> dict:
     return {r["id"]: r for r in rows}
 
 
-def term_frequencies(tokens: str, terms: list[str]) -> list[int]:
-    """Occurrences of each query term in a space-joined token string (spaces doubled so neighbours
-    do not share a separator)."""
-    padded = " " + tokens.replace(" ", "  ") + " "
-    return [padded.count(" " + t + " ") for t in terms]
+class StatsCache:
+    """Per-term document frequencies of replica files, which never change once renamed into place."""
+
+    def __init__(self, max_terms: int = 200_000):
+        self.max_terms = max_terms
+        self._by_file: dict[tuple[str, int], dict] = {}
+        self._terms = 0
+
+    def get(self, key, terms: list[str]):
+        entry = self._by_file.get(key)
+        if entry is None or any(t not in entry["df"] for t in terms):
+            return None
+        return entry
+
+    def put(self, key, stats: dict) -> None:
+        if self._terms > self.max_terms:
+            self._by_file.clear()
+            self._terms = 0
+        entry = self._by_file.setdefault(key, {"ndocs": stats["ndocs"], "ntokens": stats["ntokens"], "df": {}})
+        self._terms += len(stats["df"])
+        entry["df"].update(stats["df"])
 
 
 class Searcher:
@@ -195,30 +234,47 @@ class Searcher:
         self.tokenizer = tokenizer_for(store.config)
         self.replicas = ReplicaReaders(store.config)
         self.pool = ThreadPoolExecutor(max(1, self.config.search_threads), thread_name_prefix="search")
+        self.stats_cache = StatsCache()
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
         self.replicas.close()
 
     # --- shard access -------------------------------------------------------------------------
-    def _read(self, t, day: str, strong: bool, fn, *args):
-        """Run fn on the day's replica (default) or primary; fall back to the primary if the replica
-        is missing or damaged. Returns (result, used_replica)."""
+    def _source(self, t, day: str, strong: bool):
+        """(Db, is_replica) to read a day from: its replica by default, the primary for strong reads
+        or while the replica is missing."""
         if not strong and self.config.replicas:
-            path = t.replica_path(day)
-            db = self.replicas.get(path)
+            db = self.replicas.get(t.replica_path(day))
             if db is not None:
-                try:
-                    return db.read(fn, *args), True
-                except Exception as e:  # noqa: BLE001 - any read failure means "rebuild it"
-                    import sqlite3
-                    if not isinstance(e, sqlite3.DatabaseError):
-                        raise
-                    self.replicas.broken(path)
-        db = t.shard(day, create=False)
+                return db, True
+        return t.shard(day, create=False), False
+
+    def _read(self, t, day: str, strong: bool, fn, *args):
+        """Run fn on the day's replica or primary; a damaged replica is dropped (to be rebuilt) and the
+        primary answers instead. Returns (result, db) or (None, None) when the day has no file."""
+        db, replica = self._source(t, day, strong)
+        if db is not None and replica:
+            try:
+                return db.read(fn, *args), db
+            except sqlite3.DatabaseError:
+                self.replicas.broken(t.replica_path(day))
+                db = t.shard(day, create=False)
         if db is None:
-            return None, False
-        return db.read(fn, *args), False
+            return None, None
+        return db.read(fn, *args), db
+
+    def _stats(self, t, day: str, strong: bool, terms: list[str]):
+        db, replica = self._source(t, day, strong)
+        key = (str(db.path), self.replicas.inode(db.path)) if replica and db is not None else None
+        if key is not None:
+            cached = self.stats_cache.get(key, terms)
+            if cached is not None:
+                return cached
+        stats, used = self._read(t, day, strong, _shard_stats, terms)
+        if key is not None and used is db and stats is not None:
+            self.stats_cache.put(key, stats)
+        return stats
 
     def _catch_up(self, t, days: list[str]) -> None:
         """Read-your-writes: index what is pending in these shards now, bounded in time."""
@@ -246,11 +302,7 @@ class Searcher:
             self._catch_up(t, days)
         results: list[dict] = []
         if terms and days:
-            limit = max(self.config.local_top_n, 3 * p.top_k)
-            per_shard = self._map(lambda d: (d, *self._read(t, d, p.strong, _candidates, p, terms, limit, now)),
-                                  days)
-            per_shard = [(d, r, used) for d, r, used in per_shard if r is not None]
-            results = self._rank(t, p, terms, per_shard)
+            results = self._search(t, p, terms, days, now)
         pending, replica_lag = self.freshness(t, days, p.strong or not self.config.replicas)
         return {"results": results, "took_ms": round((time.perf_counter() - start) * 1000, 2),
                 "shards_searched": len(days),
@@ -270,57 +322,84 @@ class Searcher:
                 lag = max(lag, int(now_ms - dirty))
         return pending, lag
 
-    def _rank(self, t, p: SearchParams, terms: list[str], per_shard: list) -> list[dict]:
-        n = sum(r["ndocs"] for _, r, _ in per_shard)
+    def _search(self, t, p: SearchParams, terms: list[str], days: list[str], now: int) -> list[dict]:
+        # 1. Global statistics: documents, average length and document frequency over the searched shards.
+        stats = [s for s in self._map(lambda d: self._stats(t, d, p.strong, terms), days) if s is not None]
+        n = sum(s["ndocs"] for s in stats)
         if n <= 0:
             return []
-        avgdl = sum(r["ntokens"] for _, r, _ in per_shard) / n
+        avgdl = sum(s["ntokens"] for s in stats) / n
         k1, b = self.config.bm25_k1, self.config.bm25_b
-        idf = []
-        for term in terms:
-            df = sum(r["df"][term] for _, r, _ in per_shard)
-            # Lucene's idf: always positive, so small tenants (a term in most of few units) still rank sanely.
-            idf.append(math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0)
-        max_attainable = sum(w * (k1 + 1) for w in idf) or 1.0
-        scored = []
-        for day, r, used in per_shard:
-            for rowid, cid, tokens, ntok in r["rows"]:
-                tfs = term_frequencies(tokens, terms)
-                norm = k1 * (1 - b + b * ntok / avgdl)
-                parts = [w * tf * (k1 + 1) / (tf + norm) if tf else 0.0 for w, tf in zip(idf, tfs)]
-                total = sum(parts)
-                if total <= 0:
-                    continue
-                scored.append((total, cid, day, used, rowid, tfs, parts, ntok))
-        # Ties break by CID, so the order is the same however the corpus is sharded.
-        scored.sort(key=lambda x: (-x[0], x[1]))
-        winners = [s for s in scored if s[0] / max_attainable >= p.min_score][:p.top_k]
-        by_day: dict[tuple[str, bool], list[int]] = {}
-        for s in winners:
-            by_day.setdefault((s[2], s[3]), []).append(s[4])
-        fetched = {}
-        for (day, used), ids in by_day.items():
-            rows, _ = self._read(t, day, not used, _fetch_units, ids)
-            for rid, row in (rows or {}).items():
-                fetched[(day, rid)] = row
+        dfs = [sum(s["df"][term] for s in stats) for term in terms]
+        # Lucene's idf: always positive, so small tenants (a term in most of few units) still rank sanely.
+        idf = [math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0 for df in dfs]
+        weights = [w * (k1 + 1) for w in idf]
+        max_attainable = sum(weights) or 1.0
+        live = [term for term, df in zip(terms, dfs) if df]
+        if not live or (p.operator == "and" and len(live) < len(terms)):
+            return []
+        local_n = max(self.config.local_top_n, 3 * p.top_k)
+
+        def run(match_terms: list[str]) -> list[tuple]:
+            match = fts_query(match_terms, p.operator)
+            def one(day):
+                rows, db = self._read(t, day, p.strong, _shard_top, p, match, terms, weights, avgdl,
+                                      k1, b, local_n, p.top_k, now)
+                return [(r, day, db) for r in rows or ()]
+            merged = [x for part in self._map(one, days) for x in part]
+            # Ties break by CID, so the order is the same however the corpus is sharded.
+            merged.sort(key=lambda x: (-x[0][0], x[0][1]))
+            return merged
+
+        # 2. MaxScore-style plan: candidates from the rarer terms first; a unit holding only common
+        # terms cannot beat the k-th score once that exceeds the common terms' summed maximum.
+        merged = None
+        if p.operator == "or" and len(live) > 1:
+            by_df = sorted(live, key=lambda term: dfs[terms.index(term)])
+            common = [term for term in by_df[1:] if dfs[terms.index(term)] > 0.05 * n]
+            rare = [term for term in by_df if term not in common]
+            if common:
+                merged = run(rare)
+                bound = sum(weights[terms.index(term)] for term in common)
+                if len(merged) < p.top_k or merged[p.top_k - 1][0][0] <= bound:
+                    merged = None
+        if merged is None:
+            merged = run(live)
+        winners = [m for m in merged if m[0][0] / max_attainable >= p.min_score][:p.top_k]
+        return self._materialize(p, terms, winners, idf, avgdl, n, max_attainable)
+
+    def _materialize(self, p, terms, winners, idf, avgdl, n, max_attainable) -> list[dict]:
+        """Fetch the winning units' fields and shape the results."""
         from .store import unit_dict
+        k1, b = self.config.bm25_k1, self.config.bm25_b
+        by_db: dict = {}
+        for (score, cid, rowid, *_), day, db in winners:
+            by_db.setdefault(id(db), (db, []))[1].append(rowid)
+        fetched = {}
+        for key, (db, ids) in by_db.items():
+            try:
+                fetched[key] = db.read(_fetch_units, ids)
+            except sqlite3.DatabaseError:
+                fetched[key] = {}
         out = []
-        for total, _cid, day, used, rowid, tfs, parts, ntok in winners:
-            row = fetched.get((day, rowid))
+        for (score, cid, rowid, ntok, *tfs), day, db in winners:
+            row = fetched[id(db)].get(rowid)
             if row is None:
                 continue
             item = unit_dict(row)
             item.pop("seq", None)
-            item["score"] = round(total / max_attainable, 6)
-            item["bm25_score"] = round(total, 6)
+            item["score"] = round(score / max_attainable, 6)
+            item["bm25_score"] = round(score, 6)
             if p.highlight:
                 item["snippet"] = snippet(item["content"], terms, self.tokenizer)
             if p.explain:
+                norm = k1 * (1 - b + b * ntok / avgdl)
                 item["explain"] = {
                     "doc_len": ntok, "avg_doc_len": round(avgdl, 3), "documents": n,
                     "k1": k1, "b": b, "max_attainable": round(max_attainable, 6),
-                    "terms": [{"term": term, "idf": round(w, 6), "tf": tf, "score": round(c, 6)}
-                              for term, w, tf, c in zip(terms, idf, tfs, parts)]}
+                    "terms": [{"term": term, "idf": round(w, 6), "tf": tf,
+                               "score": round(w * (k1 + 1) * tf / (tf + norm), 6)}
+                              for term, w, tf in zip(terms, idf, tfs)]}
             out.append(item)
         return out
 

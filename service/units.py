@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from .config import Config
 from .errors import BadRequest, Unprocessable
 
-CID_RE = re.compile(r"^[0-9a-f]{12}$")
+CID_RE = re.compile(r"[0-9a-f]{12}")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 FIELDS = ("cid", "type", "source", "timestamp", "ttl", "content", "metadata", "parent_cid")
 
@@ -66,7 +66,15 @@ def _is_int(v) -> bool:
 
 
 def is_cid(value) -> bool:
-    return isinstance(value, str) and bool(CID_RE.match(value))
+    return isinstance(value, str) and bool(CID_RE.fullmatch(value))
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
@@ -95,6 +103,8 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
         raise BadRequest(f"Field 'source' must be at most {config.max_source_chars} characters.", field="source")
     if _CONTROL_RE.search(source):
         raise BadRequest("Field 'source' must not contain control characters.", field="source")
+    if not _encodable(source):
+        raise BadRequest("Field 'source' is not valid Unicode (lone surrogate).", field="source")
 
     timestamp = raw.get("timestamp")
     if timestamp is None:

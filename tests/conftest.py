@@ -118,9 +118,9 @@ def live_server_factory(tmp_path):
 
     def make(**kw) -> LiveServer:
         data_dir = kw.pop("data_dir", tmp_path / f"data{len(servers)}")
-        server = LiveServer(data_dir, **kw).start()
-        servers.append(server)
-        return server
+        server = LiveServer(data_dir, **kw)
+        servers.append(server)   # before start(): a server that fails to boot is still stopped
+        return server.start()
 
     yield make
     for s in servers:

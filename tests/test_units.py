@@ -286,3 +286,11 @@ def test_single_unit_body_must_be_an_object(client):
 def test_lone_surrogate_content_rejected(client):
     body = json.dumps(make_unit("x")).replace('"x"', '"\\ud800"')
     assert_error(client.post("/mcp/push", data=body, content_type="application/json"), 400, "invalid_content")
+
+
+def test_lone_surrogate_source_and_cid_with_newline_rejected(client):
+    body = json.dumps(make_unit("x", source="s")).replace('"source": "s"', '"source": "s\\ud800x"')
+    assert_error(client.post("/mcp/push", data=body, content_type="application/json"), 400, "invalid_field", "source")
+    assert_error(client.post("/mcp/push", json=make_unit("x", parent_cid="0123456789ab\n")), 400, "invalid_cid",
+                 "parent_cid")
+    assert client.get("/mcp/units/0123456789ab%0A").status_code == 404
