@@ -36,7 +36,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+# Run as a script, bench/ is sys.path[0], and bench/http.py would shadow the standard library's http
+# (imported by ranx, urllib, werkzeug): keep bench/ off the path.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+ROOT = HERE.parent
 EVAL_DIR = (ROOT / ".." / "shared" / "eval").resolve()
 RESULTS_DIR = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT))
