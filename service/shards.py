@@ -122,6 +122,13 @@ class Db:
 
     def read(self, fn, *args, **kwargs):
         """Run ``fn(conn, ...)`` on a pooled read connection."""
+        if self._ino is not None and self._recreated():
+            # The janitor unlinked this day and a push re-created it; open connections would keep
+            # reading the deleted file (SQLite reads an unlinked inode happily), so start over.
+            with self._write_lock:
+                if self._recreated():
+                    self._reset()
+                    self._ino = os.stat(self.path).st_ino
         gen = self._generation
         try:
             conn = self._pool.get_nowait()
@@ -168,6 +175,13 @@ class Db:
                         conn.rollback()
                     raise
             raise StorageUnavailable("Shard file keeps changing underneath the writer; retry.")
+
+    def _recreated(self) -> bool:
+        """A different file now has our path (a missing one is not: its rows had all expired)."""
+        try:
+            return os.stat(self.path).st_ino != self._ino
+        except FileNotFoundError:
+            return False
 
     def _same_file(self) -> bool:
         try:
