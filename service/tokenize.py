@@ -34,7 +34,12 @@ them what which who whom whose when where why how all any both each few more mos
 CHINESE_STOPWORDS = frozenset("""
 的 了 是 在 和 与 及 或 也 都 就 而 着 之 其 对 把 被 给 让 于 从 以 为 这 那 这个 那个 一个 我们 你们 他们
 吗 呢 吧 啊 呀 哦 嗯 么 什么 怎么 如何 哪些 哪个 是否 可以 能否 应该 需要 有 没有 个 中
+谁 哪 哪里 哪儿 多少 几 怎样 怎么样 怎么办 为什么 为何 请问 是不是 能不能 会不会 有没有 要不要 该 什么样
 """.split())
+# The second line: question words (frequent in users' questions, rare in the documents they look for).
+# On STARD (bench/quality.py, bm25s over these tokens, k1 1.2 b 0.75): no stopwords 0.3602 / R@100 0.6546,
+# first line only 0.3585 / 0.6593, both lines 0.3588 / 0.6607, STARD's 746-word list 0.3554 / 0.6580:
+# differences within noise; the short list keeps recall and keeps words like 不 and 人 searchable.
 
 STOPWORDS = ENGLISH_STOPWORDS | CHINESE_STOPWORDS
 
