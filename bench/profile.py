@@ -1,0 +1,130 @@
+"""Profile the hot paths with py-spy (sampling, all threads): search at a corpus size, and ingest
+(push_many then draining the index). Writes collapsed stacks to bench/results/tmp/ and the top
+frames (inclusive and self share of samples) to bench/results/profile-<what>.txt.
+
+    python bench/profile.py search --size 1000000 --seconds 30
+    python bench/profile.py ingest --units 30000
+"""
+from __future__ import annotations
+
+import os as _os
+import sys as _sys
+# bench/http.py would shadow the stdlib's http package: keep bench/ last on sys.path.
+_HERE = _os.path.dirname(_os.path.abspath(__file__))
+_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
+
+import argparse
+import collections
+import subprocess
+import time
+
+from common import RESULTS, TMP, quiet_service_logs, service_rev, service_src
+
+
+def workload_search(size: int, seconds: float, seed: int) -> None:
+    from corpus import queries, service_dir
+    from service import create_app
+    from service.search import parse_search
+    app = create_app({"data_dir": str(service_dir(size, seed)), "background": False})
+    store, cfg = app.extensions["context_store"], app.config["CONTEXT"]
+    qs = queries(2000, seed)
+    for q in qs[:30]:
+        store.search("default", parse_search({"query": q}, cfg))
+    print("READY", flush=True)
+    deadline = time.time() + seconds
+    i = 30
+    while time.time() < deadline:
+        store.search("default", parse_search({"query": qs[i % len(qs)]}, cfg))
+        i += 1
+    print(f"ran {i - 30} searches", flush=True)
+
+
+def workload_ingest(units: int, seed: int) -> None:
+    import shutil
+    from corpus import Generator
+    from service import create_app
+    d = TMP / "profile-ingest"
+    shutil.rmtree(d, ignore_errors=True)
+    us = list(Generator(seed + 500).units(units))
+    app = create_app({"data_dir": str(d), "background": False})
+    store, maint = app.extensions["context_store"], app.extensions["context_maintenance"]
+    print("READY", flush=True)
+    for i in range(0, len(us), 1000):
+        store.push_many("default", us[i:i + 1000])
+    while maint.index_tenant(store.tenant("default")):
+        pass
+    app.extensions["context_shutdown"]()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+IDLE_LEAVES = ("_worker (concurrent/futures/thread.py:81)", "Condition.wait", "Event.wait", "Thread.join",
+              "_wait_for_tstate_lock", "SimpleQueue.get")
+
+
+def summarize(raw_path, top: int = 25) -> str:
+    incl, self_, total, idle = collections.Counter(), collections.Counter(), 0, 0
+    for line in open(raw_path, encoding="utf-8", errors="replace"):
+        stack, _, n = line.rstrip("\n").rpartition(" ")
+        if not stack:
+            continue
+        n = int(n)
+        total += n
+        frames = [f for f in stack.split(";") if f]
+        frames = frames[1:] if frames and frames[0].startswith(("process ", "thread ")) else frames
+        if frames and any(frames[-1].startswith(x) for x in IDLE_LEAVES):
+            idle += n          # an idle pool thread waiting for work: not a hot path
+            continue
+        for f in set(frames):
+            incl[f] += n
+        if frames:
+            self_[frames[-1]] += n
+    total -= idle
+    lines = [f"{total} busy samples ({idle} idle pool-thread samples left out)", "", "inclusive (share of samples with this frame on the stack):"]
+    lines += [f"  {100 * n / total:5.1f}%  {f}" for f, n in incl.most_common(top)]
+    lines += ["", "self (share of samples with this frame on top):"]
+    lines += [f"  {100 * n / total:5.1f}%  {f}" for f, n in self_.most_common(top)]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("search", "ingest"))
+    ap.add_argument("--size", type=int, default=1_000_000)
+    ap.add_argument("--units", type=int, default=30_000)
+    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--service-src", default="head")
+    ap.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    src = service_src(a.service_src)
+    if a.workload:
+        quiet_service_logs()
+        if a.what == "search":
+            workload_search(a.size, a.seconds, a.seed)
+        else:
+            workload_ingest(a.units, a.seed)
+        return
+    TMP.mkdir(parents=True, exist_ok=True)
+    tag = f"search-{a.size}" if a.what == "search" else "ingest"
+    raw = TMP / f"profile-{tag}.collapsed"
+    # Start the workload, wait until its setup is done, then attach: startup is not profiled.
+    work = subprocess.Popen([_sys.executable, __file__, a.what, "--workload", "--size", str(a.size),
+                             "--units", str(a.units), "--seconds", str(a.seconds), "--seed", str(a.seed),
+                             "--service-src", a.service_src], stdout=subprocess.PIPE, text=True)
+    for line in work.stdout:
+        if line.startswith("READY"):
+            break
+    spy = _os.path.join(_os.path.dirname(_sys.executable), "py-spy")
+    subprocess.run([spy, "record", "--format", "raw", "--rate", "200", "--pid", str(work.pid),
+                    "-o", str(raw)], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(work.stdout.read().strip())
+    work.wait()
+    text = f"py-spy profile of {a.what} ({tag}), service {service_rev(src)}\n" + summarize(raw)
+    out = RESULTS / f"profile-{tag}.txt"
+    out.write_text(text + "\n")
+    print(text)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
