@@ -168,7 +168,7 @@ def write_inputs(seed: int, nonce: str) -> dict:
 
 def wrk(script: Path, port: int, conns: int, duration: float) -> dict:
     threads = min(2, conns)
-    cmd = ["wrk", "-t", str(threads), "-c", str(conns), "-d", f"{max(1, int(round(duration)))}s", "--timeout", "10s",
+    cmd = ["wrk", "-t", str(threads), "-c", str(conns), "-d", f"{max(1, int(round(duration)))}s", "--timeout", "30s",
            "-s", str(script), f"http://127.0.0.1:{port}/"]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
     line = next((x for x in res.stdout.splitlines() if x.startswith("JSON ")), None)

@@ -39,7 +39,7 @@ def main(argv=None) -> None:
     ap.add_argument("--sizes", default="100000,1000000")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--queries", type=int, default=500)
-    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--top-k", type=int, default=10)
     ap.add_argument("--max-seconds", type=float, default=240, help="per system and size")
     ap.add_argument("--service-src", default="head")
