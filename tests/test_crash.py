@@ -221,7 +221,9 @@ def verify(url: str, sent: dict, acked: set, *, replicas: bool = False) -> int:
         assert stored is not None and same(stored, sent[cid]), cid
 
     # Searchable once the indexer has recovered: 50 unique tokens per query.
+    t_ready = time.time()
     ready(url, replicas=replicas)
+    t_search = time.time()
     consistency = "replica" if replicas else "strong"
     by_token = {sent[c]["metadata"]["token"]: c for c in must}
     tokens = sorted(by_token)
@@ -242,7 +244,8 @@ def verify(url: str, sent: dict, acked: set, *, replicas: bool = False) -> int:
             time.sleep(0.3)  # replica mode: a refresh may still be on its way
         assert not missing, f"acked units not searchable after the crash: {sorted(missing)[:5]}"
     print(f"  checked {checked} acked units (GET + search); {unacked_present} unacked-but-complete units "
-          f"present; {len(retry)} unacked units re-pushed and found")
+          f"present; {len(retry)} unacked units re-pushed and found (reads {t_ready - start:.1f} s, "
+          f"recovery {t_search - t_ready:.1f} s, searches {time.time() - t_search:.1f} s)")
     return checked
 
 
@@ -286,7 +289,7 @@ def test_sigkill_mid_stream(servers, tmp_path):
     data = tmp_path / "data"
     server = servers(data)
     w = Writers(server.url, "a", seed=1).start()
-    w.run_until(acked=800, max_s=20)
+    w.run_until(acked=600, max_s=20)
     time.sleep(random.uniform(0, 0.2))
     server.kill()
     w.join()
@@ -300,28 +303,31 @@ def test_sigkill_mid_stream(servers, tmp_path):
 
 def test_sigkill_during_replica_refresh(servers, tmp_path):
     data = tmp_path / "data"
+    replica_dir = data / "tenants" / "default" / "replica"
     # Debounce 0 and a fast indexer poll: every pass re-copies every dirty (multi-MB) shard.
     env = {"CONTEXT_REPLICA_DEBOUNCE_MS": "0", "CONTEXT_INDEX_POLL_MS": "20"}
     sent: dict[str, dict] = {}
     acked: set[str] = set()
     rng = random.Random(7)
     server = servers(data, env=env)
-    big = Writers(server.url, "s", pad_words=250)
-    seed(server.url, [big.unit(99, i, rng, None) for i in range(1500)], sent, acked)
+    big = Writers(server.url, "s", pad_words=400)
+    seed(server.url, [big.unit(99, i, rng, None) for i in range(600)], sent, acked)
     mid_refresh = 0
     for cycle in range(3):
         if cycle:
             server = servers(data, env=env)
         w = Writers(server.url, f"r{'abc'[cycle]}", pad_words=60, seed=10 + cycle).start()
-        w.run_until(acked=10**9, max_s=rng.uniform(0.8, 2.0))
-        tmp_files = list((data / "tenants" / "default" / "replica").glob("*.tmp-*"))
+        w.run_until(acked=200, max_s=rng.uniform(0.5, 1.5))
+        # Kill the moment a refresh is copying (its temporary file exists), or give up after 3 s.
+        deadline = time.monotonic() + 3
+        while not list(replica_dir.glob("*.tmp-*")) and time.monotonic() < deadline:
+            time.sleep(0.001)
         server.kill()
         w.join()
-        mid_refresh += bool(tmp_files)
+        mid_refresh += bool(list(replica_dir.glob("*.tmp-*")))   # a copy the kill cut short
         sent.update(w.sent)
         acked |= w.acked
-    print(f"\nreplica refresh: {len(acked)} acked over 3 kills, {mid_refresh} of them with a replica copy "
-          "in progress")
+    print(f"\nreplica refresh: {len(acked)} acked over 3 kills, {mid_refresh} of them cut a replica copy short")
     again = servers(data, env=env)
     CHECKED["replica_refresh"] = verify(again.url, sent, acked, replicas=True)
     again.stop()
@@ -340,9 +346,9 @@ def test_sigkill_during_janitor_purge(servers, tmp_path):
             server = servers(data, env=env)
         # Many short-lived units (1-5 s) so every janitor pass purges hundreds; day -3 holds only those.
         w = Writers(server.url, f"j{'ab'[cycle]}", short_share=0.5, short_only_day=3, seed=20 + cycle)
-        seed(server.url, [w.unit(98, 100_000 * (cycle + 1) + i, rng, None) for i in range(1500)], sent, acked)
+        seed(server.url, [w.unit(98, 100_000 * (cycle + 1) + i, rng, None) for i in range(600)], sent, acked)
         w.start()
-        w.run_until(acked=10**9, max_s=rng.uniform(2.0, 4.0))
+        w.run_until(acked=10**9, max_s=rng.uniform(2.0, 3.5))
         server.kill()
         w.join()
         sent.update(w.sent)
@@ -351,7 +357,7 @@ def test_sigkill_during_janitor_purge(servers, tmp_path):
     print(f"\njanitor purge: {len(acked)} acked over 2 kills ({short} short-lived)")
     again = servers(data, env=env)
     CHECKED["janitor_purge"] = verify(again.url, sent, acked)
-    time.sleep(1.5)   # a few janitor passes after recovery
+    time.sleep(1.0)   # a few janitor passes after recovery
     again.stop()
     stats = check_files(data, sent)
     assert stats["live_rows"] > 0
@@ -391,3 +397,28 @@ def test_acked_unit_readable_in_every_worker_after_the_janitor_recreated_its_day
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.xfail(strict=True, reason="replica.py: a refresh killed mid-copy leaves replica/DAY.db.tmp-PID-TID "
+                   "(a full shard copy) that nothing ever removes; see the issue 7 report")
+def test_replica_temp_files_left_by_a_killed_refresh_are_removed(tmp_path):
+    from service.config import Config
+    from service.indexer import Maintenance
+    from service.store import Store
+
+    store = Store(Config(data_dir=str(tmp_path / "data"), background=False, replica_debounce_ms=0))
+    maintenance = Maintenance(store)
+    try:
+        ts = int(time.time())
+        store.push_one("default", {"type": "tool_output", "source": "replica_v1", "timestamp": ts, "ttl": DAY,
+                                   "content": "a unit to refresh"})
+        t = store.tenant("default")
+        day = t.primary_days()[0]
+        orphan = t.replica_path(day).with_name(f"{day}.db.tmp-424242-1")   # what SIGKILL mid-copy leaves
+        orphan.write_bytes(b"x" * 4096)
+        maintenance.run_once(force_janitor=True)   # the new leader indexes, refreshes and runs the janitor
+        assert t.replica_path(day).exists()
+        assert not orphan.exists(), "orphaned replica copy never removed"
+    finally:
+        maintenance.stop()
+        store.close()
