@@ -49,6 +49,7 @@ class Soak:
         self.errors: list[str] = []
         self.acked: list[tuple[str, str]] = []              # (cid, token)
         self.n = 0
+        self.growth: list[tuple[float, int]] = []         # (t, units pushed so far)
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -73,9 +74,18 @@ class Soak:
                 "content": f"{token} " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 60))),
                 "metadata": {"n": n, "token": token}}
 
+    def session(self, s: requests.Session | None, k: int) -> requests.Session:
+        """A fresh keep-alive connection every 100 requests, so both workers get a share of the load."""
+        if s is None or k % 100 == 0:
+            if s is not None:
+                s.close()
+            s = requests.Session()
+        return s
+
     def pusher(self, seed: int) -> None:
-        rng, s = random.Random(seed), requests.Session()
+        rng, s, k = random.Random(seed), None, 0
         while not self.stop.is_set():
+            s, k = self.session(s, k), k + 1
             batch = [self.unit(rng) for _ in range(1 if rng.random() < 0.8 else 10)]
             start = time.monotonic()
             try:
@@ -86,6 +96,7 @@ class Soak:
                 self.record("push", start, ok, rv.text)
                 if ok:
                     with self.lock:
+                        self.growth.append((round(self.now(), 1), self.n))
                         # Only long-lived units are read back later; short ones may be purged by then.
                         self.acked.extend((r["cid"], u["metadata"]["token"]) for r, u in zip(results, batch)
                                           if u["timestamp"] + u["ttl"] > time.time() + 3600)
@@ -94,8 +105,9 @@ class Soak:
             time.sleep(PUSH_THINK_S)
 
     def searcher(self, seed: int) -> None:
-        rng, s = random.Random(seed), requests.Session()
+        rng, s, k = random.Random(seed), None, 0
         while not self.stop.is_set():
+            s, k = self.session(s, k), k + 1
             r = rng.random()
             start = time.monotonic()
             try:
@@ -133,12 +145,13 @@ def rss_sampler(master: int, soak: Soak, series: dict, pids_seen: set, interval:
         soak.stop.wait(interval)
 
 
-def buckets(samples, seconds: float, size: float) -> list[dict]:
+def buckets(samples, growth, seconds: float, size: float) -> list[dict]:
     out = []
     for b in range(max(1, round(seconds / size))):   # a short remainder joins the last bucket
         lo = b * size
         hi = (b + 1) * size if (b + 1) * size + size / 2 <= seconds else seconds + 1
-        row = {"t_start_s": lo, "t_end_s": round(min(hi, seconds), 1)}
+        row = {"t_start_s": lo, "t_end_s": round(min(hi, seconds), 1),
+               "units_pushed_by_end": max([n for t, n in growth if t < hi], default=0)}
         span = max(1e-9, min(hi, seconds) - lo)
         for op in ("push", "search", "search_strong", "get"):
             ms = [m for t, o, m in samples if o == op and lo <= t < hi]
@@ -222,7 +235,7 @@ def test_soak_mixed_load(tmp_path):
         "seconds": round(elapsed, 1), "warmup_s": warmup, "bucket_s": bucket, "pushers": PUSHERS,
         "searchers": SEARCHERS, "think_ms": {"push": PUSH_THINK_S * 1000, "search": SEARCH_THINK_S * 1000}, "requests": len(soak.samples),
         "errors": len(soak.errors), "error_samples": soak.errors[:20], "acked_units": soak.n,
-        "buckets": buckets(soak.samples, elapsed, bucket), "rss_mb": rss, "roles": roles,
+        "buckets": buckets(soak.samples, soak.growth, elapsed, bucket), "rss_mb": rss, "roles": roles,
         "rss_growth_after_warmup_mb": growth, "rss_growth_bound_mb": RSS_GROWTH_MB,
         "processes_seen": len(pids), "readyz_after": ready,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -235,7 +248,7 @@ def test_soak_mixed_load(tmp_path):
     print(f"\nsoak {elapsed:.0f} s: {report['requests']} requests, {report['errors']} errors, "
           f"{soak.n} units pushed; RSS growth after warm-up (MiB): {growth}")
     for b in report["buckets"]:
-        print(f"  {b['t_start_s']:>5.0f}-{b['t_end_s']:<5.0f}s " + "  ".join(
+        print(f"  {b['t_start_s']:>5.0f}-{b['t_end_s']:<5.0f}s {b['units_pushed_by_end']:>7} units " + "  ".join(
             f"{op} {b[op]['rps']}/s p50 {b[op]['p50_ms']} p99 {b[op]['p99_ms']}"
             for op in ("push", "search", "search_strong", "get")))
     assert not soak.errors, soak.errors[:10]
