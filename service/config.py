@@ -54,7 +54,8 @@ class Config:
     janitor_interval_s: float = 30.0
     # Search (DESIGN.md section 6).
     search_threads: int = 4
-    local_top_n: int = 100
+    local_top_n: int = 50
+    exact_match_limit: int = 300     # at most this many matches in a shard: score them all exactly
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     # Storage.

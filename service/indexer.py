@@ -42,12 +42,13 @@ def index_pending(db: Db, tokenizer: Tokenizer, limit: int = 512, pool: ThreadPo
     def tx(conn):
         done = ndocs = ntokens = 0
         for r, toks in zip(rows, token_lists):
-            cur = conn.execute(sql("unit_mark_indexed"), {"id": r["id"], "ntok": len(toks)})
+            joined = " ".join(toks)
+            cur = conn.execute(sql("unit_mark_indexed"), {"id": r["id"], "ntok": len(toks), "tokens": joined})
             if cur.rowcount == 0:
                 continue  # indexed meanwhile by another worker, or deleted
             done += 1
             if toks:  # empty or whitespace content is stored but not searchable
-                conn.execute(sql("fts_insert"), {"id": r["id"], "tokens": " ".join(toks)})
+                conn.execute(sql("fts_insert"), {"id": r["id"], "tokens": joined})
                 ndocs += 1
                 ntokens += len(toks)
         if done:

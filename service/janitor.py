@@ -16,7 +16,7 @@ def _purge_expired(conn, now: int) -> tuple[int, int | None]:
     ndocs = ntokens = 0
     for r in rows:
         if r["indexed"] and r["ntok"]:
-            conn.execute(sql("fts_delete"), {"id": r["id"]})
+            conn.execute(sql("fts_delete"), {"id": r["id"], "tokens": r["tokens"]})
             ndocs += 1
             ntokens += r["ntok"]
     if rows:

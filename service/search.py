@@ -171,14 +171,16 @@ def _filters(p: SearchParams, args: dict) -> list[str]:
 
 
 def _shard_top(conn, p: SearchParams, match: str, terms: list[str], weights: list[float], avgdl: float,
-               k1: float, b: float, local_n: int, k: int, now: int) -> list[tuple]:
-    """One shard: FTS5's local top-N (filters applied), re-scored inside SQLite with the *global*
-    BM25 weights; returns the shard's best k as (score, cid, id, ntok, tf...).
+               k1: float, b: float, local_n: int | None, k: int, now: int) -> list[tuple]:
+    """One shard's best k units under the *global* BM25 weights, scored inside SQLite; rows are
+    (score, cid, id, ntok, tf...).
 
-    Term frequencies come from the stored token string: with spaces doubled, occurrences of
-    ' term ' are counted by length arithmetic, in C, without sending documents to Python.
+    ``local_n`` None scores every match (exact). Otherwise FTS5's own rank (local statistics)
+    first keeps a generous local top-N: only for matches too many to score one by one.
+    Term frequencies come from units.tokens: with spaces doubled, occurrences of ' term ' are
+    counted by length arithmetic, in C, without sending documents to Python.
     """
-    args: dict = {"match": match, "n": local_n, "k": k, "now": now, "k1": k1, "b": b, "avgdl": avgdl}
+    args: dict = {"match": match, "k": k, "now": now, "k1": k1, "b": b, "avgdl": avgdl}
     where = ["units_fts MATCH :match"] + _filters(p, args)
     tf_cols, score_terms = [], []
     for i, (term, w) in enumerate(zip(terms, weights)):
@@ -186,11 +188,15 @@ def _shard_top(conn, p: SearchParams, match: str, terms: list[str], weights: lis
         tf_cols.append(f"(length(t) - length(replace(t, :p{i}, ''))) / length(:p{i}) AS tf{i}")
         args[f"w{i}"] = w
         score_terms.append(f":w{i} * tf{i} / (tf{i} + norm)")
+    local = ""
+    if local_n is not None:
+        args["n"] = local_n
+        local = " ORDER BY units_fts.rank LIMIT :n"
     query = (
-        "WITH c AS (SELECT u.id AS id, u.cid AS cid, u.ntok AS ntok, "
-        "' ' || replace(f.tokens, ' ', '  ') || ' ' AS t FROM units_fts f JOIN units u ON u.id = f.rowid "
-        f"WHERE {' AND '.join(where)} ORDER BY f.rank LIMIT :n), "
-        f"s AS (SELECT id, cid, ntok, :k1 * (1 - :b + :b * ntok / :avgdl) AS norm, {', '.join(tf_cols)} FROM c) "
+        "WITH c AS MATERIALIZED (SELECT u.id AS id, u.cid AS cid, u.ntok AS ntok, "
+        "' ' || replace(u.tokens, ' ', '  ') || ' ' AS t FROM units_fts JOIN units u ON u.id = units_fts.rowid "
+        f"WHERE {' AND '.join(where)}{local}), "
+        f"s AS MATERIALIZED (SELECT id, cid, ntok, :k1 * (1 - :b + :b * ntok / :avgdl) AS norm, {', '.join(tf_cols)} FROM c) "
         f"SELECT {' + '.join(score_terms)} AS score, cid, id, ntok, {', '.join(f'tf{i}' for i in range(len(terms)))} "
         "FROM s ORDER BY score DESC, cid LIMIT :k")
     return [tuple(r) for r in conn.execute(query, args)]
@@ -324,7 +330,8 @@ class Searcher:
 
     def _search(self, t, p: SearchParams, terms: list[str], days: list[str], now: int) -> list[dict]:
         # 1. Global statistics: documents, average length and document frequency over the searched shards.
-        stats = [s for s in self._map(lambda d: self._stats(t, d, p.strong, terms), days) if s is not None]
+        per_day = dict(zip(days, self._map(lambda d: self._stats(t, d, p.strong, terms), days)))
+        stats = [s for s in per_day.values() if s is not None]
         n = sum(s["ndocs"] for s in stats)
         if n <= 0:
             return []
@@ -338,13 +345,22 @@ class Searcher:
         live = [term for term, df in zip(terms, dfs) if df]
         if not live or (p.operator == "and" and len(live) < len(terms)):
             return []
-        local_n = max(self.config.local_top_n, 3 * p.top_k)
+        local_n = max(self.config.local_top_n, 3 * p.top_k)   # generous: 3x what the shard may contribute
 
         def run(match_terms: list[str]) -> list[tuple]:
             match = fts_query(match_terms, p.operator)
+
             def one(day):
+                st = per_day.get(day)
+                if st is None:
+                    return []
+                # Score every match exactly unless the shard holds too many (sum of df bounds the OR matches).
+                matches = sum(st["df"][term] for term in match_terms)
+                if not matches:
+                    return []
+                n_local = None if matches <= self.config.exact_match_limit else local_n
                 rows, db = self._read(t, day, p.strong, _shard_top, p, match, terms, weights, avgdl,
-                                      k1, b, local_n, p.top_k, now)
+                                      k1, b, n_local, p.top_k, now)
                 return [(r, day, db) for r in rows or ()]
             merged = [x for part in self._map(one, days) for x in part]
             # Ties break by CID, so the order is the same however the corpus is sharded.

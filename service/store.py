@@ -23,7 +23,7 @@ from pathlib import Path
 from . import units as unitmod
 from .config import Config
 from .errors import ApiError, Conflict, NotFound, Unprocessable
-from .shards import Db, sql
+from .shards import Db, schema, sql
 from .units import Unit, validate_unit
 
 log = logging.getLogger(__name__)
@@ -83,6 +83,7 @@ class Tenant:
             if db is None:
                 db = Db(self.primary_path(day), "shard_schema.sql", self.store.config,
                         cache_size_kib=2048)
+                db.write(migrate_shard)
                 self._shards[day] = db
             return db
 
@@ -334,6 +335,16 @@ class Store:
         return self.tenant(tenant).catalog.read(lambda c: c.execute(sql("catalog_max_seq")).fetchone()[0])
 
 
+def migrate_shard(conn: sqlite3.Connection) -> None:
+    """Bring a shard written by an older version to the current schema (inside the write lock)."""
+    version = conn.execute(sql("schema_version")).fetchone()[0]
+    if version == 1:
+        log.info("migrating shard to schema 2 (tokens in units, external-content FTS5)")
+        for statement in schema("shard_migrate_v2.sql").split(";\n"):
+            if statement.strip():
+                conn.execute(statement)
+
+
 def _delete_rows(conn: sqlite3.Connection, cids: list[str]) -> int:
     """Delete units by CID with their FTS rows, keeping the BM25 stats exact."""
     n = ndocs = ntokens = 0
@@ -342,7 +353,7 @@ def _delete_rows(conn: sqlite3.Connection, cids: list[str]) -> int:
         if row is None:
             continue
         if row["indexed"] and row["ntok"]:
-            conn.execute(sql("fts_delete"), {"id": row["id"]})
+            conn.execute(sql("fts_delete"), {"id": row["id"], "tokens": row["tokens"]})
             ndocs += 1
             ntokens += row["ntok"]
         conn.execute(sql("unit_delete"), {"id": row["id"]})

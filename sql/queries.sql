@@ -71,13 +71,14 @@ SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata
 FROM units WHERE cid = :cid AND expires_at > :now;
 
 -- name: unit_delete_fetch
-SELECT id, indexed, ntok FROM units WHERE cid = :cid;
+SELECT id, indexed, ntok, tokens FROM units WHERE cid = :cid;
 
 -- name: unit_delete
 DELETE FROM units WHERE id = :id;
 
 -- name: fts_delete
-DELETE FROM units_fts WHERE rowid = :id;
+-- External content: FTS5 needs the exact tokens it indexed to remove them.
+INSERT INTO units_fts(units_fts, rowid, tokens) VALUES ('delete', :id, :tokens);
 
 -- name: pending_fetch
 SELECT id, content, pushed_ms FROM units WHERE indexed = 0 ORDER BY id LIMIT :limit;
@@ -92,7 +93,7 @@ SELECT count(*) FROM units WHERE indexed = 0 AND seq <= :seq;
 INSERT INTO units_fts(rowid, tokens) VALUES (:id, :tokens);
 
 -- name: unit_mark_indexed
-UPDATE units SET indexed = 1, ntok = :ntok WHERE id = :id AND indexed = 0;
+UPDATE units SET indexed = 1, ntok = :ntok, tokens = :tokens WHERE id = :id AND indexed = 0;
 
 -- name: meta_get
 SELECT key, value FROM meta;
@@ -113,7 +114,7 @@ UPDATE meta SET value = 0 WHERE key = 'dirty_since_ms'
   AND (SELECT value FROM meta WHERE key = 'index_version') = :version;
 
 -- name: expired_fetch
-SELECT id, indexed, ntok FROM units WHERE expires_at <= :now;
+SELECT id, indexed, ntok, tokens FROM units WHERE expires_at <= :now;
 
 -- name: expired_delete
 DELETE FROM units WHERE expires_at <= :now;
@@ -124,8 +125,8 @@ SELECT min(expires_at), max(expires_at) FROM units;
 -- name: vocab_df
 SELECT term, doc FROM units_vocab WHERE term = :term;
 
--- name: fts_tokens
-SELECT rowid, tokens FROM units_fts WHERE rowid = :id;
+-- name: schema_version
+SELECT value FROM meta WHERE key = 'schema_version';
 
 -- name: shard_freshness
 SELECT (SELECT count(*) FROM units WHERE indexed = 0),

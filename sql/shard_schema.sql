@@ -13,20 +13,25 @@ CREATE TABLE IF NOT EXISTS units (
     parent_cid  TEXT,
     pushed_ms   INTEGER NOT NULL,
     indexed     INTEGER NOT NULL DEFAULT 0,  -- 0 = pending: the durable indexer queue
-    ntok        INTEGER NOT NULL DEFAULT 0   -- document length in tokens, for global BM25
+    ntok        INTEGER NOT NULL DEFAULT 0,  -- document length in tokens, for global BM25
+    tokens      TEXT                         -- space-joined tokens (service/tokenize.py), set when indexed
 );
 CREATE INDEX IF NOT EXISTS units_pending ON units(id) WHERE indexed = 0;
 CREATE INDEX IF NOT EXISTS units_expires ON units(expires_at);
 CREATE INDEX IF NOT EXISTS units_parent ON units(parent_cid) WHERE parent_cid IS NOT NULL;
 
 -- Tokens are produced by service/tokenize.py; unicode61 with these tokenchars keeps each one whole.
+-- External content (units.tokens): the tokens are stored once, and search reads them from units
+-- to count term frequencies for the global BM25. Rows are added and removed explicitly
+-- (INSERT rowid/tokens; 'delete' with the stored tokens), never by triggers.
 CREATE VIRTUAL TABLE IF NOT EXISTS units_fts USING fts5(
-    tokens, tokenize = "unicode61 remove_diacritics 0 tokenchars '-_.'"
+    tokens, content = 'units', content_rowid = 'id',
+    tokenize = "unicode61 remove_diacritics 0 tokenchars '-_.'"
 );
 CREATE VIRTUAL TABLE IF NOT EXISTS units_vocab USING fts5vocab(units_fts, row);
 
 -- Small meta table: schema version, indexed document count and token total (global BM25 stats),
 -- index version and the time the replica first fell behind.
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER);
-INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', 1), ('ndocs', 0), ('ntokens', 0),
+INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', 2), ('ndocs', 0), ('ntokens', 0),
     ('index_version', 0), ('dirty_since_ms', 0);
