@@ -20,7 +20,9 @@ from .errors import ApiError, StorageUnavailable
 
 log = logging.getLogger(__name__)
 
-SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
+# sql/ beside the package in a checkout (editable install); service/sql/ inside an installed wheel.
+_HERE = Path(__file__).resolve().parent
+SQL_DIR = next((d for d in (_HERE.parent / "sql", _HERE / "sql") if (d / "queries.sql").exists()), _HERE.parent / "sql")
 _NAME_RE = re.compile(r"^--\s*name:\s*(\S+)\s*$", re.M)
 
 
