@@ -70,6 +70,11 @@ def _check_day_file(name) -> str:
     return name
 
 
+def _uri(path: Path, mode: str) -> str:
+    """A SQLite URI for a path that may hold '?', '#' or '%' (percent-encoded by as_uri)."""
+    return f"{Path(path).resolve().as_uri()}?mode={mode}"
+
+
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -90,7 +95,7 @@ def _copy_db(src_path: Path, dst_path: Path, *, src_readonly: bool) -> None:
     """One consistent snapshot of ``src_path`` into a new self-contained file (rollback journal)."""
     # mode=rw never creates a file the janitor just unlinked; mode=ro for backup files we only read.
     mode = "ro" if src_readonly else "rw"
-    src = sqlite3.connect(f"file:{src_path}?mode={mode}", uri=True, timeout=30)
+    src = sqlite3.connect(_uri(src_path, mode), uri=True, timeout=30)
     try:
         src.execute("PRAGMA busy_timeout=30000")
         dst = sqlite3.connect(str(dst_path), isolation_level=None)
@@ -131,7 +136,7 @@ def _drop_orphans(shard: Path, catalog: Path) -> int:
 
 
 def _counts(path: Path, kind: str) -> dict:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = sqlite3.connect(_uri(path, "ro"), uri=True)
     try:
         row = conn.execute(_COUNT_SQL[kind]).fetchone()
     finally:
@@ -140,7 +145,7 @@ def _counts(path: Path, kind: str) -> dict:
 
 
 def _integrity(path: Path) -> str:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = sqlite3.connect(_uri(path, "ro"), uri=True)
     try:
         return "; ".join(r[0] for r in conn.execute("PRAGMA integrity_check").fetchall())
     finally:

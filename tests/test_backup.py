@@ -269,3 +269,18 @@ def test_restore_refuses_while_a_server_holds_the_tenant(servers, tmp_path):
     backup(tmp_path / "d", tmp_path / "b")
     with pytest.raises(BackupError, match="running service"):
         restore(tmp_path / "b", tmp_path / "d", force=True)
+
+
+def test_backup_and_restore_paths_with_uri_characters(tmp_path):
+    from service.backup import backup, restore
+    src, out, dst = tmp_path / "src #1?x=%20", tmp_path / "out #2", tmp_path / "dst?mode=memory"
+    cid = _tiny_store(src, "a unit in an awkward directory")
+    m = backup(src, out)
+    assert m["totals"]["units"] == 1
+    assert restore(out, dst)["units"] == 1
+    from service import create_app
+    app = create_app({"data_dir": str(dst), "background": False})
+    try:
+        assert app.test_client().get(f"/mcp/units/{cid}").status_code == 200
+    finally:
+        app.extensions["context_shutdown"]()
