@@ -43,7 +43,11 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/http.py
 
 soak: $(VENV)/.installed-bench
-	$(BIN)/python -m pytest -q tests/soak
+	$(BIN)/python -m pytest -q -s tests/soak
+
+# A larger schemathesis run than CI's (~300 requests per operation).
+fuzz: $(VENV)/.installed-test
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-3000} $(BIN)/python -m pytest -q -s tests/test_fuzz_openapi.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

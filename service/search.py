@@ -23,6 +23,7 @@ from .tokenize import tokenizer_for
 from .units import day_of, is_cid
 
 MAX_QUERY_CHARS = 16_384
+MAX_TIMESTAMP = 253_402_300_799   # 9999-12-31T23:59:59Z
 MAX_QUERY_TERMS = 64
 SNIPPET_CHARS = 200
 
@@ -103,8 +104,11 @@ def parse_search(body, config, *, allow_unknown: bool = False) -> SearchParams:
     if source is not None and (not isinstance(source, str) or not source or len(source) > 201):
         raise BadRequest("Field 'source' must be a non-empty string (exact, or a prefix ending in '*').",
                          field="source")
+    # Times past year 9999 select the same units as 9999-12-31 (and stay valid SQLite integers).
     since = _int(body, "since", 0)
+    since = min(since, MAX_TIMESTAMP) if since is not None else None
     until = _int(body, "until", 0)
+    until = min(until, MAX_TIMESTAMP) if until is not None else None
     parent = body.get("parent_cid")
     if parent is not None and not is_cid(parent):
         raise BadRequest("Field 'parent_cid' must be 12 lowercase hex digits.", code="invalid_cid",
@@ -301,7 +305,7 @@ class Searcher:
         start = time.perf_counter()
         now = int(time.time())
         first = day_of(p.since) if p.since is not None else "0000-00-00"
-        last = day_of(min(p.until, 253402300799)) if p.until is not None else "9999-99-99"
+        last = day_of(p.until) if p.until is not None else "9999-99-99"
         days = self.store.live_days(t, first, last)
         terms = self.tokenizer.query_terms(p.query)[:MAX_QUERY_TERMS]
         if p.strong:

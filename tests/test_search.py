@@ -215,3 +215,11 @@ def test_highlight_marks_whole_matching_words(client):
     push(client, long_text)
     r = search(client, "needle", highlight=True)["results"][0]
     assert "**needle**" in r["snippet"] and r["snippet"].startswith("…") and len(r["snippet"]) < 260
+
+
+@pytest.mark.parametrize("qs", ["q=a&since=99999999999999999999", "q=a&until=99999999999999999999",
+                                "q=a&since=99999999999999999999&until=99999999999999999999999"])
+def test_huge_times_are_not_a_500(client, qs):
+    push(client, "a unit")
+    rv = client.get("/mcp/search?" + qs)
+    assert rv.status_code == 200
