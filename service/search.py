@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .errors import BadRequest
 from .indexer import index_pending
 from .replica import ReplicaReaders, meta_of
-from .shards import Db, sql
+from .shards import sql
 from .tokenize import tokenizer_for
 from .units import day_of, is_cid
 

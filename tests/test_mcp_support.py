@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 import time
 from pathlib import Path
 
 import requests
 
-from conftest import ROOT, VENV_BIN, LiveServer, free_port, make_unit
+from conftest import VENV_BIN, LiveServer, free_port, make_unit
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
@@ -23,26 +22,7 @@ KEYS = {KEY: ("acme", ["push", "search"]), OTHER_KEY: ("globex", ["push", "searc
 
 
 class McpServer(LiveServer):
-    """LiveServer whose start tolerates a slow first /healthz on a loaded machine."""
-
-    def start(self, timeout: float = 60.0) -> "McpServer":
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [str(VENV_BIN / "gunicorn"), "-c", str(ROOT / "service" / "gunicorn_conf.py"), "service:create_app()"],
-            cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gunicorn exited early:\n{self.log()}")
-            try:
-                if requests.get(self.url + "/healthz", timeout=5).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"gunicorn did not become healthy:\n{self.log()}")
+    """A live gunicorn with the MCP endpoint's URL at hand."""
 
     @property
     def mcp(self) -> str:

@@ -2,7 +2,6 @@
 searches keep answering from what exists, nothing is corrupted, and writes resume afterwards."""
 import sqlite3
 import subprocess
-import time
 
 import pytest
 
