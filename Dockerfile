@@ -20,8 +20,7 @@ COPY --chown=app:app pyproject.toml README.md ./
 COPY --chown=app:app service/ service/
 COPY --chown=app:app sql/ sql/
 COPY --chown=app:app clients/python/ clients/python/
-# Editable on purpose: service/shards.py finds sql/ beside the package (../sql), which a plain
-# wheel install into site-packages would not carry along.
+# Editable, so the image runs the same tree the tests ran (sql/ beside service/, as in a checkout).
 RUN pip install --no-cache-dir -e . ./clients/python
 
 USER 10001:10001
