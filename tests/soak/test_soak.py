@@ -190,6 +190,7 @@ def plot(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+@pytest.mark.timeout(SECONDS + 600)   # pytest.ini_options sets --timeout=600 for everything else
 def test_soak_mixed_load(tmp_path):
     seconds = SECONDS
     warmup = min(60.0, seconds * 0.2)
