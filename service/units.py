@@ -7,6 +7,7 @@ import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import cached_property
 
 from .config import Config
 from .errors import BadRequest, Unprocessable
@@ -46,11 +47,11 @@ class Unit:
     def expires_at(self) -> int:
         return self.timestamp + self.ttl
 
-    @property
+    @cached_property
     def day(self) -> str:
         return day_of(self.timestamp)
 
-    @property
+    @cached_property
     def digest(self) -> str:
         return content_digest(self.content)
 
