@@ -180,6 +180,28 @@ def wrk(script: Path, port: int, conns: int, duration: float) -> dict:
     return data
 
 
+def wait_idle(pid: int, limit_s: float = 90) -> float:
+    """After a cell, wait until the server has finished the requests wrk abandoned (CPU < 5 % for 1 s),
+    so one cell's backlog does not spill into the next. Returns the seconds waited."""
+    import psutil
+    t0 = time.time()
+    root = psutil.Process(pid)
+    procs = [root] + root.children(recursive=True)
+    for p in procs:
+        p.cpu_percent(None)
+    while time.time() - t0 < limit_s:
+        time.sleep(1)
+        busy = 0.0
+        for p in procs:
+            try:
+                busy += p.cpu_percent(None)
+            except psutil.Error:
+                pass
+        if busy < 5:
+            break
+    return round(time.time() - t0, 1)
+
+
 def run_system(name: str, start, port: int, cells: list, scripts: dict, duration: float) -> tuple[dict, dict]:
     proc = start()
     try:
@@ -192,7 +214,7 @@ def run_system(name: str, start, port: int, cells: list, scripts: dict, duration
             out[f"{workload}@{conns}"] = data
             print(f"  {name:8s} {workload:6s} c={conns:<3d} {data['rps']:8.1f} req/s  p50 {data['p50']:8.2f}  "
                   f"p95 {data['p95']:8.2f}  p99 {data['p99']:8.2f} ms  errors {data['errors']}", flush=True)
-            time.sleep(1)
+            data["drain_s"] = wait_idle(proc.pid)
         sampler.stop.set()
         sampler.join()
         import psutil
