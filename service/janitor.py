@@ -54,6 +54,7 @@ class Janitor:
             n, lo = db.write(_purge_expired, now)
             purged += n
             t.catalog.write(self._purge_catalog, day, now, lo)
+        self._remove_orphan_copies(t)
         self._checkpoint(t)
         self.purged += purged
         self.unlinked += unlinked
@@ -83,6 +84,19 @@ class Janitor:
                     pass
         log.info("unlinked expired day %s of tenant %s", day, t.name)
         return True
+
+    @staticmethod
+    def _remove_orphan_copies(t) -> None:
+        """Replica copies in progress are named DAY.db.tmp-PID-TID; only the tenant's leader (this
+        process, between refreshes) makes them, so any other one was left by a killed refresh."""
+        mine = f".tmp-{os.getpid()}-"
+        for path in (t.dir / "replica").glob("*.db.tmp-*"):
+            if mine not in path.name:
+                try:
+                    path.unlink()
+                    log.info("removed orphaned replica copy %s", path.name)
+                except FileNotFoundError:
+                    pass
 
     def _checkpoint(self, t) -> None:
         for db in [t.catalog] + [t.shard(d, create=False) for d in self.store.live_days(t)]:

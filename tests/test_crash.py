@@ -402,8 +402,6 @@ def test_acked_unit_readable_in_every_worker_after_the_janitor_recreated_its_day
         b.close()
 
 
-@pytest.mark.xfail(strict=True, reason="replica.py: a refresh killed mid-copy leaves replica/DAY.db.tmp-PID-TID "
-                   "(a full shard copy) that nothing ever removes; see the issue 7 report")
 def test_replica_temp_files_left_by_a_killed_refresh_are_removed(tmp_path):
     from service.config import Config
     from service.indexer import Maintenance
