@@ -49,6 +49,15 @@ SYSTEMS = ("service", "fts5-unicode61", "fts5-trigram", "bm25s-service-tokens", 
 METRICS = ("ndcg@10", "mrr@10", "recall@10", "recall@100")
 TOP_K = 100
 BATCH = 1000
+# The best published/measured figures in ../shared/eval/README.md, for the markdown report.
+README_BASELINES = [
+    ("stard", "bm25s k1=0.9 b=0.4, jieba + STARD stopwords", 0.342, 0.631),
+    ("stard", "bm25s, jieba, no stopwords", 0.345, 0.620),
+    ("stard", "tantivy 0.27, rjieba pre-segmented", 0.354, 0.634),
+    ("scifact", "bm25s k1=1.2 b=0.75, stemmer + stopwords", 0.679, 0.913),
+    ("scifact", "tantivy 0.27 default English", 0.686, 0.925),
+    ("scifact", "Pyserini flat (BEIR)", 0.679, 0.925),
+]
 
 
 # --- data --------------------------------------------------------------------------------------
@@ -287,11 +296,16 @@ def fmt_markdown(rows: list[dict], command: str) -> str:
     out = ["# Retrieval quality (bench/quality.py)", "", f"Command: `{command}`", "",
            "| set | system | nDCG@10 | MRR@10 | R@10 | R@100 | queries |", "|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['set']} | {r['system']} | " + " | ".join(f"{r[m]:.3f}" for m in METRICS)
+        out.append(f"| {r['set']} | {r['system']} | " + " | ".join(f"{r[m]:.4f}" for m in METRICS)
                    + f" | {r['queries']} |")
     out += ["", "service = this service through POST /mcp/push and POST /mcp/search (top_k 100); "
-            "bm25s-service-tokens = bm25s (Lucene BM25, same k1/b) over the service's own tokens; "
-            "bm25s-own = bm25s with its own analysis as in ../shared/eval/README.md.", ""]
+            "bm25s-service-tokens = bm25s (Lucene BM25, same k1/b) over the service's own tokens "
+            "(an exact global BM25: the service should equal it); "
+            "bm25s-own = bm25s with its own analysis as in ../shared/eval/README.md.", "",
+            "Baselines from ../shared/eval/README.md (measured there, not by this script):", "",
+            "| set | system | nDCG@10 | R@100 |", "|---|---|---|---|"]
+    out += [f"| {s} | {name} | {n:.3f} | {r:.3f} |" for s, name, n, r in README_BASELINES]
+    out.append("")
     return "\n".join(out)
 
 
