@@ -490,7 +490,7 @@ def door_mcp_review_lineage(ns, cid, era):
 def door_mcp_push_child(ns, cid, era):
     result = rpc_result(*mcp(ns.client, "tools/call", {"name": "context_push", "arguments": {
         "type": "user_input", "source": "alpha_v1_prod", "content": "alpha mcp child guessing a parent",
-        "ttl": 600, "timestamp": NOW - 80, "parent_cid": cid}}, era=era)[:2])
+        "ttl": 30 * 86_400, "timestamp": NOW - 80, "parent_cid": cid}}, era=era)[:2])
     assert result["isError"] is True and "parent_not_found" in result["content"][0]["text"], result
     return json.dumps(result)
 
@@ -603,7 +603,7 @@ def test_a_pushing_b_exact_unit_is_new_and_leaves_b_copy(fresh):
     c = fresh.client
     fresh.b_snapshot = {fresh.b_child: c.get(f"/mcp/units/{fresh.b_child}", headers=auth(KEY_B)).get_json()}
     b = fresh.b_snapshot[fresh.b_child]
-    mine = make_unit(b["content"], type="tool_output", source=b["source"], timestamp=b["timestamp"], ttl=600,
+    mine = make_unit(b["content"], type="tool_output", source=b["source"], timestamp=b["timestamp"], ttl=30 * 86_400,
                      metadata={"owner": "tenant-a"}, cid=b["cid"])
     rv = c.post("/mcp/push", json=mine, headers=auth(KEY_A))
     assert rv.status_code == 200 and rv.get_json()["status"] == "ok" and rv.get_json()["cid"] == b["cid"]
