@@ -30,7 +30,7 @@ def client(app):
     return app.test_client()
 
 
-def make_unit(content="hello world", *, type="tool_output", source="test_v1_ci", timestamp=None, ttl=3600, **extra):
+def make_unit(content="hello world", *, type="tool_output", source="test_v1_ci", timestamp=None, ttl=7 * 86_400, **extra):
     unit = {"type": type, "source": source, "timestamp": int(time.time()) if timestamp is None else timestamp,
             "ttl": ttl, "content": content}
     unit.update(extra)
