@@ -259,7 +259,10 @@ def service_dir(size: int, seed: int = 1, *, rebuild: bool = False, log=print) -
     on-disk format is the committed one, so a cached dir is reused across service changes
     unless --rebuild.
     """
-    d = TMP / f"service-{corpus_key(size, seed)}"
+    from service.shards import schema
+    # The on-disk format is part of the key: a schema change (e.g. v1 -> v2) builds a new corpus.
+    fmt = hashlib.sha1(schema("shard_schema.sql").encode()).hexdigest()[:8]
+    d = TMP / f"service-{corpus_key(size, seed)}-{fmt}"
     if (d / "READY").exists() and not rebuild:
         return d
     if d.exists():
