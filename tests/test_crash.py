@@ -24,7 +24,6 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import LiveServer
 
 DAY = 86_400
 FIELDS = ("type", "source", "timestamp", "ttl", "content", "metadata", "parent_cid")
@@ -45,28 +44,9 @@ def same(stored: dict, sent: dict) -> bool:
 
 
 @pytest.fixture
-def servers():
-    """Start real gunicorns, tolerant of a loaded machine (a /healthz slower than 1 s); stop them all after."""
-    started: list[LiveServer] = []
-
-    def start(data_dir, **kw) -> LiveServer:
-        s = LiveServer(data_dir, **kw)
-        started.append(s)
-        try:
-            return s.start(timeout=60)
-        except requests.RequestException:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and s.proc.poll() is None:
-                try:
-                    if requests.get(s.url + "/healthz", timeout=10).status_code == 200:
-                        return s
-                except requests.RequestException:
-                    time.sleep(0.2)
-            raise
-
-    yield start
-    for s in started:
-        s.stop()
+def servers(live_server_factory):
+    """Start real gunicorns on given data dirs; all are stopped after the test."""
+    return lambda data_dir, **kw: live_server_factory(data_dir=data_dir, **kw)
 
 
 class Writers:
