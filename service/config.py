@@ -68,6 +68,7 @@ class Config:
     mcp_allowed_origins: tuple[str, ...] = ()
     mcp_cursor_secret: str | None = None   # HMAC key for MCP list cursors (default: a key file in data_dir)
     rate_limit: str | None = None     # e.g. "600/minute" per key
+    read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)
     background: bool = True          # start indexer/janitor threads (tests may turn off)
 
     @property

@@ -26,6 +26,27 @@ loglevel = "info"
 preload_app = False     # each worker opens its own SQLite connections and threads after fork
 
 
+def _bound_socket_reads(seconds: float) -> None:
+    """gthread reads a request's headers and body on a worker thread with no deadline, so a
+    client that stops sending mid-request (slowloris) holds that thread forever. Give every
+    connection's socket a read timeout once gunicorn makes it blocking."""
+    from gunicorn.workers import gthread
+
+    original = gthread.TConn.init
+    if getattr(original, "_bounded", False):
+        return
+
+    def init(self):
+        original(self)
+        self.sock.settimeout(seconds)
+    init._bounded = True
+    gthread.TConn.init = init
+
+
+if _config.read_timeout_s > 0:
+    _bound_socket_reads(_config.read_timeout_s)   # in the master, so every forked worker has it
+
+
 def on_starting(server):
     # Request histograms from every worker are summed through this directory.
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

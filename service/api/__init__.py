@@ -5,7 +5,9 @@ import json
 
 from flask import current_app, request
 
-from ..errors import BadRequest
+from werkzeug.exceptions import ClientDisconnected
+
+from ..errors import ApiError, BadRequest
 
 
 def _reject_constant(name: str):
@@ -14,7 +16,11 @@ def _reject_constant(name: str):
 
 def json_body():
     """The request body as JSON (any Content-Type); 400 ``invalid_json`` when it does not parse."""
-    raw = request.get_data(cache=True)
+    try:
+        raw = request.get_data(cache=True)
+    except (OSError, ClientDisconnected):
+        # The client stopped sending (see service/limits.py): free the worker thread.
+        raise ApiError("The request body did not arrive in time.", code="request_timeout", status=408) from None
     if not raw.strip():
         raise BadRequest("The request body is empty; send a JSON document.", code="invalid_json")
     try:
