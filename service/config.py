@@ -55,7 +55,7 @@ class Config:
     # Search (DESIGN.md section 6).
     search_threads: int = 4
     local_top_n: int = 50
-    exact_match_limit: int = 300     # at most this many matches in a shard: score them all exactly
+    exact_match_limit: int = 120     # at most this many matches in a shard: score them all exactly (cheap when small)
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     # Storage.
