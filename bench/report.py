@@ -47,32 +47,27 @@ def http_cell(data, size, system, cell):
 
 def main() -> None:
     search = load("search")
-    http_by_size = {100_000: load("http-100k", "http"), 1_000_000: load("http-1m", "http")}
-    ingest = load("ingest")
+    http_by_size = {100_000: load("http-100k", "http"), 1_000_000: load("http-1m-end", "http-1m", "http")}
+    ingest = load("ingest-end", "ingest")
     out = ["| figure (DESIGN.md §10) | service | baseline | service advantage | target | met |",
            "|---|---|---|---|---|---|"]
-    for size in (100_000, 1_000_000):
-        s = ((search or {}).get("sizes") or {}).get(str(size))
-        if not s:
-            continue
-        label = f"{size // 1000}k" if size < 1_000_000 else "1M"
-        note = "" if size == 1_000_000 else " (informative)"
-        out.append(row(f"in-process search p50, {label} units, {s['shards']} shards{note}", s["service"]["p50_ms"],
-                       (s.get("baseline") or {}).get("p50_ms"), 15, unit=" ms"))
-        out.append(row(f"in-process search p99, {label} units{note}", s["service"]["p99_ms"],
-                       (s.get("baseline") or {}).get("p99_ms"), 80, unit=" ms"))
-    for name, size in (("search-head", 100_000), ("search-head-1m", 1_000_000)):
-        h = load(name)
-        s = ((h or {}).get("sizes") or {}).get(str(size))
-        if s:
-            label = "1M" if size == 1_000_000 else "100k"
-            out.append(row(f"in-process search p50, {label}, service re-run at `{h['service_rev']}` (end of session)",
-                           s["service"]["p50_ms"], None, 15, unit=" ms"))
-            out.append(row(f"in-process search p99, {label}, service re-run at `{h['service_rev']}`",
-                           s["service"]["p99_ms"], None, 80, unit=" ms"))
+    for src in (search, load("search-end")):
+        for size in (100_000, 1_000_000):
+            s = ((src or {}).get("sizes") or {}).get(str(size))
+            if not s:
+                continue
+            label = f"{size // 1000}k" if size < 1_000_000 else "1M"
+            note = "" if size == 1_000_000 else " (informative)"
+            rev = f", service `{src['service_rev']}`, load {src['machine']['loadavg_at_start'][0]}"
+            out.append(row(f"in-process search p50, {label} units, {s['shards']} shards{rev}{note}",
+                           s["service"]["p50_ms"], (s.get("baseline") or {}).get("p50_ms"), 15, unit=" ms"))
+            out.append(row(f"in-process search p99, {label} units{rev}{note}", s["service"]["p99_ms"],
+                           (s.get("baseline") or {}).get("p99_ms"), 80, unit=" ms"))
     for size, data in http_by_size.items():
         label = "1M" if size == 1_000_000 else "100k"
         note = "" if size == 1_000_000 else " (informative)"
+        if data:
+            label += f", service `{data['service_rev']}`, load {data['machine']['loadavg_at_start'][0]}"
         svc = http_cell(data, size, "service", "search@64")
         base = http_cell(data, size, "baseline", "search@64")
         if svc:
@@ -90,6 +85,7 @@ def main() -> None:
             out.append(row(f"peak RSS per worker under load, {label}{note}", svc, base, 150, unit=" MiB"))
     if ingest:
         si, bi = ingest.get("service_inprocess", {}), ingest.get("baseline_inprocess", {})
+        out.append(f"| *ingest rows below: service `{ingest['service_rev']}`, load {ingest['machine']['loadavg_at_start'][0]}* | | | | | |")
         out.append(row("batch ingest to durable storage, in-process (batches of 1000)", si.get("push_units_per_s"),
                        bi.get("push_units_per_s"), 10_000, better_lower=False, unit="/s"))
         sh, bh = ingest.get("service_http_batch", {}), ingest.get("baseline_http_batch", {})
