@@ -10,9 +10,11 @@ import errno
 import logging
 import os
 import queue
+import random
 import re
 import sqlite3
 import threading
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -119,6 +121,7 @@ class Db:
         conn = self._connect()
         if self.schema_file:
             conn.executescript(schema(self.schema_file))
+        conn.execute("PRAGMA busy_timeout=0")   # write() polls for the lock itself (_begin_immediate)
         self._writer = conn
         self._ino = os.stat(self.path).st_ino
 
@@ -162,7 +165,7 @@ class Db:
                 if self._writer is None:
                     self._open_writer()
                 conn = self._writer
-                conn.execute("BEGIN IMMEDIATE")
+                self._begin_immediate(conn)
                 if not self._same_file():
                     # The janitor unlinked this day after we opened it: reopen a fresh file.
                     conn.rollback()
@@ -177,6 +180,25 @@ class Db:
                         conn.rollback()
                     raise
             raise StorageUnavailable("Shard file keeps changing underneath the writer; retry.")
+
+    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
+        """Take the file's write lock, polling every ~1 ms while another process holds it.
+
+        SQLite's own busy handler sleeps 1, 2, 5, 10, ... 100 ms between tries, so a push that
+        meets another worker's millisecond-long transaction could wait tens of milliseconds.
+        The writer connection therefore has busy_timeout 0 and waits here instead.
+        """
+        deadline = time.monotonic() + self.config.busy_timeout_ms / 1000
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.0005 + random.random() * 0.001)
 
     def _recreated(self) -> bool:
         """A different file now has our path (a missing one is not: its rows had all expired)."""
