@@ -61,7 +61,9 @@ class Config:
     # Storage.
     busy_timeout_ms: int = 10_000
     synchronous: str = "NORMAL"
-    cache_size_kib: int = 8192
+    cache_size_kib: int = 8192        # catalog connections
+    shard_cache_kib: int = 512        # per connection to a day shard (there are many: keep RSS bounded)
+    shard_readers: int = 2            # pooled read connections kept per day-shard file
     # Front doors (DESIGN.md sections 7 and 8).
     public_url: str = "http://context-mode:5000"
     mcp_allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]", "::1")

@@ -112,7 +112,8 @@ class ReplicaReaders:
             cur = self._dbs.get(key)
             if cur is not None and cur[0] == ino:
                 return cur[1]
-            db = Db(path, None, self.config, readonly=True, cache_size_kib=2048)
+            db = Db(path, None, self.config, readonly=True, cache_size_kib=self.config.shard_cache_kib,
+                    pool_size=self.config.shard_readers)
             self._dbs[key] = (ino, db)
         if cur is not None:
             cur[1].close()

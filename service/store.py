@@ -82,7 +82,7 @@ class Tenant:
             db = self._shards.get(day)
             if db is None:
                 db = Db(self.primary_path(day), "shard_schema.sql", self.store.config,
-                        cache_size_kib=2048)
+                        cache_size_kib=self.store.config.shard_cache_kib, pool_size=self.store.config.shard_readers)
                 db.write(migrate_shard)
                 self._shards[day] = db
             return db
