@@ -92,6 +92,15 @@ def write_json(name: str, data: dict) -> Path:
     return path
 
 
+def save_plot(fig, name: str, dpi: int = 110) -> Path:
+    """Write results/<name>.png (tight layout) and say where."""
+    fig.tight_layout()
+    path = RESULTS / f"{name}.png"
+    fig.savefig(path, dpi=dpi)
+    print(f"wrote {path}")
+    return path
+
+
 def plt():
     import matplotlib
     matplotlib.use("Agg")

@@ -24,7 +24,6 @@ import os
 import random
 import re
 import shutil
-import sys
 import time
 from functools import lru_cache
 from pathlib import Path

@@ -30,7 +30,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from common import BENCH, RESULTS, TMP, machine, plt, service_rev, service_src, write_json
+from common import BENCH, TMP, machine, plt, save_plot, service_rev, service_src, write_json
 
 LUA_COMMON = r"""
 local bodies_search, bodies_push = {}, {}
@@ -217,7 +217,6 @@ def run_system(name: str, start, port: int, cells: list, scripts: dict, duration
             data["drain_s"] = wait_idle(proc.pid)
         sampler.stop.set()
         sampler.join()
-        import psutil
         rss = {}
         for pid, peak in sampler.peak.items():
             role = "master" if pid == proc.pid else "worker"
@@ -308,10 +307,7 @@ def plot(out: dict, name: str) -> None:
             axes[row][col].legend(fontsize=7)
     axes[0][0].axhline(800, color="grey", lw=0.8, ls=":")
     axes[1][2].axhline(10, color="grey", lw=0.8, ls=":")
-    fig.tight_layout()
-    path = RESULTS / f"{name}.png"
-    fig.savefig(path, dpi=100)
-    print(f"wrote {path}")
+    save_plot(fig, name, dpi=100)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 
-from common import RESULTS, TMP, machine, plt, quiet_service_logs, r, service_rev, service_src, summary, write_json
+from common import TMP, machine, plt, quiet_service_logs, r, save_plot, service_rev, service_src, summary, write_json
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
@@ -63,12 +63,7 @@ def inprocess(units: list[dict], segmenter: str, jieba_units: int) -> dict:
     chars = sum(len(u["content"]) for u in units)
     cjk = sum(len(_HAN.findall(u["content"])) for u in units)
     t0 = time.perf_counter()
-    n = 0
-    while True:
-        k = maint.index_tenant(store.tenant("default"))
-        n += k
-        if k == 0:
-            break
+    n = drain_index(store, maint)
     idx_s = time.perf_counter() - t0
     out[f"index_{segmenter}"] = {"units": n, "seconds": r(idx_s), "units_per_s": round(n / idx_s),
                                  "cjk_chars_per_s": round(cjk / idx_s), "chars_per_s": round(chars / idx_s)}
@@ -101,12 +96,7 @@ def inprocess(units: list[dict], segmenter: str, jieba_units: int) -> dict:
         store.push_many("default", sample[i:i + 1000])
     sc = sum(len(_HAN.findall(u["content"])) for u in sample)
     t0 = time.perf_counter()
-    n = 0
-    while True:
-        k = maint.index_tenant(store.tenant("default"))
-        n += k
-        if k == 0:
-            break
+    n = drain_index(store, maint)
     s = time.perf_counter() - t0
     out["index_jieba"] = {"units": n, "seconds": r(s), "units_per_s": round(n / s), "cjk_chars_per_s": round(sc / s)}
     app.extensions["context_shutdown"]()
@@ -255,6 +245,14 @@ def replica_cost(size: int, seed: int) -> dict:
     return {"shards": rows, "mean_seconds": r(sum(x["seconds"] for x in rows) / len(rows), 3)}
 
 
+def drain_index(store, maint) -> int:
+    """Index every pending unit of the default tenant; return how many."""
+    n = 0
+    while k := maint.index_tenant(store.tenant("default")):
+        n += k
+    return n
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--units", type=int, default=100_000, help="units for the ingest/indexing rates")
@@ -371,10 +369,7 @@ def plot(out: dict, name: str) -> None:
     ax.set_ylabel("units/s")
     ax.set_title("ingest and indexing rates")
     ax.tick_params(axis="x", labelsize=8)
-    fig.tight_layout()
-    path = RESULTS / f"{name}.png"
-    fig.savefig(path, dpi=110)
-    print(f"wrote {path}")
+    save_plot(fig, name)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ import argparse
 import gc
 import gzip
 import json
-import math
 import os
 import platform
 import re

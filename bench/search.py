@@ -13,10 +13,9 @@ _HERE = _os.path.dirname(_os.path.abspath(__file__))
 _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
 
 import argparse
-import sys
 import time
 
-from common import machine, plt, quiet_service_logs, service_rev, service_src, summary, write_json
+from common import machine, plt, quiet_service_logs, save_plot, service_rev, service_src, summary, write_json
 
 
 def run_queries(fn, qs: list[str], warmup: int, max_s: float) -> tuple[list[float], list[int]]:
@@ -100,7 +99,7 @@ def main(argv=None) -> None:
 
 def plot(raw: dict, name: str) -> None:
     pyplot = plt()
-    from common import RESULTS, pct
+    from common import pct
     fig, axes = pyplot.subplots(1, 2, figsize=(12, 4.5))
     ax = axes[0]
     for size, systems in raw.items():
@@ -129,10 +128,7 @@ def plot(raw: dict, name: str) -> None:
     ax.set_ylabel("latency (ms, log)")
     ax.set_title("search latency vs corpus size")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = RESULTS / f"{name}.png"
-    fig.savefig(path, dpi=110)
-    print(f"wrote {path}")
+    save_plot(fig, name)
 
 
 if __name__ == "__main__":
