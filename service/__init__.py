@@ -14,7 +14,7 @@ log = logging.getLogger("service")
 
 def create_app(test_config: dict | Config | None = None) -> Flask:
     """Application factory: configuration, store, background maintenance, blueprints."""
-    from . import errors, limits, metrics
+    from . import adapters, errors, limits, mcp, metrics
     from .api import health, search, units
     from .auth import KeyRing
     from .indexer import Maintenance
@@ -53,7 +53,8 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.register_blueprint(units.bp)
     app.register_blueprint(search.bp)
     app.register_blueprint(health.bp)
-    _register_optional(app)
+    mcp.init_app(app)
+    adapters.init_app(app)
     limits.init_app(app)
 
     def shutdown():
@@ -62,19 +63,6 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.extensions["context_shutdown"] = shutdown
     atexit.register(shutdown)
     return app
-
-
-def _register_optional(app: Flask) -> None:
-    """Front doors that live in their own packages (MCP, Dify, Continue, OpenAPI)."""
-    import importlib
-    for module in ("service.mcp", "service.adapters"):
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:
-            continue
-        init = getattr(mod, "init_app", None)
-        if init is not None:
-            init(app)
 
 
 def _setup_logging() -> None:

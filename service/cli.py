@@ -88,16 +88,19 @@ def keys_add(tenant, scopes, path):
 
 
 def _register_plugins() -> None:
-    """Commands that live beside the service: the client CLI and the MCP stdio bridge."""
-    import importlib
-    for module in ("service.cli_client", "service.mcp.stdio", "service.backup"):
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:
-            continue
-        register = getattr(mod, "register_cli", None)
-        if register is not None:
-            register(main)
+    """Commands that live beside the service: backup/restore, the MCP stdio bridge, and the
+    client commands (push, search, import) when the Python client package is installed."""
+    from . import backup
+    from .mcp import stdio
+    backup.register_cli(main)
+    stdio.register_cli(main)
+    try:
+        from . import cli_client
+    except ModuleNotFoundError as e:
+        if e.name != "context_mode_client":
+            raise
+        return  # installed without clients/python: no push/search/import commands
+    cli_client.register_cli(main)
 
 
 _register_plugins()
