@@ -14,18 +14,24 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
 
+def parse_json(raw: bytes):
+    """Strict JSON from request bytes: UTF-8 only, no NaN/Infinity.
+    Raises ValueError (incl. UnicodeDecodeError) or RecursionError; callers map them to their door's error."""
+    return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+
+
 def json_body():
     """The request body as JSON (any Content-Type); 400 ``invalid_json`` when it does not parse."""
     try:
         raw = request.get_data(cache=True)
     except (OSError, ClientDisconnected):
-        # The client stopped sending (see service/limits.py): free the worker thread.
+        # The client stopped sending (read timeout, see service/gunicorn_conf.py): free the worker thread.
         raise ApiError("The request body did not arrive in time.", code="request_timeout", status=408) from None
     if not raw.strip():
         raise BadRequest("The request body is empty; send a JSON document.", code="invalid_json")
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        return parse_json(raw)
+    except (ValueError, RecursionError) as e:
         raise BadRequest(f"The request body is not valid UTF-8 JSON: {str(e)[:200]}", code="invalid_json") from None
 
 

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from flask import Blueprint, Response, current_app, request
 
+from ..api import parse_json
 from ..auth import current_principal
 from ..errors import ApiError, Unauthorized, error_body
 from . import protocol as p
@@ -199,7 +200,7 @@ def endpoint():
 
     raw = request.get_data(cache=False)
     try:
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        doc = parse_json(raw)
         # Lone surrogates parse but can never be stored or echoed as UTF-8.
         json.dumps(doc, ensure_ascii=False).encode("utf-8")
     except (UnicodeError, ValueError, RecursionError):
@@ -238,6 +239,3 @@ def _internal(id_, exc: Exception) -> Response:
     log.exception("MCP handler failed")
     return _rpc_response(id_, 500, error=p.RpcError(p.INTERNAL_ERROR, "Internal server error."))
 
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
