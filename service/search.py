@@ -375,12 +375,13 @@ class Searcher:
         # terms cannot beat the k-th score once that exceeds the common terms' summed maximum.
         merged = None
         if p.operator == "or" and len(live) > 1:
-            by_df = sorted(live, key=lambda term: dfs[terms.index(term)])
-            common = [term for term in by_df[1:] if dfs[terms.index(term)] > 0.05 * n]
+            df_of, weight_of = dict(zip(terms, dfs)), dict(zip(terms, weights))
+            by_df = sorted(live, key=df_of.get)
+            common = [term for term in by_df[1:] if df_of[term] > 0.05 * n]
             rare = [term for term in by_df if term not in common]
             if common:
                 merged = run(rare)
-                bound = sum(weights[terms.index(term)] for term in common)
+                bound = sum(weight_of[term] for term in common)
                 if len(merged) < p.top_k or merged[p.top_k - 1][0][0] <= bound:
                     merged = None
         if merged is None:
