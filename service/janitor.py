@@ -6,26 +6,16 @@ import os
 import time
 
 from .shards import sql
+from .store import remove_rows
 
 log = logging.getLogger(__name__)
 
 
 def _purge_expired(conn, now: int) -> tuple[int, int | None]:
     """Delete expired rows (units, FTS, stats) of one shard; return (deleted, min live expiry)."""
-    rows = conn.execute(sql("expired_fetch"), {"now": now}).fetchall()
-    ndocs = ntokens = 0
-    for r in rows:
-        if r["indexed"] and r["ntok"]:
-            conn.execute(sql("fts_delete"), {"id": r["id"], "tokens": r["tokens"]})
-            ndocs += 1
-            ntokens += r["ntok"]
-    if rows:
-        conn.execute(sql("expired_delete"), {"now": now})
-        conn.execute(sql("meta_add"), {"key": "ndocs", "delta": -ndocs})
-        conn.execute(sql("meta_add"), {"key": "ntokens", "delta": -ntokens})
-        conn.execute(sql("meta_touch"), {"now_ms": int(time.time() * 1000)})
+    n = remove_rows(conn, conn.execute(sql("expired_fetch"), {"now": now}).fetchall())
     lo, _hi = conn.execute(sql("shard_expiry_bounds")).fetchone()
-    return len(rows), lo
+    return n, lo
 
 
 class Janitor:

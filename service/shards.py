@@ -200,18 +200,19 @@ class Db:
                     raise
             time.sleep(0.0005 + random.random() * 0.001)
 
+    def _path_inode(self) -> int | None:
+        try:
+            return os.stat(self.path).st_ino
+        except FileNotFoundError:
+            return None
+
     def _recreated(self) -> bool:
         """A different file now has our path (a missing one is not: its rows had all expired)."""
-        try:
-            return os.stat(self.path).st_ino != self._ino
-        except FileNotFoundError:
-            return False
+        ino = self._path_inode()
+        return ino is not None and ino != self._ino
 
     def _same_file(self) -> bool:
-        try:
-            return os.stat(self.path).st_ino == self._ino
-        except FileNotFoundError:
-            return False
+        return self._path_inode() == self._ino
 
     def _reset(self) -> None:
         with self._gen_lock:

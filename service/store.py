@@ -345,21 +345,24 @@ def migrate_shard(conn: sqlite3.Connection) -> None:
                 conn.execute(statement)
 
 
-def _delete_rows(conn: sqlite3.Connection, cids: list[str]) -> int:
-    """Delete units by CID with their FTS rows, keeping the BM25 stats exact."""
-    n = ndocs = ntokens = 0
-    for cid in cids:
-        row = conn.execute(sql("unit_delete_fetch"), {"cid": cid}).fetchone()
-        if row is None:
-            continue
+def remove_rows(conn: sqlite3.Connection, rows) -> int:
+    """Delete unit rows (id, indexed, ntok, tokens) with their FTS entries, keeping the BM25 stats exact."""
+    ndocs = ntokens = 0
+    for row in rows:
         if row["indexed"] and row["ntok"]:
             conn.execute(sql("fts_delete"), {"id": row["id"], "tokens": row["tokens"]})
             ndocs += 1
             ntokens += row["ntok"]
         conn.execute(sql("unit_delete"), {"id": row["id"]})
-        n += 1
-    if n:
+    if rows:
         conn.execute(sql("meta_add"), {"key": "ndocs", "delta": -ndocs})
         conn.execute(sql("meta_add"), {"key": "ntokens", "delta": -ntokens})
         conn.execute(sql("meta_touch"), {"now_ms": now_ms()})
-    return n
+    return len(rows)
+
+
+def _delete_rows(conn: sqlite3.Connection, cids: list[str]) -> int:
+    """Delete units by CID with their FTS rows."""
+    rows = [r for r in (conn.execute(sql("unit_delete_fetch"), {"cid": cid}).fetchone() for cid in cids)
+            if r is not None]
+    return remove_rows(conn, rows)

@@ -116,9 +116,6 @@ UPDATE meta SET value = 0 WHERE key = 'dirty_since_ms'
 -- name: expired_fetch
 SELECT id, indexed, ntok, tokens FROM units WHERE expires_at <= :now;
 
--- name: expired_delete
-DELETE FROM units WHERE expires_at <= :now;
-
 -- name: shard_expiry_bounds
 SELECT min(expires_at), max(expires_at) FROM units;
 
