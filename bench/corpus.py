@@ -72,21 +72,22 @@ def _read_jsonl(path: Path):
             yield json.loads(line)
 
 
+def _sentences(path, splitter, shortest: int, longest: int) -> list[str]:
+    """The sentences of a judged corpus whose length is within [shortest, longest] characters."""
+    out = []
+    for doc in _read_jsonl(path):
+        for s in splitter.split(doc.get("text", "")):
+            s = s.strip()
+            if shortest <= len(s) <= longest:
+                out.append(s)
+    return out
+
+
 @lru_cache(maxsize=1)
 def text_pools() -> tuple[list[str], list[str], list[str], list[float]]:
     """(Chinese sentences, English sentences, jieba dictionary words, their cumulative weights)."""
-    zh: list[str] = []
-    for doc in _read_jsonl(EVAL_ZH):
-        for s in _ZH_SPLIT.split(doc.get("text", "")):
-            s = s.strip()
-            if 6 <= len(s) <= 300:
-                zh.append(s)
-    en: list[str] = []
-    for doc in _read_jsonl(EVAL_EN):
-        for s in _EN_SPLIT.split(doc.get("text", "")):
-            s = s.strip()
-            if 20 <= len(s) <= 400:
-                en.append(s)
+    zh = _sentences(EVAL_ZH, _ZH_SPLIT, 6, 300)
+    en = _sentences(EVAL_EN, _EN_SPLIT, 20, 400)
     import jieba
     words, weights = [], []
     with open(Path(jieba.__file__).parent / "dict.txt", encoding="utf-8") as fh:
