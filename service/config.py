@@ -56,6 +56,7 @@ class Config:
     search_threads: int = 4
     local_top_n: int = 50
     exact_match_limit: int = 120     # at most this many matches in a shard: score them all exactly (cheap when small)
+    impact_min_docs: int = 1000      # past-day replicas with this many units get impact lists (0: never)
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     # Storage.

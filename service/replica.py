@@ -13,6 +13,7 @@ import sqlite3
 import threading
 import time
 
+from . import impacts as impact_lists
 from .shards import Db, sql
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ class ReplicaManager:
         self.store = store
         self.config = store.config
         self._copied: dict[tuple[str, str], int] = {}     # (tenant, day) -> index_version copied
+        self._impacts: dict[tuple[str, str], bool] = {}   # (tenant, day) -> the copy has current impact lists
         self._last: dict[tuple[str, str], float] = {}     # (tenant, day) -> last refresh time
         self.refreshes = 0
         self.refresh_seconds = 0.0
@@ -42,17 +44,21 @@ class ReplicaManager:
             db = t.shard(day, create=False)
             if db is None:
                 continue
-            version = db.read(lambda c: meta_of(c).get("index_version", 0))
+            meta = db.read(meta_of)
+            version = meta.get("index_version", 0)
+            impacts = impact_lists.wanted(self.config, day, meta.get("ndocs", 0))
             replica = t.replica_path(day)
-            if self._copied.get(key) == version and replica.exists():
-                continue
             if key not in self._copied and replica.exists():
                 try:
-                    self._copied[key] = replica_version(replica)
-                    if self._copied[key] == version:
-                        continue
+                    self._copied[key], info = replica_version(replica)
+                    self._impacts[key] = impact_lists.current(info, self.config)
                 except sqlite3.DatabaseError:
                     log.warning("replica %s is damaged; rebuilding it", replica)
+            # Up to date when the copy has this version and, for a past day, its impact lists
+            # (a day becomes past at midnight UTC; older replicas predate impact lists).
+            if (self._copied.get(key) == version and replica.exists()
+                    and (not impacts or self._impacts.get(key))):
+                continue
             self.refresh(t, day, db)
             n += 1
         return n
@@ -68,7 +74,11 @@ class ReplicaManager:
             try:
                 db.read(lambda c: c.backup(dst))
                 dst.execute("PRAGMA journal_mode=DELETE")
-                version = meta_of(dst).get("index_version", 0)
+                meta = meta_of(dst)
+                version = meta.get("index_version", 0)
+                impacts = impact_lists.wanted(self.config, day, meta.get("ndocs", 0))
+                if impacts:
+                    impact_lists.build(dst, self.config)
             finally:
                 dst.close()
             os.replace(tmp, replica)
@@ -77,16 +87,18 @@ class ReplicaManager:
                 tmp.unlink()
         db.write(lambda c: c.execute(sql("meta_clean"), {"version": version}))
         self._copied[(t.name, day)] = version
+        self._impacts[(t.name, day)] = impacts
         self._last[(t.name, day)] = time.time()
         self.refreshes += 1
         self.refresh_seconds += time.perf_counter() - start
         return version
 
 
-def replica_version(path) -> int:
+def replica_version(path) -> tuple[int, dict | None]:
+    """(index_version copied, impact-list parameters or None) of a replica file."""
     conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
     try:
-        return meta_of(conn).get("index_version", 0)
+        return meta_of(conn).get("index_version", 0), impact_lists.info(conn)
     finally:
         conn.close()
 

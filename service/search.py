@@ -8,6 +8,9 @@ formula with Lucene's always-positive idf; one unsharded index ranks identically
 """
 from __future__ import annotations
 
+import heapq
+import itertools
+import json
 import math
 import re
 import sqlite3
@@ -15,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from . import impacts
 from .errors import BadRequest
 from .indexer import index_pending
 from .replica import ReplicaReaders, meta_of
@@ -26,6 +30,9 @@ MAX_QUERY_CHARS = 16_384
 MAX_TIMESTAMP = 253_402_300_799   # 9999-12-31T23:59:59Z
 MAX_QUERY_TERMS = 64
 SNIPPET_CHARS = 200
+IMPACT_FIRST_M = 16           # pass 1 reads each term's best units per file, at least this many
+IMPACT_MAX_READ = 20_000      # pass 2 reads at most this many list entries per file, else FTS5 ranks
+IMPACT_SCORE_BATCH = 1024     # pass 3 scores units best upper bound first, in doubling batches (fewer round trips won)
 
 SEARCH_FIELDS = ("query", "top_k", "types", "source", "since", "until", "parent_cid", "min_score",
                  "operator", "consistency", "after_seq", "highlight", "explain")
@@ -139,10 +146,14 @@ def fts_query(terms: list[str], operator: str) -> str:
 def _shard_stats(conn, terms: list[str]) -> dict:
     """A shard's BM25 statistics: indexed documents, token total, document frequency per term."""
     meta = meta_of(conn)
-    df = {}
-    for term in terms:
-        row = conn.execute(sql("vocab_df"), {"term": term}).fetchone()
-        df[term] = row["doc"] if row else 0
+    df = dict.fromkeys(terms, 0)
+    try:
+        # A file with impact lists has every term's df in one small table.
+        df.update(conn.execute(sql("impact_df"), {"terms": json.dumps(terms)}).fetchall())
+    except sqlite3.OperationalError:
+        for term in terms:
+            row = conn.execute(sql("vocab_df"), {"term": term}).fetchone()
+            df[term] = row["doc"] if row else 0
     return {"ndocs": meta.get("ndocs", 0), "ntokens": meta.get("ntokens", 0), "df": df}
 
 
@@ -176,30 +187,40 @@ def _filters(p: SearchParams, args: dict) -> list[str]:
 
 def _shard_top(conn, p: SearchParams, match: str, terms: list[str], weights: list[float], avgdl: float,
                k1: float, b: float, local_n: int | None, k: int, now: int) -> list[tuple]:
-    """One shard's best k units under the *global* BM25 weights, scored inside SQLite; rows are
-    (score, cid, id, ntok, tf...).
+    """One shard's best k FTS matches under the *global* BM25 weights, scored inside SQLite; rows
+    are (score, cid, id, ntok, tf...).
 
     ``local_n`` None scores every match (exact). Otherwise FTS5's own rank (local statistics)
     first keeps a generous local top-N: only for matches too many to score one by one.
+    """
+    args: dict = {"match": match}
+    where = ["units_fts MATCH :match"] + _filters(p, args)
+    local = ""
+    if local_n is not None:
+        args["n"] = local_n
+        local = " ORDER BY units_fts.rank LIMIT :n"
+    source = f"FROM units_fts JOIN units u ON u.id = units_fts.rowid WHERE {' AND '.join(where)}{local}"
+    return _score(conn, source, args, terms, weights, avgdl, k1, b, k, now)
+
+
+def _score(conn, source: str, args: dict, terms: list[str], weights: list[float], avgdl: float,
+           k1: float, b: float, k: int, now: int) -> list[tuple]:
+    """The best k units of ``source`` (SQL: FROM ... WHERE ..., alias u for units) under the global
+    BM25 weights; rows are (score, cid, id, ntok, tf...).
+
     Term frequencies come from units.tokens: with spaces doubled, occurrences of ' term ' are
     counted by length arithmetic, in C, without sending documents to Python.
     """
-    args: dict = {"match": match, "k": k, "now": now, "k1": k1, "b": b, "avgdl": avgdl}
-    where = ["units_fts MATCH :match"] + _filters(p, args)
+    args.update({"k": k, "now": now, "k1": k1, "b": b, "avgdl": avgdl})
     tf_cols, score_terms = [], []
     for i, (term, w) in enumerate(zip(terms, weights)):
         args[f"p{i}"] = f" {term} "
         tf_cols.append(f"(length(t) - length(replace(t, :p{i}, ''))) / length(:p{i}) AS tf{i}")
         args[f"w{i}"] = w
         score_terms.append(f":w{i} * tf{i} / (tf{i} + norm)")
-    local = ""
-    if local_n is not None:
-        args["n"] = local_n
-        local = " ORDER BY units_fts.rank LIMIT :n"
     query = (
         "WITH c AS MATERIALIZED (SELECT u.id AS id, u.cid AS cid, u.ntok AS ntok, "
-        "' ' || replace(u.tokens, ' ', '  ') || ' ' AS t FROM units_fts JOIN units u ON u.id = units_fts.rowid "
-        f"WHERE {' AND '.join(where)}{local}), "
+        f"' ' || replace(u.tokens, ' ', '  ') || ' ' AS t {source}), "
         f"s AS MATERIALIZED (SELECT id, cid, ntok, :k1 * (1 - :b + :b * ntok / :avgdl) AS norm, {', '.join(tf_cols)} FROM c) "
         f"SELECT {' + '.join(score_terms)} AS score, cid, id, ntok, {', '.join(f'tf{i}' for i in range(len(terms)))} "
         "FROM s ORDER BY score DESC, cid LIMIT :k")
@@ -212,6 +233,26 @@ def _fetch_units(conn, ids: list[int]) -> dict:
         "SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid "
         f"FROM units WHERE id IN ({marks})", ids).fetchall()
     return {r["id"]: r for r in rows}
+
+
+def _first_pass(conn, config, p: SearchParams, lists_ok: bool, fts_terms: list[str], n_local: int | None,
+                m: int, scoring):
+    """One shard's first pass: ("lists", impacts.Lists) when the file has current impact lists and
+    the query may use them, else ("rows", exact rows) from FTS5 over ``fts_terms``."""
+    terms, weights, avgdl, k1, b, k, now = scoring
+    if lists_ok:
+        meta = impacts.info(conn)
+        if impacts.current(meta, config):
+            return "lists", impacts.first_pass(conn, meta, terms, dict(zip(terms, weights)), avgdl, k1, b, m, now)
+    if not fts_terms:
+        return "rows", []
+    return "rows", _shard_top(conn, p, fts_query(fts_terms, p.operator), terms, weights, avgdl, k1, b, n_local, k, now)
+
+
+def _score_ids(conn, ids: list[int], p: SearchParams, scoring) -> list[tuple]:
+    args: dict = {"ids": json.dumps(ids)}
+    where = ["u.id IN (SELECT value FROM json_each(:ids))"] + _filters(p, args)
+    return _score(conn, f"FROM units u WHERE {' AND '.join(where)}", args, *scoring)
 
 
 class StatsCache:
@@ -295,8 +336,11 @@ class Searcher:
                 if index_pending(db, self.tokenizer, self.config.index_batch) < self.config.index_batch:
                     break
 
-    def _map(self, fn, items):
-        if len(items) <= 1:
+    def _map(self, fn, items, parallel: bool = True):
+        """fn over shards: on the thread pool when the work is mostly SQLite's (FTS5 ranking, which
+        runs without the GIL), in this thread when it is short or mostly Python (impact lists,
+        cached statistics), where handing it to threads measured slower."""
+        if not parallel or len(items) <= 1:
             return [fn(x) for x in items]
         return list(self.pool.map(fn, items))
 
@@ -334,7 +378,7 @@ class Searcher:
 
     def _search(self, t, p: SearchParams, terms: list[str], days: list[str], now: int) -> list[dict]:
         # 1. Global statistics: documents, average length and document frequency over the searched shards.
-        per_day = dict(zip(days, self._map(lambda d: self._stats(t, d, p.strong, terms), days)))
+        per_day = {day: self._stats(t, day, p.strong, terms) for day in days}
         stats = [s for s in per_day.values() if s is not None]
         n = sum(s["ndocs"] for s in stats)
         if n <= 0:
@@ -350,42 +394,118 @@ class Searcher:
         if not live or (p.operator == "and" and len(live) < len(terms)):
             return []
         local_n = max(self.config.local_top_n, 3 * p.top_k)   # generous: 3x what the shard may contribute
-
-        def run(match_terms: list[str]) -> list[tuple]:
-            match = fts_query(match_terms, p.operator)
-
-            def one(day):
-                st = per_day.get(day)
-                if st is None:
-                    return []
-                # Score every match exactly unless the shard holds too many (sum of df bounds the OR matches).
-                matches = sum(st["df"][term] for term in match_terms)
-                if not matches:
-                    return []
-                n_local = None if matches <= self.config.exact_match_limit else local_n
-                rows, db = self._read(t, day, p.strong, _shard_top, p, match, terms, weights, avgdl,
-                                      k1, b, n_local, p.top_k, now)
-                return [(r, day, db) for r in rows or ()]
-            merged = [x for part in self._map(one, days) for x in part]
-            # Ties break by CID, so the order is the same however the corpus is sharded.
-            merged.sort(key=lambda x: (-x[0][0], x[0][1]))
-            return merged
-
-        # 2. MaxScore-style plan: candidates from the rarer terms first; a unit holding only common
-        # terms cannot beat the k-th score once that exceeds the common terms' summed maximum.
-        merged = None
+        k, exact_limit = p.top_k, self.config.exact_match_limit
+        df_of, weight_of = dict(zip(terms, dfs)), dict(zip(terms, weights))
+        # 2. MaxScore-style plans. Shards with impact lists: service/impacts.py. Other shards (today's,
+        # primaries): candidates from the rarer terms first; a unit holding only common terms cannot
+        # beat the k-th score once that exceeds the common terms' summed maximum.
+        first_terms, common = live, []
         if p.operator == "or" and len(live) > 1:
-            df_of, weight_of = dict(zip(terms, dfs)), dict(zip(terms, weights))
             by_df = sorted(live, key=df_of.get)
             common = [term for term in by_df[1:] if df_of[term] > 0.05 * n]
-            rare = [term for term in by_df if term not in common]
-            if common:
-                merged = run(rare)
-                bound = sum(weight_of[term] for term in common)
-                if len(merged) < p.top_k or merged[p.top_k - 1][0][0] <= bound:
-                    merged = None
-        if merged is None:
-            merged = run(live)
+            first_terms = [term for term in by_df if term not in common]
+        scoring = (terms, weights, avgdl, k1, b, k, now)
+        # Impact lists (in replicas only) hold every unit of a term: usable for OR queries that no
+        # filter but expiry narrows.
+        lists_ok = (p.operator == "or" and not p.strong and self.config.replicas and self.config.impact_min_docs > 0
+                    and not (p.types or p.source or p.parent_cid or p.since is not None or p.until is not None))
+
+        def fts_args(st, match_terms):
+            match_terms = [term for term in match_terms if st["df"][term]]
+            # Score every match exactly unless the shard holds too many (sum of df bounds the OR matches).
+            n_local = None if sum(st["df"][term] for term in match_terms) <= exact_limit else local_n
+            return match_terms, n_local
+
+        def fts_rows(day):
+            rows, db = self._read(t, day, p.strong, _shard_top, p, fts_query(live, p.operator), terms, weights,
+                                  avgdl, k1, b, fts_args(per_day[day], live)[1], k, now)
+            return rows or []
+
+        def kth(found) -> float:
+            """Any k units scored (or bounded from below) so far: the final k-th best is at least this."""
+            known = heapq.nlargest(k, itertools.chain.from_iterable(
+                (r[0] for r in x) if kind == "rows" else x.lows() for _, _, kind, x in found))
+            return max(known[k - 1] if len(known) >= k else 0.0, p.min_score * max_attainable)
+
+        def complete(found, picks) -> None:
+            """Exact scores for (entry index, doc) picks; a file replaced meanwhile is searched by FTS5."""
+            by_entry: dict[int, list[int]] = {}
+            for i, doc in picks:
+                by_entry.setdefault(i, []).append(doc)
+            for i, docs in by_entry.items():
+                day, db, kind, x = found[i]
+                if kind == "lists" and not db.read(impacts.complete, x, sorted(docs)):
+                    found[i] = (day, db, "rows", fts_rows(day))
+
+        # Pass 1: each shard's lists' best units, or FTS5 rows (over the rare terms first).
+        def first(day):
+            st = per_day.get(day)
+            if st is None or not any(st["df"][term] for term in live):
+                return None
+            res, db = self._read(t, day, p.strong, _first_pass, self.config, p, lists_ok,
+                                 *fts_args(st, first_terms), max(2 * k, IMPACT_FIRST_M), scoring)
+            return None if res is None else (day, db, *res)
+
+        found = [x for x in self._map(first, days, not lists_ok) if x is not None]
+        # The k best units read so far, scored exactly: a threshold as high as pass 1 can give.
+        complete(found, [(i, doc) for _, i, doc in heapq.nlargest(k, (
+            (lo, i, doc) for i, (_, _, kind, x) in enumerate(found) if kind == "lists"
+            for doc, lo in x.lo.items() if x.live(doc)))])
+        threshold = kth(found)
+        common_bound = sum(weight_of[term] for term in common)
+
+        # Pass 2: read each file's lists down to the impact the threshold needs; FTS5 shards holding
+        # units with only common terms are searched again with every term when those could still win.
+        def second(entry):
+            day, db, kind, x = entry
+            if kind == "lists":
+                levels = x.levels(threshold)
+                if not levels:
+                    return entry
+                try:
+                    if db.read(impacts.read_down_to, x, levels, IMPACT_MAX_READ):
+                        return entry
+                except sqlite3.DatabaseError:
+                    pass
+                return day, db, "rows", fts_rows(day)
+            if common and threshold <= common_bound:
+                return day, db, "rows", fts_rows(day)
+            return entry
+
+        found = self._map(second, found, not lists_ok)
+        threshold = kth(found)
+
+        # Pass 3: exact scores for units read from some lists but not all, best upper bound first,
+        # until the next upper bound is below the k-th best score.
+        pending = sorted(((hi, i, doc) for i, (_, _, kind, x) in enumerate(found) if kind == "lists"
+                          for hi, doc in x.candidates(threshold - 1e-9)), reverse=True)
+        exact = [r[0] for _, _, kind, x in found if kind == "rows" for r in x]
+        exact += [v for _, _, kind, x in found if kind == "lists" for doc, v in x.exact.items() if x.live(doc)]
+        batch, at = IMPACT_SCORE_BATCH, 0
+        while at < len(pending) and pending[at][0] >= threshold - 1e-9:
+            take = [(i, doc) for hi, i, doc in pending[at:at + batch] if hi >= threshold - 1e-9]
+            at += batch
+            batch *= 2
+            complete(found, take)
+            for i, doc in take:
+                x = found[i][3]
+                if found[i][2] == "lists" and doc in x.exact:
+                    exact.append(x.exact[doc])
+            best = heapq.nlargest(k, exact)
+            if len(best) == k:
+                threshold = max(threshold, best[-1])
+
+        # The winners' rows (cid, tf per term) from SQL, scored by the same arithmetic as FTS5 rows.
+        def rows(entry):
+            day, db, kind, x = entry
+            if kind == "rows":
+                return [(r, day, db) for r in x]
+            ids = sorted(doc for doc, score in x.exact.items() if score >= threshold - 1e-9 and x.live(doc))
+            return [(r, day, db) for r in db.read(_score_ids, ids, p, scoring)] if ids else []
+
+        merged = [r for part in map(rows, found) for r in part]
+        # Ties break by CID, so the order is the same however the corpus is sharded.
+        merged.sort(key=lambda x: (-x[0][0], x[0][1]))
         winners = [m for m in merged if m[0][0] / max_attainable >= p.min_score][:p.top_k]
         return self._materialize(p, terms, winners, idf, avgdl, n, max_attainable)
 

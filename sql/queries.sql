@@ -128,3 +128,13 @@ SELECT value FROM meta WHERE key = 'schema_version';
 -- name: shard_freshness
 SELECT (SELECT count(*) FROM units WHERE indexed = 0),
        (SELECT value FROM meta WHERE key = 'dirty_since_ms');
+
+-- name: impact_meta
+SELECT k1, b, avgdl, (SELECT value FROM meta WHERE key = 'index_version'),
+       (SELECT min(expires_at) FROM units) FROM impact_meta;
+
+-- name: impact_df
+SELECT term, df FROM impact_terms WHERE term IN (SELECT value FROM json_each(:terms));
+
+-- name: expired_ids
+SELECT id FROM units WHERE expires_at <= :now;
