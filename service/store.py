@@ -168,6 +168,7 @@ class Store:
         """Catalog transaction: assign seqs, detect duplicates and collisions, check parents."""
         planned = []          # (index, unit, seq, status)
         batch_cids: dict[str, int] = {}   # cid -> expires_at, for parents earlier in this batch
+        expiry: dict[str, tuple[int, int]] = {}   # day -> (min, max) expires_at of this batch
         ms = now_ms()
         for i, u in valid:
             try:
@@ -190,11 +191,15 @@ class Store:
                 else:
                     conn.execute(sql("catalog_update_mutable"), params)
                     seq, status = row["seq"], "duplicate"
-                conn.execute(sql("days_upsert"), {"day": u.day, "expires_at": u.expires_at})
+                lo, hi = expiry.get(u.day, (u.expires_at, u.expires_at))
+                expiry[u.day] = (min(lo, u.expires_at), max(hi, u.expires_at))
                 batch_cids[u.cid] = u.expires_at
                 planned.append((i, u, seq, status))
             except ApiError as e:
                 results[i] = e
+        # One days row update per day of the batch, not per unit.
+        for day, (lo, hi) in expiry.items():
+            conn.execute(sql("days_upsert"), {"day": day, "min_expires_at": lo, "max_expires_at": hi})
         return planned
 
     def _check_parent(self, conn, u: Unit, now: float, batch_cids: dict) -> None:

@@ -30,7 +30,7 @@ SELECT coalesce(max(seq), 0) FROM catalog;
 SELECT count(*) FROM catalog WHERE expires_at > :now;
 
 -- name: days_upsert
-INSERT INTO days(day, max_expires_at, min_expires_at) VALUES (:day, :expires_at, :expires_at)
+INSERT INTO days(day, max_expires_at, min_expires_at) VALUES (:day, :max_expires_at, :min_expires_at)
 ON CONFLICT(day) DO UPDATE SET
     max_expires_at = max(max_expires_at, excluded.max_expires_at),
     min_expires_at = min(min_expires_at, excluded.min_expires_at);
