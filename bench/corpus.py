@@ -264,6 +264,14 @@ def service_dir(size: int, seed: int = 1, *, rebuild: bool = False, log=print) -
     fmt = hashlib.sha1(schema("shard_schema.sql").encode()).hexdigest()[:8]
     d = TMP / f"service-{corpus_key(size, seed)}-{fmt}"
     if (d / "READY").exists() and not rebuild:
+        # Bring derived files up to date with this service code (e.g. replicas' impact lists of
+        # another format): one maintenance pass, a no-op when nothing is due.
+        from service import create_app
+        app = create_app({"data_dir": str(d), "background": False})
+        t0 = time.perf_counter()
+        if app.extensions["context_maintenance"].run_once() or time.perf_counter() - t0 > 5:
+            log(f"  brought cached corpus {size} up to date in {time.perf_counter() - t0:.1f} s")
+        app.extensions["context_shutdown"]()
         return d
     if d.exists():
         shutil.rmtree(d)

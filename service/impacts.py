@@ -25,6 +25,7 @@ import time
 
 from .shards import schema, sql
 
+FORMAT = 1             # impact_meta.format of the lists this code reads (sql/replica_impacts.sql)
 SCALE = 65536          # impacts are stored as floor(SCALE * tf / (tf + norm))
 NO_READ = SCALE + 1    # a q_min no unit reaches
 
@@ -49,7 +50,7 @@ def wanted(config, day: str, ndocs: int) -> bool:
 
 def build(conn: sqlite3.Connection, config) -> None:
     """Add impact lists (sql/replica_impacts.sql) to a replica copy, in one transaction."""
-    args = {"k1": config.bm25_k1, "b": config.bm25_b}
+    args = {"format": FORMAT, "k1": config.bm25_k1, "b": config.bm25_b}
     conn.execute(f"PRAGMA cache_size=-{64 * 1024}")
     conn.execute("BEGIN")
     try:
@@ -69,14 +70,14 @@ def info(conn: sqlite3.Connection) -> dict | None:
         return None
     if row is None:
         return None
-    return {"k1": row[0], "b": row[1], "avgdl": row[2], "version": row[3], "min_expires": row[4]}
+    return {"format": row[0], "k1": row[1], "b": row[2], "avgdl": row[3], "version": row[4], "min_expires": row[5]}
 
 
 def current(meta: dict | None, config) -> bool:
-    """Lists built under other k1 / b are not used (and the leader rebuilds them); impact_min_docs 0
-    turns them off."""
-    return (config.impact_min_docs > 0 and meta is not None and meta["k1"] == config.bm25_k1
-            and meta["b"] == config.bm25_b)
+    """Lists of another format or built under other k1 / b are not used (and the leader rebuilds
+    them); impact_min_docs 0 turns them off."""
+    return (config.impact_min_docs > 0 and meta is not None and meta["format"] == FORMAT
+            and meta["k1"] == config.bm25_k1 and meta["b"] == config.bm25_b)
 
 
 # --- searching -------------------------------------------------------------------------------------

@@ -130,7 +130,7 @@ SELECT (SELECT count(*) FROM units WHERE indexed = 0),
        (SELECT value FROM meta WHERE key = 'dirty_since_ms');
 
 -- name: impact_meta
-SELECT k1, b, avgdl, (SELECT value FROM meta WHERE key = 'index_version'),
+SELECT format, k1, b, avgdl, (SELECT value FROM meta WHERE key = 'index_version'),
        (SELECT min(expires_at) FROM units) FROM impact_meta;
 
 -- name: impact_df

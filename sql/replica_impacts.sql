@@ -3,7 +3,8 @@
 -- with its term frequency, its length, and the term's BM25 impact there, tf / (tf + norm) with
 -- this file's own average length, quantised down to 1/65536. Search reads a term's units in
 -- impact order and stops once the rest cannot reach the top k (service/search.py).
-CREATE TABLE impact_meta (k1 REAL NOT NULL, b REAL NOT NULL, avgdl REAL NOT NULL);
+-- format: bumped whenever these tables change; replicas with another format are rebuilt.
+CREATE TABLE impact_meta (format INTEGER NOT NULL, k1 REAL NOT NULL, b REAL NOT NULL, avgdl REAL NOT NULL);
 CREATE TABLE impact_terms (term TEXT PRIMARY KEY, tid INTEGER NOT NULL, df INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE impacts (
     tid  INTEGER NOT NULL,
@@ -14,8 +15,8 @@ CREATE TABLE impacts (
     PRIMARY KEY (tid, q, doc)
 ) WITHOUT ROWID;
 CREATE VIRTUAL TABLE temp.units_instances USING fts5vocab(main, units_fts, instance);
-INSERT INTO impact_meta (k1, b, avgdl)
-    SELECT :k1, :b, CAST(t.value AS REAL) / max(n.value, 1)
+INSERT INTO impact_meta (format, k1, b, avgdl)
+    SELECT :format, :k1, :b, CAST(t.value AS REAL) / max(n.value, 1)
     FROM meta n JOIN meta t ON n.key = 'ndocs' AND t.key = 'ntokens';
 INSERT INTO impact_terms (term, tid, df)
     SELECT term, row_number() OVER (ORDER BY term), doc FROM units_vocab;

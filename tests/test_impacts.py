@@ -184,8 +184,23 @@ def test_older_replicas_and_changed_parameters_get_lists_rebuilt(tmp_path):
         tuned.extensions["context_maintenance"].run_once()
         assert all(p["k1"] == 0.9 for p in lists_params(tuned))
         assert ranked(tuned, {"query": queries[1], "top_k": 10}) == before
+        t = tuned.extensions["context_store"].tenant("default")
+        first_day = tuned.extensions["context_store"].live_days(t)[0]
     finally:
         tuned.extensions["context_shutdown"]()
+    # Lists of another format (an older release) are not read, and are rebuilt.
+    conn = sqlite3.connect(str(t.replica_path(first_day)))
+    conn.execute("UPDATE impact_meta SET format = format - 1")
+    conn.commit()
+    conn.close()
+    again = open_app(tmp_path / "d", impact_min_docs=50, bm25_k1=0.9, replica_debounce_ms=100)
+    try:
+        assert lists_params(again)[0]["format"] == impacts.FORMAT - 1
+        assert ranked(again, {"query": queries[1], "top_k": 10}) == before
+        again.extensions["context_maintenance"].run_once()
+        assert [p["format"] for p in lists_params(again)] == [impacts.FORMAT] * 3
+    finally:
+        again.extensions["context_shutdown"]()
 
 
 def test_too_deep_lists_fall_back_to_fts5_and_stay_exact(tmp_path, monkeypatch):
