@@ -57,6 +57,7 @@ class Config:
     local_top_n: int = 50
     exact_match_limit: int = 120     # at most this many matches in a shard: score them all exactly (cheap when small)
     impact_min_docs: int = 1000      # past-day replicas with this many units get impact lists (0: never)
+    impact_quiet_s: float = 60.0     # ... once no unit has been pushed into that day for this long
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     # Storage.

@@ -7,11 +7,14 @@ file's own average length (sql/replica_impacts.sql), with tf and the unit's leng
 
 Search then works in three passes over the files (service/search.py drives them):
 1. read each query term's best few units per file; their partial scores under the global
-   weights are lower bounds, and the k-th best of them over all files is a threshold;
-2. per file, a unit holding none of the terms with impact >= threshold / (sum of weights)
-   scores below the threshold: read every term's units down to that impact, no further;
+   weights are lower bounds; the k best of them are scored exactly (by-unit index), and the
+   k-th best score is a threshold;
+2. per file, the terms whose unread units can add least are left as they are while their summed
+   maxima fit under the threshold (MaxScore); the others are read down to one impact level, so
+   that a unit read from no list scores below the threshold;
 3. a unit read in some lists but not others has an upper bound (the unread lists' frontier);
-   only units whose upper bound reaches the k-th best lower bound are scored exactly.
+   units are scored exactly best upper bound first, raising the threshold, until the next upper
+   bound is below it.
 The result is the exact top k of the same global BM25 the FTS5 path computes.
 """
 from __future__ import annotations
@@ -41,11 +44,15 @@ def _statements(script: str):
 
 
 # --- building (the replica leader) ---------------------------------------------------------------
-def wanted(config, day: str, ndocs: int) -> bool:
-    """Impact lists go into replicas of past days only: today's shard changes every second, and
-    rebuilding them (seconds per 30k units) on each refresh would cost more than it saves."""
+def wanted(config, day: str, conn: sqlite3.Connection, meta: dict) -> bool:
+    """Impact lists go into replicas of past days that have been quiet for impact_quiet_s: today's
+    shard changes every second, and rebuilding lists (seconds per 30k units) on each refresh of a
+    day still being written (a backfill) would hold the leader up and the index lag with it."""
     today = time.strftime("%Y-%m-%d", time.gmtime())
-    return config.impact_min_docs > 0 and day < today and ndocs >= config.impact_min_docs
+    if config.impact_min_docs <= 0 or day >= today or meta.get("ndocs", 0) < config.impact_min_docs:
+        return False
+    row = conn.execute(sql("shard_last_push")).fetchone()
+    return row is None or time.time() - row[0] / 1000 >= config.impact_quiet_s
 
 
 def build(conn: sqlite3.Connection, config) -> None:
@@ -82,9 +89,9 @@ def current(meta: dict | None, config) -> bool:
 
 # --- searching -------------------------------------------------------------------------------------
 class Lists:
-    """What the passes have read of one file's impact lists for one query. Per unit read: its
-    length, its exact partial score over the lists it was read from and which lists those were,
-    and once its other terms have been looked up, its exact score."""
+    """What the passes have read of one file's impact lists for one query. Per unit read: its exact
+    partial score over the lists it was read from and which lists those were, and once its other
+    terms have been looked up, its exact score."""
 
     def __init__(self, meta: dict, weight_of: dict, avgdl: float, k1: float, b: float):
         self.version = meta["version"]
@@ -97,19 +104,17 @@ class Lists:
         self.bound: dict[str, int] = {}          # term -> units not read from its list have q < bound
         self.lo: dict[int, float] = {}           # doc -> exact score over the lists it was read from
         self.mask: dict[int, int] = {}           # doc -> bits of those lists
-        self.ntok: dict[int, int] = {}
         self.exact: dict[int, float] = {}        # doc -> its score (all terms looked up)
         self.expired: set[int] = set()
 
     def add(self, term: str, rows) -> None:
         """Rows (i, tid, doc, q, part, ntok) of one term's list, part its exact contribution."""
         bit = self.bit[term]
-        lo, mask, ntoks = self.lo, self.mask, self.ntok
-        for _i, _tid, doc, _q, part, ntok in rows:
+        lo, mask = self.lo, self.mask
+        for _i, _tid, doc, _q, part, _ntok in rows:
             seen = mask.get(doc, 0)
             if not seen & bit:
                 mask[doc] = seen | bit
-                ntoks[doc] = ntok
                 lo[doc] = lo.get(doc, 0.0) + part
 
     def complete(self, conn, docs: list[int]) -> None:

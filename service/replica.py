@@ -44,9 +44,8 @@ class ReplicaManager:
             db = t.shard(day, create=False)
             if db is None:
                 continue
-            meta = db.read(meta_of)
+            meta, impacts = db.read(lambda c: (m := meta_of(c), impact_lists.wanted(self.config, day, c, m)))
             version = meta.get("index_version", 0)
-            impacts = impact_lists.wanted(self.config, day, meta.get("ndocs", 0))
             replica = t.replica_path(day)
             if key not in self._copied and replica.exists():
                 try:
@@ -54,8 +53,9 @@ class ReplicaManager:
                     self._impacts[key] = impact_lists.current(info, self.config)
                 except sqlite3.DatabaseError:
                     log.warning("replica %s is damaged; rebuilding it", replica)
-            # Up to date when the copy has this version and, for a past day, its impact lists
-            # (a day becomes past at midnight UTC; older replicas predate impact lists).
+            # Up to date when the copy has this version and, for a quiet past day, its impact lists
+            # (a day becomes past at midnight UTC, quiet a while after its last push; older
+            # replicas predate impact lists).
             if (self._copied.get(key) == version and replica.exists()
                     and (not impacts or self._impacts.get(key))):
                 continue
@@ -76,7 +76,7 @@ class ReplicaManager:
                 dst.execute("PRAGMA journal_mode=DELETE")
                 meta = meta_of(dst)
                 version = meta.get("index_version", 0)
-                impacts = impact_lists.wanted(self.config, day, meta.get("ndocs", 0))
+                impacts = impact_lists.wanted(self.config, day, dst, meta)
                 if impacts:
                     impact_lists.build(dst, self.config)
             finally:

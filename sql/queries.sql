@@ -125,6 +125,9 @@ SELECT term, doc FROM units_vocab WHERE term = :term;
 -- name: schema_version
 SELECT value FROM meta WHERE key = 'schema_version';
 
+-- name: shard_last_push
+SELECT pushed_ms FROM units ORDER BY id DESC LIMIT 1;
+
 -- name: shard_freshness
 SELECT (SELECT count(*) FROM units WHERE indexed = 0),
        (SELECT value FROM meta WHERE key = 'dirty_since_ms');

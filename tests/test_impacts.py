@@ -40,7 +40,7 @@ def settle(app):
 @pytest.fixture
 def two_apps(tmp_path):
     """The same data read with impact lists (fast) and by scoring every FTS5 match (exact)."""
-    fast = open_app(tmp_path / "d", impact_min_docs=50, replica_debounce_ms=100)
+    fast = open_app(tmp_path / "d", impact_min_docs=50, impact_quiet_s=0, replica_debounce_ms=100)
     exact = open_app(tmp_path / "d", impact_min_docs=0, exact_match_limit=10**9, replica_debounce_ms=100)
     yield fast, exact
     fast.extensions["context_shutdown"]()
@@ -170,14 +170,14 @@ def test_older_replicas_and_changed_parameters_get_lists_rebuilt(tmp_path):
                 conn.close()
         return out
 
-    app = open_app(tmp_path / "d", impact_min_docs=50, replica_debounce_ms=100)
+    app = open_app(tmp_path / "d", impact_min_docs=50, impact_quiet_s=0, replica_debounce_ms=100)
     try:
         assert lists_params(app) == [None, None, None]      # replicas from before impact lists
         app.extensions["context_maintenance"].run_once()
         assert all(p is not None and p["k1"] == 1.2 for p in lists_params(app))
     finally:
         app.extensions["context_shutdown"]()
-    tuned = open_app(tmp_path / "d", impact_min_docs=50, bm25_k1=0.9, replica_debounce_ms=100)
+    tuned = open_app(tmp_path / "d", impact_min_docs=50, impact_quiet_s=0, bm25_k1=0.9, replica_debounce_ms=100)
     try:
         # Lists built for another k1 are not used; the leader rebuilds them.
         before = ranked(tuned, {"query": queries[1], "top_k": 10})
@@ -193,7 +193,7 @@ def test_older_replicas_and_changed_parameters_get_lists_rebuilt(tmp_path):
     conn.execute("UPDATE impact_meta SET format = format - 1")
     conn.commit()
     conn.close()
-    again = open_app(tmp_path / "d", impact_min_docs=50, bm25_k1=0.9, replica_debounce_ms=100)
+    again = open_app(tmp_path / "d", impact_min_docs=50, impact_quiet_s=0, bm25_k1=0.9, replica_debounce_ms=100)
     try:
         assert lists_params(again)[0]["format"] == impacts.FORMAT - 1
         assert ranked(again, {"query": queries[1], "top_k": 10}) == before
@@ -205,7 +205,7 @@ def test_older_replicas_and_changed_parameters_get_lists_rebuilt(tmp_path):
 
 def test_too_deep_lists_fall_back_to_fts5_and_stay_exact(tmp_path, monkeypatch):
     import service.search as search
-    fast = open_app(tmp_path / "d", impact_min_docs=50, exact_match_limit=10**9, replica_debounce_ms=100)
+    fast = open_app(tmp_path / "d", impact_min_docs=50, impact_quiet_s=0, exact_match_limit=10**9, replica_debounce_ms=100)
     exact = open_app(tmp_path / "d", impact_min_docs=0, exact_match_limit=10**9, replica_debounce_ms=100)
     try:
         docs, queries = docs_and_queries(500, 5)
@@ -220,3 +220,31 @@ def test_too_deep_lists_fall_back_to_fts5_and_stay_exact(tmp_path, monkeypatch):
     finally:
         fast.extensions["context_shutdown"]()
         exact.extensions["context_shutdown"]()
+
+
+def test_a_day_still_being_written_gets_lists_only_once_quiet(tmp_path):
+    """Backfilling an old day must not rebuild its lists on every refresh (index lag): the copy
+    goes without lists while pushes arrive, and gets them once the day has been quiet a while."""
+    from service import impacts
+    app = open_app(tmp_path / "d", impact_min_docs=50, impact_quiet_s=3, replica_debounce_ms=100)
+    try:
+        docs, queries = docs_and_queries(300, 6)
+        push(app, docs, now=int(time.time()), days=(2,))
+        settle(app)
+        t = app.extensions["context_store"].tenant("default")
+        day = app.extensions["context_store"].live_days(t)[0]
+
+        def has_lists():
+            conn = sqlite3.connect(f"file:{t.replica_path(day)}?mode=ro", uri=True)
+            try:
+                return impacts.info(conn) is not None
+            finally:
+                conn.close()
+        assert not has_lists()
+        found = ranked(app, {"query": queries[0], "top_k": 5})
+        time.sleep(3.2)
+        app.extensions["context_maintenance"].run_once()
+        assert has_lists()
+        assert ranked(app, {"query": queries[0], "top_k": 5}) == found
+    finally:
+        app.extensions["context_shutdown"]()
