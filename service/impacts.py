@@ -194,7 +194,7 @@ class Lists:
 
 def _read_lists(lists: Lists, conn, terms: list[str], levels: dict, args: dict) -> list[list[tuple]]:
     """Rows (i, tid, doc, q, part, ntok) of each term's list in one statement, part the term's exact
-    contribution to the unit's score: the best :m units, or those down to the term's level."""
+    contribution to the unit's score: the best m[term] units, or those down to the term's level."""
     parts = []
     args.update({"k1": lists.k1, "b": lists.b, "avgdl": lists.avgdl})
     for i, term in enumerate(terms):
@@ -203,7 +203,8 @@ def _read_lists(lists: Lists, conn, terms: list[str], levels: dict, args: dict) 
             args[f"q{i}"] = levels[term]
             cut = f"AND q >= :q{i}"
         else:
-            cut = "ORDER BY q DESC LIMIT :m"
+            args[f"m{i}"] = args["m"][term]
+            cut = f"ORDER BY q DESC LIMIT :m{i}"
         parts.append(f"SELECT {i}, tid, doc, q, :w{i} * tf / (tf + :k1 * (1 - :b + :b * ntok / :avgdl)), ntok "
                      f"FROM (SELECT tid, doc, q, tf, ntok FROM impacts "
                      f"WHERE tid = (SELECT tid FROM impact_terms WHERE term = :t{i}) {cut})")
@@ -215,15 +216,16 @@ def _read_lists(lists: Lists, conn, terms: list[str], levels: dict, args: dict) 
 
 
 def first_pass(conn, meta: dict, terms: list[str], weight_of: dict, avgdl: float, k1: float, b: float,
-               m: int, now: int) -> Lists:
-    """Pass 1: each term's best m units in this file."""
+               m: dict[str, int], now: int) -> Lists:
+    """Pass 1: each term's best m[term] units in this file."""
     lists = Lists(meta, weight_of, avgdl, k1, b)
     terms = list(weight_of)
     for term, rows in zip(terms, _read_lists(lists, conn, terms, {}, {"m": m})):
+        limit = m[term]
         if rows:                                   # no rows: the term is not in this file
             lists.tid[term] = rows[0][1]
             lists.add(term, rows)
-            lists.bound[term] = rows[-1][3] + 1 if len(rows) == m else 0
+            lists.bound[term] = rows[-1][3] + 1 if len(rows) == limit else 0
     if meta["min_expires"] is not None and meta["min_expires"] <= now:
         lists.expired = {r[0] for r in conn.execute(sql("expired_ids"), {"now": now})}
     return lists

@@ -30,7 +30,8 @@ MAX_QUERY_CHARS = 16_384
 MAX_TIMESTAMP = 253_402_300_799   # 9999-12-31T23:59:59Z
 MAX_QUERY_TERMS = 64
 SNIPPET_CHARS = 200
-IMPACT_FIRST_M = 16           # pass 1 reads each term's best units per file, at least this many
+IMPACT_FIRST_M = 16           # pass 1 reads each term's best units per file, at least this many,
+IMPACT_WHOLE_LIST = 120       # or the whole list when the term is in at most this many of the file's units
 IMPACT_MAX_READ = 20_000      # pass 2 reads at most this many list entries per file, else FTS5 ranks
 IMPACT_SCORE_BATCH = 1024     # pass 3 scores units best upper bound first, in doubling batches (fewer round trips won)
 
@@ -236,7 +237,7 @@ def _fetch_units(conn, ids: list[int]) -> dict:
 
 
 def _first_pass(conn, config, p: SearchParams, lists_ok: bool, fts_terms: list[str], n_local: int | None,
-                m: int, scoring):
+                m: dict[str, int], scoring):
     """One shard's first pass: ("lists", impacts.Lists) when the file has current impact lists and
     the query may use them, else ("rows", exact rows) from FTS5 over ``fts_terms``."""
     terms, weights, avgdl, k1, b, k, now = scoring
@@ -442,8 +443,12 @@ class Searcher:
             st = per_day.get(day)
             if st is None or not any(st["df"][term] for term in live):
                 return None
+            # Pass 1 reads the best few units of each list, and the whole list of a term rare in
+            # this file: units holding a rare term (high weight) tend to set the threshold.
+            m = {term: st["df"][term] + 1 if st["df"][term] <= IMPACT_WHOLE_LIST else max(2 * k, IMPACT_FIRST_M)
+                 for term in dict.fromkeys(terms)}
             res, db = self._read(t, day, p.strong, _first_pass, self.config, p, lists_ok,
-                                 *fts_args(st, first_terms), max(2 * k, IMPACT_FIRST_M), scoring)
+                                 *fts_args(st, first_terms), m, scoring)
             return None if res is None else (day, db, *res)
 
         found = [x for x in self._map(first, days, not lists_ok) if x is not None]

@@ -106,12 +106,16 @@ def test_past_day_replicas_get_impact_lists_and_today_does_not(two_apps):
     assert all(found.values())
 
 
-def test_lists_give_the_exact_top_k(two_apps, monkeypatch):
+@pytest.mark.parametrize("whole_list", [120, 0])
+def test_lists_give_the_exact_top_k(two_apps, monkeypatch, whole_list):
+    import service.search as search
     fast, exact = two_apps
     now = int(time.time())
     docs, queries = docs_and_queries(900, 2)
     push(fast, docs, now=now, days=(1, 2, 3, 0))     # three past days with lists, today without
     settle(fast)
+    # 0: pass 1 reads only the best units of every list, so pass 2 must read deeper.
+    monkeypatch.setattr(search, "IMPACT_WHOLE_LIST", whole_list)
     calls = lists_used(monkeypatch)
     compared = 0
     for i, q in enumerate(queries):
@@ -121,8 +125,9 @@ def test_lists_give_the_exact_top_k(two_apps, monkeypatch):
             assert ranked(fast, body) == want, body
             compared += len(want)
     assert compared > 1500
-    # The lists were really read, deeper than their first rows for some queries.
-    assert calls["first"] > 0 and calls["second"] > 0
+    assert calls["first"] > 0
+    if whole_list == 0:
+        assert calls["second"] > 0       # the lists were read deeper than their first rows
 
 
 def test_expired_and_deleted_units_never_come_back_through_lists(two_apps, monkeypatch):
@@ -213,6 +218,7 @@ def test_too_deep_lists_fall_back_to_fts5_and_stay_exact(tmp_path, monkeypatch):
         settle(fast)
         calls = lists_used(monkeypatch)
         monkeypatch.setattr(search, "IMPACT_MAX_READ", 3)     # every deeper read is "too many"
+        monkeypatch.setattr(search, "IMPACT_WHOLE_LIST", 0)   # and pass 1 leaves every list unfinished
         for q in queries[:20]:
             body = {"query": q, "top_k": 10}
             assert ranked(fast, body) == ranked(exact, body), q
