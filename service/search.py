@@ -1,10 +1,15 @@
 """Search (DESIGN.md sections 4 and 6): query tokens, fan-out over live day shards, global BM25.
 
-Per shard: FTS5 ranks matches with its local statistics and we keep a generous local top-N
-(filters applied in SQL); across shards we sum document counts, token totals and term
-document frequencies, and re-score every candidate with those global statistics, so a unit's
-score does not depend on how the corpus is split into days. Scores use FTS5's own BM25
-formula with Lucene's always-positive idf; one unsharded index ranks identically.
+Across shards we sum document counts, token totals and term document frequencies, and score
+with those global statistics, so a unit's score does not depend on how the corpus is split into
+days. Scores use FTS5's own BM25 formula with Lucene's always-positive idf; one unsharded index
+ranks identically.
+
+Per shard, two paths. Replicas of quiet past days carry impact lists (service/impacts.py): OR
+queries without filters get the exact top k from them without scoring every match. Everywhere
+else (today's shard, strong reads, filters, AND) FTS5 finds the matches, scores all of them
+exactly when there are few, else keeps a generous local top-N by its own rank, re-scored with
+the global statistics; common terms are tried last (a MaxScore-style split).
 """
 from __future__ import annotations
 
