@@ -44,15 +44,18 @@ def _statements(script: str):
 
 
 # --- building (the replica leader) ---------------------------------------------------------------
-def wanted(config, day: str, conn: sqlite3.Connection, meta: dict) -> bool:
-    """Impact lists go into replicas of past days that have been quiet for impact_quiet_s: today's
+def wanted(config, day: str, conn: sqlite3.Connection, meta: dict, changed_at: float = 0.0) -> bool:
+    """Impact lists go into replicas of past days that have been quiet for impact_quiet_s: no push
+    into the day and no other change seen (``changed_at``: a delete, the janitor's purge). Today's
     shard changes every second, and rebuilding lists (seconds per 30k units) on each refresh of a
-    day still being written (a backfill) would hold the leader up and the index lag with it."""
+    day still changing (a backfill, a day whose units are expiring) would hold the leader up and
+    the index lag with it; such a day is copied without lists, and searched by FTS5, meanwhile."""
     today = time.strftime("%Y-%m-%d", time.gmtime())
     if config.impact_min_docs <= 0 or day >= today or meta.get("ndocs", 0) < config.impact_min_docs:
         return False
     row = conn.execute(sql("shard_last_push")).fetchone()
-    return row is None or time.time() - row[0] / 1000 >= config.impact_quiet_s
+    last = max(changed_at, row[0] / 1000 if row else 0.0)
+    return time.time() - last >= config.impact_quiet_s
 
 
 def build(conn: sqlite3.Connection, config) -> None:

@@ -30,6 +30,7 @@ class ReplicaManager:
         self._copied: dict[tuple[str, str], int] = {}     # (tenant, day) -> index_version copied
         self._impacts: dict[tuple[str, str], bool] = {}   # (tenant, day) -> the copy has current impact lists
         self._last: dict[tuple[str, str], float] = {}     # (tenant, day) -> last refresh time
+        self._changed: dict[tuple[str, str], float] = {}  # (tenant, day) -> when its primary was last seen changing
         self.refreshes = 0
         self.refresh_seconds = 0.0
 
@@ -44,8 +45,7 @@ class ReplicaManager:
             db = t.shard(day, create=False)
             if db is None:
                 continue
-            meta, impacts = db.read(lambda c: (m := meta_of(c), impact_lists.wanted(self.config, day, c, m)))
-            version = meta.get("index_version", 0)
+            version = db.read(meta_of).get("index_version", 0)
             replica = t.replica_path(day)
             if key not in self._copied and replica.exists():
                 try:
@@ -53,6 +53,10 @@ class ReplicaManager:
                     self._impacts[key] = impact_lists.current(info, self.config)
                 except sqlite3.DatabaseError:
                     log.warning("replica %s is damaged; rebuilding it", replica)
+            if key in self._copied and self._copied[key] != version:
+                self._changed[key] = now
+            impacts = db.read(lambda c: impact_lists.wanted(self.config, day, c, meta_of(c),
+                                                            self._changed.get(key, 0.0)))
             # Up to date when the copy has this version and, for a quiet past day, its impact lists
             # (a day becomes past at midnight UTC, quiet a while after its last push; older
             # replicas predate impact lists).
@@ -76,7 +80,7 @@ class ReplicaManager:
                 dst.execute("PRAGMA journal_mode=DELETE")
                 meta = meta_of(dst)
                 version = meta.get("index_version", 0)
-                impacts = impact_lists.wanted(self.config, day, dst, meta)
+                impacts = impact_lists.wanted(self.config, day, dst, meta, self._changed.get((t.name, day), 0.0))
                 if impacts:
                     impact_lists.build(dst, self.config)
             finally:

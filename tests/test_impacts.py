@@ -228,9 +228,9 @@ def test_too_deep_lists_fall_back_to_fts5_and_stay_exact(tmp_path, monkeypatch):
         exact.extensions["context_shutdown"]()
 
 
-def test_a_day_still_being_written_gets_lists_only_once_quiet(tmp_path):
+def test_a_day_still_changing_gets_lists_only_once_quiet(tmp_path):
     """Backfilling an old day must not rebuild its lists on every refresh (index lag): the copy
-    goes without lists while pushes arrive, and gets them once the day has been quiet a while."""
+    goes without lists while changes arrive, and gets them once the day has been quiet a while."""
     from service import impacts
     app = open_app(tmp_path / "d", impact_min_docs=50, impact_quiet_s=3, replica_debounce_ms=100)
     try:
@@ -252,5 +252,22 @@ def test_a_day_still_being_written_gets_lists_only_once_quiet(tmp_path):
         app.extensions["context_maintenance"].run_once()
         assert has_lists()
         assert ranked(app, {"query": queries[0], "top_k": 5}) == found
+        # Any other change (a delete, the janitor's purge) also makes the day unquiet for a while:
+        # the copy reflects it at once, without lists, and gets them back later.
+        assert app.test_client().delete(f"/mcp/units/{found[0][1]}").status_code == 200
+        time.sleep(0.15)
+        app.extensions["context_maintenance"].run_once()
+        assert not has_lists()
+        assert found[0][1] not in {c for _, c in ranked(app, {"query": queries[0], "top_k": 5})}
+        time.sleep(3.2)
+        app.extensions["context_maintenance"].run_once()
+        assert has_lists()
+        exact = open_app(tmp_path / "d", impact_min_docs=0, exact_match_limit=10**9)
+        try:
+            after = ranked(app, {"query": queries[0], "top_k": 5})
+            assert found[0][1] not in {c for _, c in after}
+            assert after == ranked(exact, {"query": queries[0], "top_k": 5})
+        finally:
+            exact.extensions["context_shutdown"]()
     finally:
         app.extensions["context_shutdown"]()
