@@ -1,27 +1,19 @@
 """Impact lists in past-day replicas (service/impacts.py): the same exact BM25 top k as scoring
 every match, kept up to date through deletes, expiry, day changes and parameter changes."""
-import random
 import sqlite3
 import time
 
 import pytest
 
 from conftest import make_unit
-from test_shards import WORDS
+from test_shards import corpus
 
 DAY = 86_400
 
 
 def docs_and_queries(n, seed):
-    rng = random.Random(seed)
-    docs = []
-    for i in range(n):
-        length = rng.randint(3, 60)
-        words = [WORDS[min(int(rng.paretovariate(1.1)) - 1, len(WORDS) - 1)] if rng.random() < 0.6
-                 else rng.choice(WORDS) for _ in range(length)]
-        docs.append(" ".join(words) + f" doc{i}")
-    queries = [" ".join(rng.sample(WORDS, rng.randint(1, 5))) for _ in range(60)]
-    return docs, queries
+    # Longer units, more skewed words and longer queries than test_shards: deeper impact lists.
+    return corpus(n, seed, longest=60, alpha=1.1, zipf_share=0.6, most_terms=5, n_queries=60)
 
 
 def open_app(data_dir, **config):

@@ -13,16 +13,16 @@ WORDS = ("order shipped refund invoice payment customer address warehouse delay 
          "订单 发货 退款 发票 支付 客户 地址 仓库 延迟 快递 包裹 标签 错误 超时 重试 数据库 索引 查询 缓存").split()
 
 
-def corpus(n=600, seed=7):
+def corpus(n=600, seed=7, *, longest=40, alpha=1.2, zipf_share=0.5, most_terms=4, n_queries=50):
     rng = random.Random(seed)
     docs = []
     for i in range(n):
         # Zipf-ish word choice, varied lengths, so idf and length normalisation both matter.
-        length = rng.randint(3, 40)
-        words = [WORDS[min(int(rng.paretovariate(1.2)) - 1, len(WORDS) - 1)] if rng.random() < 0.5
+        length = rng.randint(3, longest)
+        words = [WORDS[min(int(rng.paretovariate(alpha)) - 1, len(WORDS) - 1)] if rng.random() < zipf_share
                  else rng.choice(WORDS) for _ in range(length)]
         docs.append(" ".join(words) + f" doc{i}")
-    queries = [" ".join(rng.sample(WORDS, rng.randint(1, 4))) for _ in range(50)]
+    queries = [" ".join(rng.sample(WORDS, rng.randint(1, most_terms))) for _ in range(n_queries)]
     return docs, queries
 
 
