@@ -30,7 +30,6 @@ from .shards import schema, sql
 
 FORMAT = 1             # impact_meta.format of the lists this code reads (sql/replica_impacts.sql)
 SCALE = 65536          # impacts are stored as floor(SCALE * tf / (tf + norm))
-NO_READ = SCALE + 1    # a q_min no unit reaches
 
 
 def _statements(script: str):
@@ -44,7 +43,7 @@ def _statements(script: str):
 
 
 # --- building (the replica leader) ---------------------------------------------------------------
-def wanted(config, day: str, conn: sqlite3.Connection, meta: dict, changed_at: float = 0.0) -> bool:
+def wanted(conn: sqlite3.Connection, config, day: str, meta: dict, changed_at: float = 0.0) -> bool:
     """Impact lists go into replicas of past days that have been quiet for impact_quiet_s: no push
     into the day and no other change seen (``changed_at``: a delete, the janitor's purge). Today's
     shard changes every second, and rebuilding lists (seconds per 30k units) on each refresh of a
@@ -85,8 +84,8 @@ def info(conn: sqlite3.Connection) -> dict | None:
 
 def current(meta: dict | None, config) -> bool:
     """Lists of another format or built under other k1 / b are not used (and the leader rebuilds
-    them); impact_min_docs 0 turns them off."""
-    return (config.impact_min_docs > 0 and meta is not None and meta["format"] == FORMAT
+    them). Search asks only when impact_min_docs > 0 (search.py, lists_ok)."""
+    return (meta is not None and meta["format"] == FORMAT
             and meta["k1"] == config.bm25_k1 and meta["b"] == config.bm25_b)
 
 
@@ -195,36 +194,35 @@ class Lists:
         return out
 
 
-def _read_lists(lists: Lists, conn, terms: list[str], levels: dict, args: dict) -> list[list[tuple]]:
-    """Rows (i, tid, doc, q, part, ntok) of each term's list in one statement, part the term's exact
-    contribution to the unit's score: the best m[term] units, or those down to the term's level."""
+def _read_lists(lists: Lists, conn, *, top: dict[str, int] | None = None, levels: dict[str, int] | None = None,
+                limit: int | None = None) -> list[list[tuple]]:
+    """Rows (i, tid, doc, q, part, ntok) of some terms' lists in one statement, part the term's exact
+    contribution to the unit's score: each term's best ``top[term]`` units, or its units down to
+    ``levels[term]``; at most ``limit`` rows in all. One list of rows per term, in that order."""
+    cuts = top if top is not None else levels
+    args: dict = {"k1": lists.k1, "b": lists.b, "avgdl": lists.avgdl}
     parts = []
-    args.update({"k1": lists.k1, "b": lists.b, "avgdl": lists.avgdl})
-    for i, term in enumerate(terms):
-        args[f"t{i}"], args[f"w{i}"] = term, lists.weight_of[term]
-        if levels:
-            args[f"q{i}"] = levels[term]
-            cut = f"AND q >= :q{i}"
-        else:
-            args[f"m{i}"] = args["m"][term]
-            cut = f"ORDER BY q DESC LIMIT :m{i}"
+    for i, (term, cut) in enumerate(cuts.items()):
+        args[f"t{i}"], args[f"w{i}"], args[f"c{i}"] = term, lists.weight_of[term], cut
+        where = f"ORDER BY q DESC LIMIT :c{i}" if top is not None else f"AND q >= :c{i}"
         parts.append(f"SELECT {i}, tid, doc, q, :w{i} * tf / (tf + :k1 * (1 - :b + :b * ntok / :avgdl)), ntok "
                      f"FROM (SELECT tid, doc, q, tf, ntok FROM impacts "
-                     f"WHERE tid = (SELECT tid FROM impact_terms WHERE term = :t{i}) {cut})")
-    rows = conn.execute(" UNION ALL ".join(parts) + (" LIMIT :limit" if "limit" in args else ""), args).fetchall()
-    out: list[list[tuple]] = [[] for _ in terms]
-    for i, group in itertools.groupby(rows, key=operator.itemgetter(0)):
+                     f"WHERE tid = (SELECT tid FROM impact_terms WHERE term = :t{i}) {where})")
+    query = " UNION ALL ".join(parts)
+    if limit is not None:
+        args["limit"] = limit
+        query += " LIMIT :limit"
+    out: list[list[tuple]] = [[] for _ in cuts]
+    for i, group in itertools.groupby(conn.execute(query, args).fetchall(), key=operator.itemgetter(0)):
         out[i] = list(group)
     return out
 
 
-def first_pass(conn, meta: dict, terms: list[str], weight_of: dict, avgdl: float, k1: float, b: float,
-               m: dict[str, int], now: int) -> Lists:
-    """Pass 1: each term's best m[term] units in this file."""
+def first_pass(conn, meta: dict, weight_of: dict, avgdl: float, k1: float, b: float,
+               top: dict[str, int], now: int) -> Lists:
+    """Pass 1: each query term's best top[term] units in this file."""
     lists = Lists(meta, weight_of, avgdl, k1, b)
-    terms = list(weight_of)
-    for term, rows in zip(terms, _read_lists(lists, conn, terms, {}, {"m": m})):
-        limit = m[term]
+    for (term, limit), rows in zip(top.items(), _read_lists(lists, conn, top=top)):
         if rows:                                   # no rows: the term is not in this file
             lists.tid[term] = rows[0][1]
             lists.add(term, rows)
@@ -245,11 +243,10 @@ def read_down_to(conn, lists: Lists, levels: dict[str, int], limit: int) -> bool
     file is not the one pass 1 read: the caller falls back to FTS5."""
     if not same_file(conn, lists):
         return False
-    terms = list(levels)
-    found = _read_lists(lists, conn, terms, levels, {"limit": limit + 1})
+    found = _read_lists(lists, conn, levels=levels, limit=limit + 1)
     if sum(map(len, found)) > limit:
         return False
-    for term, rows in zip(terms, found):
+    for term, rows in zip(levels, found):
         lists.add(term, rows)
         lists.bound[term] = levels[term]
     return True

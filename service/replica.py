@@ -45,7 +45,8 @@ class ReplicaManager:
             db = t.shard(day, create=False)
             if db is None:
                 continue
-            version = db.read(meta_of).get("index_version", 0)
+            meta = db.read(meta_of)
+            version = meta.get("index_version", 0)
             replica = t.replica_path(day)
             if key not in self._copied and replica.exists():
                 try:
@@ -55,13 +56,12 @@ class ReplicaManager:
                     log.warning("replica %s is damaged; rebuilding it", replica)
             if key in self._copied and self._copied[key] != version:
                 self._changed[key] = now
-            impacts = db.read(lambda c: impact_lists.wanted(self.config, day, c, meta_of(c),
-                                                            self._changed.get(key, 0.0)))
             # Up to date when the copy has this version and, for a quiet past day, its impact lists
-            # (a day becomes past at midnight UTC, quiet a while after its last push; older
+            # (a day becomes past at midnight UTC, quiet a while after its last change; older
             # replicas predate impact lists).
-            if (self._copied.get(key) == version and replica.exists()
-                    and (not impacts or self._impacts.get(key))):
+            copied = self._copied.get(key) == version and replica.exists()
+            if copied and (self._impacts.get(key) or not db.read(
+                    impact_lists.wanted, self.config, day, meta=meta, changed_at=self._changed.get(key, 0.0))):
                 continue
             self.refresh(t, day, db)
             n += 1
@@ -80,7 +80,7 @@ class ReplicaManager:
                 dst.execute("PRAGMA journal_mode=DELETE")
                 meta = meta_of(dst)
                 version = meta.get("index_version", 0)
-                impacts = impact_lists.wanted(self.config, day, dst, meta, self._changed.get((t.name, day), 0.0))
+                impacts = impact_lists.wanted(dst, self.config, day, meta, self._changed.get((t.name, day), 0.0))
                 if impacts:
                     impact_lists.build(dst, self.config)
             finally:

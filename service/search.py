@@ -242,14 +242,14 @@ def _fetch_units(conn, ids: list[int]) -> dict:
 
 
 def _first_pass(conn, config, p: SearchParams, lists_ok: bool, fts_terms: list[str], n_local: int | None,
-                m: dict[str, int], scoring):
+                top: dict[str, int], scoring):
     """One shard's first pass: ("lists", impacts.Lists) when the file has current impact lists and
     the query may use them, else ("rows", exact rows) from FTS5 over ``fts_terms``."""
     terms, weights, avgdl, k1, b, k, now = scoring
     if lists_ok:
         meta = impacts.info(conn)
         if impacts.current(meta, config):
-            return "lists", impacts.first_pass(conn, meta, terms, dict(zip(terms, weights)), avgdl, k1, b, m, now)
+            return "lists", impacts.first_pass(conn, meta, dict(zip(terms, weights)), avgdl, k1, b, top, now)
     if not fts_terms:
         return "rows", []
     return "rows", _shard_top(conn, p, fts_query(fts_terms, p.operator), terms, weights, avgdl, k1, b, n_local, k, now)
@@ -450,10 +450,10 @@ class Searcher:
                 return None
             # Pass 1 reads the best few units of each list, and the whole list of a term rare in
             # this file: units holding a rare term (high weight) tend to set the threshold.
-            m = {term: st["df"][term] + 1 if st["df"][term] <= IMPACT_WHOLE_LIST else max(2 * k, IMPACT_FIRST_M)
-                 for term in dict.fromkeys(terms)}
+            top = {term: st["df"][term] + 1 if st["df"][term] <= IMPACT_WHOLE_LIST else max(2 * k, IMPACT_FIRST_M)
+                   for term in dict.fromkeys(terms)}
             res, db = self._read(t, day, p.strong, _first_pass, self.config, p, lists_ok,
-                                 *fts_args(st, first_terms), m, scoring)
+                                 *fts_args(st, first_terms), top, scoring)
             return None if res is None else (day, db, *res)
 
         found = [x for x in self._map(first, days, not lists_ok) if x is not None]
