@@ -44,20 +44,19 @@ class Config:
     segmenter: str = "auto"          # auto | rjieba | jieba
     user_dict: str | None = None
     stem: bool = True
-    # Indexer and replica (DESIGN.md section 5).
+    # Indexer and read index (DESIGN.md section 5; service/readindex.py).
     index_threads: int = 2
     index_batch: int = 512
     index_poll_ms: int = 200
-    replica_debounce_ms: int = 1000
-    replicas: bool = True
+    replica_debounce_ms: int = 500    # at most one read-index commit per this interval
+    replicas: bool = True             # default searches read the read index (False: the primaries)
+    read_index_heap_mb: int = 48      # tantivy writer's indexing memory in the leader
     strong_wait_ms: int = 5000
     janitor_interval_s: float = 30.0
     # Search (DESIGN.md section 6).
     search_threads: int = 4
     local_top_n: int = 50
     exact_match_limit: int = 120     # at most this many matches in a shard: score them all exactly (cheap when small)
-    impact_min_docs: int = 1000      # past-day replicas with this many units get impact lists (0: never)
-    impact_quiet_s: float = 60.0     # ... once no unit has been pushed into that day for this long
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     # Storage.

@@ -6,8 +6,8 @@ a batch indexed twice (two workers, or a crash and a restart) changes nothing th
 
 In each process one background thread per tenant-leadership does the maintenance: the
 process that holds a tenant's ``maintenance.lock`` (fcntl, released by the kernel when the
-process dies) indexes, refreshes replicas and runs the janitor for that tenant; the others
-take over within one poll interval when it dies.
+process dies) indexes, keeps the read index in step (service/readindex.py) and runs the
+janitor for that tenant; the others take over within one poll interval when it dies.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from . import readindex
 from .metrics import INDEX_LAG_SECONDS
 from .shards import Db, sql
 from .tokenize import Tokenizer
@@ -94,7 +95,7 @@ class TenantLock:
 
 
 class Maintenance:
-    """Background indexer, replica refresher and janitor for every tenant this process leads."""
+    """Background indexer, read-index sync and janitor for every tenant this process leads."""
 
     def __init__(self, store):
         self.store = store
@@ -109,10 +110,9 @@ class Maintenance:
         self._recovered: set[str] = set()
         self._last_janitor = 0.0
         self._thread: threading.Thread | None = None
-        from .replica import ReplicaManager
         from .janitor import Janitor
-        self.replicas = ReplicaManager(store)
         self.janitor = Janitor(store)
+        self.read_writers: dict[str, readindex.Writer] = {}
         store.listeners.append(self.notify)
 
     def start(self) -> None:
@@ -127,6 +127,9 @@ class Maintenance:
             self._thread.join(timeout=10)
             self._thread = None
         self.pool.shutdown(wait=True)
+        for w in self.read_writers.values():
+            w.close()
+        self.read_writers.clear()
         for lock in self._locks.values():
             lock.release()
         self._locks.clear()
@@ -159,13 +162,33 @@ class Maintenance:
                 continue
             t = self.store.tenant(name)
             total += self.index_tenant(t)
-            if self.config.replicas:
-                self.replicas.refresh_due(t)
+            writer = self.read_writer(t)
             if janitor_due:
-                self.janitor.run(t)
+                for day in self.janitor.run(t)["unlinked_days"]:
+                    if writer is not None:
+                        writer.drop_day(day)
+            if writer is not None and (writer.due() or janitor_due):
+                self.sync_read_index(writer)
         if janitor_due:
             self._last_janitor = time.time()
         return total
+
+    def read_writer(self, t):
+        """This leader's writer of the tenant's read index (None when searches do not use one)."""
+        if not self.config.replicas or not readindex.bm25_supported(self.config):
+            return None
+        w = self.read_writers.get(t.name)
+        if w is None:
+            w = self.read_writers[t.name] = readindex.Writer(t, self.config, self.store.searcher.readers)
+        return w
+
+    def sync_read_index(self, writer) -> int:
+        """One read-index pass, then what it still lacks (a push may have landed meanwhile)."""
+        t = writer.t
+        seq = t.catalog.read(lambda c: c.execute(sql("catalog_max_seq")).fetchone()[0])
+        sent = writer.sync()
+        writer.write_state(seq, *readindex.backlog(t, seq))
+        return sent
 
     def index_tenant(self, t) -> int:
         """Drain every pending row of a tenant's shards (all files once after start: crash recovery)."""

@@ -1,4 +1,8 @@
-"""Janitor (DESIGN.md section 5): purge expired units, unlink dead days, checkpoint WAL."""
+"""Janitor (DESIGN.md section 5): purge expired units, unlink dead days, checkpoint WAL.
+
+Purged rows leave tombstones for the read index (store.remove_rows); the days unlinked are
+returned so the leader drops their documents from it.
+"""
 from __future__ import annotations
 
 import logging
@@ -26,7 +30,8 @@ class Janitor:
 
     def run(self, t) -> dict:
         now = int(time.time())
-        purged = unlinked = 0
+        purged = 0
+        unlinked: list[str] = []
         days = t.catalog.read(lambda c: c.execute(sql("days_with_expired"), {"now": now}).fetchall())
         for row in days:
             day = row["day"]
@@ -37,18 +42,18 @@ class Janitor:
                 t.catalog.write(self._forget_day, day, now)
                 if db is not None and db.write(self._unlink_if_dead, t, day, now):
                     t.forget_shard(day)
-                    unlinked += 1
+                    unlinked.append(day)
                 continue
             if db is None:
                 continue
             n, lo = db.write(_purge_expired, now)
             purged += n
             t.catalog.write(self._purge_catalog, day, now, lo)
-        self._remove_orphan_copies(t)
+        self._remove_old_replicas(t)
         self._checkpoint(t)
         self.purged += purged
-        self.unlinked += unlinked
-        return {"purged": purged, "unlinked": unlinked}
+        self.unlinked += len(unlinked)
+        return {"purged": purged, "unlinked": len(unlinked), "unlinked_days": unlinked}
 
     @staticmethod
     def _forget_day(conn, day: str, now: int) -> None:
@@ -66,27 +71,23 @@ class Janitor:
         lo, hi = conn.execute(sql("shard_expiry_bounds")).fetchone()
         if hi is not None and hi > now:
             return False  # a live unit arrived for this day meanwhile
-        for path in (t.primary_path(day), t.replica_path(day)):
-            for suffix in ("", "-wal", "-shm"):
-                try:
-                    os.unlink(f"{path}{suffix}")
-                except FileNotFoundError:
-                    pass
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.unlink(f"{t.primary_path(day)}{suffix}")
+            except FileNotFoundError:
+                pass
         log.info("unlinked expired day %s of tenant %s", day, t.name)
         return True
 
     @staticmethod
-    def _remove_orphan_copies(t) -> None:
-        """Replica copies in progress are named DAY.db.tmp-PID-TID; only the tenant's leader (this
-        process, between refreshes) makes them, so any other one was left by a killed refresh."""
-        mine = f".tmp-{os.getpid()}-"
-        for path in (t.dir / "replica").glob("*.db.tmp-*"):
-            if mine not in path.name:
-                try:
-                    path.unlink()
-                    log.info("removed orphaned replica copy %s", path.name)
-                except FileNotFoundError:
-                    pass
+    def _remove_old_replicas(t) -> None:
+        """Per-day replica copies (and their impact lists) of versions before the read index."""
+        for path in (t.dir / "replica").glob("*.db*"):
+            try:
+                path.unlink()
+                log.info("removed old per-day replica %s", path.name)
+            except FileNotFoundError:
+                pass
 
     def _checkpoint(self, t) -> None:
         for db in [t.catalog] + [t.shard(d, create=False) for d in self.store.live_days(t)]:

@@ -29,13 +29,13 @@ class StoreCollector:
         from .shards import sql
         store = self.app.extensions["context_store"]
         depth = GaugeMetricFamily("context_index_queue_depth", "Pending (not yet indexed) units.", labels=["tenant"])
-        lag = GaugeMetricFamily("context_replica_lag_seconds", "Age of the oldest change not yet in a replica.",
+        lag = GaugeMetricFamily("context_replica_lag_seconds", "Age of the oldest change not yet in the read index.",
                                 labels=["tenant"])
         stored = GaugeMetricFamily("context_units_stored", "Live units in the catalog.", labels=["tenant"])
         now = time.time()
         for name in store.tenant_names():
             t = store.tenant(name)
-            pending, lag_ms = store.searcher.freshness(t, store.live_days(t), not store.config.replicas)
+            pending, lag_ms = store.searcher.freshness(t, store.live_days(t), store.searcher.view(t), exact=True)
             depth.add_metric([name], pending)
             lag.add_metric([name], lag_ms / 1000)
             stored.add_metric([name], t.catalog.read(

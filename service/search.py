@@ -1,20 +1,15 @@
-"""Search (DESIGN.md sections 4 and 6): query tokens, fan-out over live day shards, global BM25.
+"""Search (DESIGN.md sections 4 and 6): query tokens, global BM25 over the live days.
 
-Across shards we sum document counts, token totals and term document frequencies, and score
-with those global statistics, so a unit's score does not depend on how the corpus is split into
-days. Scores use FTS5's own BM25 formula with Lucene's always-positive idf; one unsharded index
-ranks identically.
-
-Per shard, two paths. Replicas of quiet past days carry impact lists (service/impacts.py): OR
-queries without filters get the exact top k from them without scoring every match. Everywhere
-else (today's shard, strong reads, filters, AND) FTS5 finds the matches, scores all of them
-exactly when there are few, else keeps a generous local top-N by its own rank, re-scored with
-the global statistics; common terms are tried last (a MaxScore-style split).
+Two paths, one ranking. Default searches read the tenant's read index (service/readindex.py): one
+tantivy index over every live day, so BM25's statistics are global by construction and the top k
+comes from compiled block-max WAND, whatever the number of days or matches. Strong and
+``after_seq`` reads, and any tenant whose read index is not built yet, read the primary day shards'
+FTS5 tables: per shard the matches scored with the global statistics (all of them when few, else
+a generous local top-N by FTS5's own rank), merged. Both use FTS5's BM25 formula with Lucene's
+always-positive idf; the read index stores document lengths in one byte, as Lucene does.
 """
 from __future__ import annotations
 
-import heapq
-import itertools
 import json
 import math
 import re
@@ -23,10 +18,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from . import impacts
+from . import readindex
 from .errors import BadRequest
 from .indexer import index_pending
-from .replica import ReplicaReaders, meta_of
 from .shards import sql
 from .tokenize import tokenizer_for
 from .units import day_of, is_cid
@@ -35,10 +29,6 @@ MAX_QUERY_CHARS = 16_384
 MAX_TIMESTAMP = 253_402_300_799   # 9999-12-31T23:59:59Z
 MAX_QUERY_TERMS = 64
 SNIPPET_CHARS = 200
-IMPACT_FIRST_M = 16           # pass 1 reads each term's best units per file, at least this many,
-IMPACT_WHOLE_LIST = 120       # or the whole list when the term is in at most this many of the file's units
-IMPACT_MAX_READ = 20_000      # pass 2 reads at most this many list entries per file, else FTS5 ranks
-IMPACT_SCORE_BATCH = 1024     # pass 3 scores units best upper bound first, in doubling batches (fewer round trips won)
 
 SEARCH_FIELDS = ("query", "top_k", "types", "source", "since", "until", "parent_cid", "min_score",
                  "operator", "consistency", "after_seq", "highlight", "explain")
@@ -151,15 +141,11 @@ def fts_query(terms: list[str], operator: str) -> str:
 
 def _shard_stats(conn, terms: list[str]) -> dict:
     """A shard's BM25 statistics: indexed documents, token total, document frequency per term."""
-    meta = meta_of(conn)
+    meta = {r[0]: r[1] for r in conn.execute(sql("meta_get"))}
     df = dict.fromkeys(terms, 0)
-    try:
-        # A file with impact lists has every term's df in one small table.
-        df.update(conn.execute(sql("impact_df"), {"terms": json.dumps(terms)}).fetchall())
-    except sqlite3.OperationalError:
-        for term in terms:
-            row = conn.execute(sql("vocab_df"), {"term": term}).fetchone()
-            df[term] = row["doc"] if row else 0
+    for term in df:
+        row = conn.execute(sql("vocab_df"), {"term": term}).fetchone()
+        df[term] = row["doc"] if row else 0
     return {"ndocs": meta.get("ndocs", 0), "ntokens": meta.get("ntokens", 0), "df": df}
 
 
@@ -189,6 +175,19 @@ def _filters(p: SearchParams, args: dict) -> list[str]:
         args["parent"] = p.parent_cid
         where.append("u.parent_cid = :parent")
     return where
+
+
+def passes_filters(row, p: SearchParams, now: int) -> bool:
+    """The same filters in Python, for rows the read index returned (a push may have changed them since)."""
+    if row["expires_at"] <= now or (p.types and row["type"] not in p.types):
+        return False
+    if p.source:
+        src = row["source"]
+        if not (src.startswith(p.source[:-1]) if p.source.endswith("*") else src == p.source):
+            return False
+    if (p.since is not None and row["timestamp"] < p.since) or (p.until is not None and row["timestamp"] > p.until):
+        return False
+    return not p.parent_cid or row["parent_cid"] == p.parent_cid
 
 
 def _shard_top(conn, p: SearchParams, match: str, terms: list[str], weights: list[float], avgdl: float,
@@ -233,55 +232,22 @@ def _score(conn, source: str, args: dict, terms: list[str], weights: list[float]
     return [tuple(r) for r in conn.execute(query, args)]
 
 
-def _fetch_units(conn, ids: list[int]) -> dict:
-    marks = ", ".join("?" * len(ids))
-    rows = conn.execute(
-        "SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid "
-        f"FROM units WHERE id IN ({marks})", ids).fetchall()
-    return {r["id"]: r for r in rows}
+def _rows_by_id(conn, ids: list[int]) -> dict:
+    return {r["id"]: r for r in conn.execute(sql("units_by_ids"), {"ids": json.dumps(ids)})}
 
 
-def _first_pass(conn, config, p: SearchParams, lists_ok: bool, fts_terms: list[str], n_local: int | None,
-                top: dict[str, int], scoring):
-    """One shard's first pass: ("lists", impacts.Lists) when the file has current impact lists and
-    the query may use them, else ("rows", exact rows) from FTS5 over ``fts_terms``."""
-    terms, weights, avgdl, k1, b, k, now = scoring
-    if lists_ok:
-        meta = impacts.info(conn)
-        if impacts.current(meta, config):
-            return "lists", impacts.first_pass(conn, meta, dict(zip(terms, weights)), avgdl, k1, b, top, now)
-    if not fts_terms:
-        return "rows", []
-    return "rows", _shard_top(conn, p, fts_query(fts_terms, p.operator), terms, weights, avgdl, k1, b, n_local, k, now)
+def idf_of(n: int, df: int) -> float:
+    """Lucene's idf: always positive, so small tenants (a term in most of few units) still rank sanely."""
+    return math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0
 
 
-def _score_ids(conn, ids: list[int], p: SearchParams, scoring) -> list[tuple]:
-    args: dict = {"ids": json.dumps(ids)}
-    where = ["u.id IN (SELECT value FROM json_each(:ids))"] + _filters(p, args)
-    return _score(conn, f"FROM units u WHERE {' AND '.join(where)}", args, *scoring)
-
-
-class StatsCache:
-    """Per-term document frequencies of replica files, which never change once renamed into place."""
-
-    def __init__(self, max_terms: int = 200_000):
-        self.max_terms = max_terms
-        self._by_file: dict[tuple[str, int], dict] = {}
-        self._terms = 0
-
-    def get(self, key, terms: list[str]):
-        entry = self._by_file.get(key)
-        if entry is None or any(t not in entry["df"] for t in terms):
-            return None
-        return entry
-
-    def put(self, key, stats: dict) -> None:
-        if self._terms > self.max_terms:
-            self._by_file.clear()
-            self._terms = 0
-        entry = self._by_file.setdefault(key, {"ndocs": stats["ndocs"], "ntokens": stats["ntokens"], "df": {}})
-        self._terms += len(stats["df"])
-        entry["df"].update(stats["df"])
+@dataclass
+class Ranked:
+    """One winning unit: its stored row, raw BM25 score, and what explain reports."""
+    row: sqlite3.Row
+    score: float
+    doc_len: int
+    tfs: list[int]
 
 
 class Searcher:
@@ -289,49 +255,17 @@ class Searcher:
         self.store = store
         self.config = store.config
         self.tokenizer = tokenizer_for(store.config)
-        self.replicas = ReplicaReaders(store.config)
+        self.readers = readindex.Readers()
         self.pool = ThreadPoolExecutor(max(1, self.config.search_threads), thread_name_prefix="search")
-        self.stats_cache = StatsCache()
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
-        self.replicas.close()
 
-    # --- shard access -------------------------------------------------------------------------
-    def _source(self, t, day: str, strong: bool):
-        """(Db, is_replica) to read a day from: its replica by default, the primary for strong reads
-        or while the replica is missing."""
-        if not strong and self.config.replicas:
-            db = self.replicas.get(t.replica_path(day))
-            if db is not None:
-                return db, True
-        return t.shard(day, create=False), False
-
-    def _read(self, t, day: str, strong: bool, fn, *args):
-        """Run fn on the day's replica or primary; a damaged replica is dropped (to be rebuilt) and the
-        primary answers instead. Returns (result, db) or (None, None) when the day has no file."""
-        db, replica = self._source(t, day, strong)
-        if db is not None and replica:
-            try:
-                return db.read(fn, *args), db
-            except sqlite3.DatabaseError:
-                self.replicas.broken(t.replica_path(day))
-                db = t.shard(day, create=False)
-        if db is None:
-            return None, None
-        return db.read(fn, *args), db
-
-    def _stats(self, t, day: str, strong: bool, terms: list[str]):
-        db, replica = self._source(t, day, strong)
-        key = (str(db.path), self.replicas.inode(db.path)) if replica and db is not None else None
-        if key is not None:
-            cached = self.stats_cache.get(key, terms)
-            if cached is not None:
-                return cached
-        stats, used = self._read(t, day, strong, _shard_stats, terms)
-        if key is not None and used is db and stats is not None:
-            self.stats_cache.put(key, stats)
-        return stats
+    def view(self, t):
+        """The tenant's read index for default searches, or None (not built yet, or turned off)."""
+        if not self.config.replicas or not readindex.bm25_supported(self.config):
+            return None
+        return self.readers.view(t)
 
     def _catch_up(self, t, days: list[str]) -> None:
         """Read-your-writes: index what is pending in these shards now, bounded in time."""
@@ -341,14 +275,6 @@ class Searcher:
             while db is not None and time.monotonic() < deadline:
                 if index_pending(db, self.tokenizer, self.config.index_batch) < self.config.index_batch:
                     break
-
-    def _map(self, fn, items, parallel: bool = True):
-        """fn over shards: on the thread pool when the work is mostly SQLite's (FTS5 ranking, which
-        runs without the GIL), in this thread when it is short or mostly Python (impact lists,
-        cached statistics), where handing it to threads measured slower."""
-        if not parallel or len(items) <= 1:
-            return [fn(x) for x in items]
-        return list(self.pool.map(fn, items))
 
     # --- search -------------------------------------------------------------------------------
     def search(self, t, p: SearchParams) -> dict:
@@ -360,199 +286,160 @@ class Searcher:
         terms = self.tokenizer.query_terms(p.query)[:MAX_QUERY_TERMS]
         if p.strong:
             self._catch_up(t, days)
+        view = None if p.strong else self.view(t)
         results: list[dict] = []
         if terms and days:
-            results = self._search(t, p, terms, days, now)
-        pending, replica_lag = self.freshness(t, days, p.strong or not self.config.replicas)
+            ranked, stats = (self._search_index(t, p, terms, view, now) if view is not None
+                             else self._search_shards(t, p, terms, days, now))
+            results = self._results(p, terms, ranked, stats)
+        pending, replica_lag = self.freshness(t, days, view)
         return {"results": results, "took_ms": round((time.perf_counter() - start) * 1000, 2),
                 "shards_searched": len(days),
                 "freshness": {"replica_lag_ms": replica_lag, "index_pending": pending}}
 
-    def freshness(self, t, days: list[str], primary_only: bool) -> tuple[int, int]:
-        """(rows still pending in these shards, ms the oldest replica has been behind its primary)."""
-        pending = lag = 0
-        now_ms = time.time() * 1000
+    def freshness(self, t, days: list[str], view=None, exact: bool = False) -> tuple[int, int]:
+        """(units a search of this kind cannot see yet, ms the oldest of them has waited).
+
+        With the read index: what the leader's last pass left for the next one (every worker reads
+        it from one small file), or counted now in every shard when ``exact`` (readiness, metrics).
+        On the primaries: rows still pending in these shards.
+        """
+        if view is not None:
+            if exact:
+                backlog, oldest = readindex.backlog(t)
+            else:
+                state = self.readers.state(t) or {}
+                backlog, oldest = state.get("backlog", 0), state.get("oldest_ms")
+                # plus what arrived after that pass began (a range of the catalog's primary key)
+                since, first = t.catalog.read(lambda c: c.execute(
+                    sql("catalog_since_seq"), {"seq": state.get("seq", 0)}).fetchone())
+                backlog += since
+                if first is not None:
+                    oldest = min(oldest or first, first)
+            return backlog, max(0, int(time.time() * 1000 - oldest)) if oldest else 0
+        pending = 0
         for day in days:
+            db = t.shard(day, create=False)
+            if db is not None:
+                pending += db.read(lambda c: c.execute(sql("pending_count")).fetchone()[0])
+        return pending, 0
+
+    def _search_index(self, t, p: SearchParams, terms: list[str], view, now: int):
+        """The read index's top k (tantivy), then the winners' rows from the primaries."""
+        k1, b = readindex.K1, readindex.B
+        idf_by_term = {term: view.idf(term)[1] for term in dict.fromkeys(terms)}
+        if p.operator == "and" and not all(idf_by_term.values()):
+            return [], None
+        hits = readindex.search(view, p, terms, now)
+        by_day: dict[str, list] = {}
+        for h in hits:
+            by_day.setdefault(h.day, []).append(h)
+        ranked = []
+        for day, day_hits in by_day.items():
             db = t.shard(day, create=False)
             if db is None:
                 continue
-            n, dirty = db.read(lambda c: c.execute(sql("shard_freshness")).fetchone())
-            pending += n
-            if dirty and not primary_only:
-                lag = max(lag, int(now_ms - dirty))
-        return pending, lag
+            rows = db.read(_rows_by_id, [h.rowid for h in day_hits])
+            for h in day_hits:
+                row = rows.get(h.rowid)
+                if row is not None and passes_filters(row, p, now):
+                    tokens = (row["tokens"] or "").split(" ")
+                    ranked.append(Ranked(row, h.score, readindex.encoded_length(row["ntok"]),
+                                         [tokens.count(term) for term in terms]))
+        avgdl = n = None
+        if p.explain and hits:
+            found = readindex.explain_stats(view, terms, hits[0])
+            n, avgdl = found.get("N", view.ndocs), found.get("avgdl")
+        return ranked, {"idf": [idf_by_term[term] for term in terms], "k1": k1, "b": b,
+                        "avgdl": avgdl, "documents": n or view.ndocs}
 
-    def _search(self, t, p: SearchParams, terms: list[str], days: list[str], now: int) -> list[dict]:
-        # 1. Global statistics: documents, average length and document frequency over the searched shards.
-        per_day = {day: self._stats(t, day, p.strong, terms) for day in days}
-        stats = [s for s in per_day.values() if s is not None]
-        n = sum(s["ndocs"] for s in stats)
+    def _search_shards(self, t, p: SearchParams, terms: list[str], days: list[str], now: int):
+        """FTS5 over the primaries: global statistics summed over the shards, then each shard's best
+        units under them (every match scored exactly when a shard has few), merged."""
+        per_day = {}
+        for day in days:
+            db = t.shard(day, create=False)
+            if db is not None:
+                per_day[day] = (db, db.read(_shard_stats, terms))
+        n = sum(st["ndocs"] for _, st in per_day.values())
         if n <= 0:
-            return []
-        avgdl = sum(s["ntokens"] for s in stats) / n
+            return [], None
+        avgdl = sum(st["ntokens"] for _, st in per_day.values()) / n
         k1, b = self.config.bm25_k1, self.config.bm25_b
-        dfs = [sum(s["df"][term] for s in stats) for term in terms]
-        # Lucene's idf: always positive, so small tenants (a term in most of few units) still rank sanely.
-        idf = [math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0 for df in dfs]
+        idf = [idf_of(n, sum(st["df"][term] for _, st in per_day.values())) for term in terms]
         weights = [w * (k1 + 1) for w in idf]
-        max_attainable = sum(weights) or 1.0
-        live = [term for term, df in zip(terms, dfs) if df]
+        live = [term for term, w in zip(terms, idf) if w]
         if not live or (p.operator == "and" and len(live) < len(terms)):
-            return []
+            return [], None
         local_n = max(self.config.local_top_n, 3 * p.top_k)   # generous: 3x what the shard may contribute
-        k, exact_limit = p.top_k, self.config.exact_match_limit
-        df_of, weight_of = dict(zip(terms, dfs)), dict(zip(terms, weights))
-        # 2. MaxScore-style plans. Shards with impact lists: service/impacts.py. Other shards (today's,
-        # primaries): candidates from the rarer terms first; a unit holding only common terms cannot
-        # beat the k-th score once that exceeds the common terms' summed maximum.
-        first_terms, common = live, []
-        if p.operator == "or" and len(live) > 1:
-            by_df = sorted(live, key=df_of.get)
-            common = [term for term in by_df[1:] if df_of[term] > 0.05 * n]
-            first_terms = [term for term in by_df if term not in common]
-        scoring = (terms, weights, avgdl, k1, b, k, now)
-        # Impact lists (in replicas only) hold every unit of a term: usable for OR queries that no
-        # filter but expiry narrows.
-        lists_ok = (p.operator == "or" and not p.strong and self.config.replicas and self.config.impact_min_docs > 0
-                    and not (p.types or p.source or p.parent_cid or p.since is not None or p.until is not None))
 
-        def fts_args(st, match_terms):
-            match_terms = [term for term in match_terms if st["df"][term]]
-            # Score every match exactly unless the shard holds too many (sum of df bounds the OR matches).
-            n_local = None if sum(st["df"][term] for term in match_terms) <= exact_limit else local_n
-            return match_terms, n_local
+        def top(day):
+            db, st = per_day[day]
+            match = [term for term in dict.fromkeys(live) if st["df"][term]]
+            if not match or (p.operator == "and" and len(match) < len(set(live))):
+                return []
+            # Score every match exactly unless the shard holds too many (the sum of df bounds them).
+            exact = sum(st["df"][term] for term in match) <= self.config.exact_match_limit
+            rows = db.read(_shard_top, p, fts_query(match, p.operator), terms, weights, avgdl, k1, b,
+                           None if exact else local_n, p.top_k, now)
+            return [(r, db) for r in rows]
 
-        def fts_rows(day):
-            rows, db = self._read(t, day, p.strong, _shard_top, p, fts_query(live, p.operator), terms, weights,
-                                  avgdl, k1, b, fts_args(per_day[day], live)[1], k, now)
-            return rows or []
-
-        def kth(found) -> float:
-            """Any k units scored (or bounded from below) so far: the final k-th best is at least this."""
-            known = heapq.nlargest(k, itertools.chain.from_iterable(
-                (r[0] for r in x) if kind == "rows" else x.lows() for _, _, kind, x in found))
-            return max(known[k - 1] if len(known) >= k else 0.0, p.min_score * max_attainable)
-
-        def complete(found, picks) -> None:
-            """Exact scores for (entry index, doc) picks; a file replaced meanwhile is searched by FTS5."""
-            by_entry: dict[int, list[int]] = {}
-            for i, doc in picks:
-                by_entry.setdefault(i, []).append(doc)
-            for i, docs in by_entry.items():
-                day, db, kind, x = found[i]
-                if kind == "lists" and not db.read(impacts.complete, x, sorted(docs)):
-                    found[i] = (day, db, "rows", fts_rows(day))
-
-        # Pass 1: each shard's lists' best units, or FTS5 rows (over the rare terms first).
-        def first(day):
-            st = per_day.get(day)
-            if st is None or not any(st["df"][term] for term in live):
-                return None
-            # Pass 1 reads the best few units of each list, and the whole list of a term rare in
-            # this file: units holding a rare term (high weight) tend to set the threshold.
-            top = {term: st["df"][term] + 1 if st["df"][term] <= IMPACT_WHOLE_LIST else max(2 * k, IMPACT_FIRST_M)
-                   for term in dict.fromkeys(terms)}
-            res, db = self._read(t, day, p.strong, _first_pass, self.config, p, lists_ok,
-                                 *fts_args(st, first_terms), top, scoring)
-            return None if res is None else (day, db, *res)
-
-        found = [x for x in self._map(first, days, not lists_ok) if x is not None]
-        # The k best units read so far, scored exactly: a threshold as high as pass 1 can give.
-        complete(found, [(i, doc) for _, i, doc in heapq.nlargest(k, (
-            (lo, i, doc) for i, (_, _, kind, x) in enumerate(found) if kind == "lists"
-            for doc, lo in x.lo.items() if x.live(doc)))])
-        threshold = kth(found)
-        common_bound = sum(weight_of[term] for term in common)
-
-        # Pass 2: read each file's lists down to the impact the threshold needs; FTS5 shards holding
-        # units with only common terms are searched again with every term when those could still win.
-        def second(entry):
-            day, db, kind, x = entry
-            if kind == "lists":
-                levels = x.levels(threshold)
-                if not levels:
-                    return entry
-                try:
-                    if db.read(impacts.read_down_to, x, levels, IMPACT_MAX_READ):
-                        return entry
-                except sqlite3.DatabaseError:
-                    pass
-                return day, db, "rows", fts_rows(day)
-            if common and threshold <= common_bound:
-                return day, db, "rows", fts_rows(day)
-            return entry
-
-        found = self._map(second, found, not lists_ok)
-        threshold = kth(found)
-
-        # Pass 3: exact scores for units read from some lists but not all, best upper bound first,
-        # until the next upper bound is below the k-th best score.
-        pending = sorted(((hi, i, doc) for i, (_, _, kind, x) in enumerate(found) if kind == "lists"
-                          for hi, doc in x.candidates(threshold - 1e-9)), reverse=True)
-        exact = [r[0] for _, _, kind, x in found if kind == "rows" for r in x]
-        exact += [v for _, _, kind, x in found if kind == "lists" for doc, v in x.exact.items() if x.live(doc)]
-        batch, at = IMPACT_SCORE_BATCH, 0
-        while at < len(pending) and pending[at][0] >= threshold - 1e-9:
-            take = [(i, doc) for hi, i, doc in pending[at:at + batch] if hi >= threshold - 1e-9]
-            at += batch
-            batch *= 2
-            complete(found, take)
-            for i, doc in take:
-                x = found[i][3]
-                if found[i][2] == "lists" and doc in x.exact:
-                    exact.append(x.exact[doc])
-            best = heapq.nlargest(k, exact)
-            if len(best) == k:
-                threshold = max(threshold, best[-1])
-
-        # The winners' rows (cid, tf per term) from SQL, scored by the same arithmetic as FTS5 rows.
-        def rows(entry):
-            day, db, kind, x = entry
-            if kind == "rows":
-                return [(r, day, db) for r in x]
-            ids = sorted(doc for doc, score in x.exact.items() if score >= threshold - 1e-9 and x.live(doc))
-            return [(r, day, db) for r in db.read(_score_ids, ids, p, scoring)] if ids else []
-
-        merged = [r for part in map(rows, found) for r in part]
+        found = [x for part in self._map(top, list(per_day)) for x in part]
         # Ties break by CID, so the order is the same however the corpus is sharded.
-        merged.sort(key=lambda x: (-x[0][0], x[0][1]))
-        winners = [m for m in merged if m[0][0] / max_attainable >= p.min_score][:p.top_k]
-        return self._materialize(p, terms, winners, idf, avgdl, n, max_attainable)
+        found.sort(key=lambda x: (-x[0][0], x[0][1]))
+        ranked = []
+        for db, group in _by_db(found[:p.top_k]):
+            rows = db.read(_rows_by_id, [r[2] for r in group])
+            ranked += [Ranked(rows[r[2]], r[0], r[3], list(r[4:])) for r in group if r[2] in rows]
+        return ranked, {"idf": idf, "k1": k1, "b": b, "avgdl": avgdl, "documents": n}
 
-    def _materialize(self, p, terms, winners, idf, avgdl, n, max_attainable) -> list[dict]:
-        """Fetch the winning units' fields and shape the results."""
+    def _map(self, fn, items):
+        """fn over shards on the thread pool (SQLite runs FTS5 ranking without the GIL)."""
+        if len(items) <= 1:
+            return [fn(x) for x in items]
+        return list(self.pool.map(fn, items))
+
+    def _results(self, p: SearchParams, terms: list[str], ranked: list[Ranked], stats) -> list[dict]:
+        """Shape the winners: order, min_score, score in 0-1, snippet and explain on request."""
         from .store import unit_dict
-        k1, b = self.config.bm25_k1, self.config.bm25_b
-        by_db: dict = {}
-        for (score, cid, rowid, *_), day, db in winners:
-            by_db.setdefault(id(db), (db, []))[1].append(rowid)
-        fetched = {}
-        for key, (db, ids) in by_db.items():
-            try:
-                fetched[key] = db.read(_fetch_units, ids)
-            except sqlite3.DatabaseError:
-                fetched[key] = {}
+        if not ranked:
+            return []
+        k1, b, idf = stats["k1"], stats["b"], stats["idf"]
+        max_attainable = sum(w * (k1 + 1) for w in idf) or 1.0
+        ranked.sort(key=lambda r: (-r.score, r.row["cid"]))
         out = []
-        for (score, cid, rowid, ntok, *tfs), day, db in winners:
-            row = fetched[id(db)].get(rowid)
-            if row is None:
-                continue
-            item = unit_dict(row)
+        for r in ranked:
+            if r.score / max_attainable < p.min_score or len(out) == p.top_k:
+                break
+            item = unit_dict(r.row)
             item.pop("seq", None)
-            item["score"] = round(score / max_attainable, 6)
-            item["bm25_score"] = round(score, 6)
+            item["score"] = round(min(1.0, r.score / max_attainable), 6)
+            item["bm25_score"] = round(r.score, 6)
             if p.highlight:
                 item["snippet"] = snippet(item["content"], terms, self.tokenizer)
             if p.explain:
-                norm = k1 * (1 - b + b * ntok / avgdl)
-                item["explain"] = {
-                    "doc_len": ntok, "avg_doc_len": round(avgdl, 3), "documents": n,
-                    "k1": k1, "b": b, "max_attainable": round(max_attainable, 6),
-                    "terms": [{"term": term, "idf": round(w, 6), "tf": tf,
-                               "score": round(w * (k1 + 1) * tf / (tf + norm), 6)}
-                              for term, w, tf in zip(terms, idf, tfs)]}
+                item["explain"] = _explain(r, terms, stats, max_attainable)
             out.append(item)
         return out
+
+
+def _by_db(found):
+    groups: dict[int, tuple] = {}
+    for row, db in found:
+        groups.setdefault(id(db), (db, []))[1].append(row)
+    return groups.values()
+
+
+def _explain(r: Ranked, terms: list[str], stats: dict, max_attainable: float) -> dict:
+    k1, b, avgdl = stats["k1"], stats["b"], stats["avgdl"]
+    norm = k1 * (1 - b + b * r.doc_len / avgdl) if avgdl else None
+    return {
+        "doc_len": r.row["ntok"], "doc_len_scored": r.doc_len,
+        "avg_doc_len": round(avgdl, 3) if avgdl else None, "documents": stats["documents"],
+        "k1": k1, "b": b, "max_attainable": round(max_attainable, 6),
+        "terms": [{"term": term, "idf": round(w, 6), "tf": tf,
+                   "score": round(w * (k1 + 1) * tf / (tf + norm), 6) if norm else None}
+                  for term, w, tf in zip(terms, stats["idf"], r.tfs)]}
 
 
 _SNIPPET_WORD_RE = re.compile(r"[^\W_]+(?:[-_.][^\W_]+)*")

@@ -51,7 +51,7 @@ def unit_dict(row: sqlite3.Row | dict) -> dict:
 
 
 class Tenant:
-    """One tenant's directory: catalog.db, primary/ and replica/ day files."""
+    """One tenant's directory: catalog.db, primary/ day files and replica/index/ (the read index)."""
 
     def __init__(self, store: "Store", name: str):
         if not TENANT_RE.match(name):
@@ -67,9 +67,6 @@ class Tenant:
 
     def primary_path(self, day: str) -> Path:
         return self.dir / "primary" / f"{day}.db"
-
-    def replica_path(self, day: str) -> Path:
-        return self.dir / "replica" / f"{day}.db"
 
     def shard(self, day: str, create: bool = True) -> Db | None:
         """The primary Db of one day (opened once per process)."""
@@ -316,7 +313,7 @@ class Store:
         return out
 
     def delete(self, tenant: str, cid: str) -> dict:
-        """Remove a unit everywhere: shard row, FTS row, catalog (the replica on its next refresh)."""
+        """Remove a unit everywhere: shard row, FTS row, catalog (the read index on its next pass)."""
         found = self._locate(tenant, cid)
         if found is None:
             raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
@@ -351,9 +348,11 @@ def migrate_shard(conn: sqlite3.Connection) -> None:
 
 
 def remove_rows(conn: sqlite3.Connection, rows) -> int:
-    """Delete unit rows (id, indexed, ntok, tokens) with their FTS entries, keeping the BM25 stats exact."""
+    """Delete unit rows (id, indexed, ntok, tokens) with their FTS entries, keeping the BM25 stats exact;
+    each leaves a tombstone for the read index."""
     ndocs = ntokens = 0
     for row in rows:
+        conn.execute(sql("unit_read_delete"), {"id": row["id"], "indexed": row["indexed"]})
         if row["indexed"] and row["ntok"]:
             conn.execute(sql("fts_delete"), {"id": row["id"], "tokens": row["tokens"]})
             ndocs += 1

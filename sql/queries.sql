@@ -59,7 +59,9 @@ INSERT INTO units(cid, seq, type, source, timestamp, ttl, expires_at, content, m
 VALUES (:cid, :seq, :type, :source, :timestamp, :ttl, :expires_at, :content, :metadata, :parent_cid, :pushed_ms)
 ON CONFLICT(cid) DO UPDATE SET
     type = excluded.type, ttl = excluded.ttl, expires_at = excluded.expires_at,
-    metadata = excluded.metadata, parent_cid = excluded.parent_cid
+    metadata = excluded.metadata, parent_cid = excluded.parent_cid,
+    -- the read index filters on type, expiry and parent: a row it holds must be sent again
+    indexed = CASE WHEN units.indexed = 2 THEN 3 ELSE units.indexed END
 WHERE units.content = excluded.content AND units.timestamp = excluded.timestamp
   AND units.source = excluded.source;
 
@@ -132,12 +134,49 @@ SELECT pushed_ms FROM units ORDER BY id DESC LIMIT 1;
 SELECT (SELECT count(*) FROM units WHERE indexed = 0),
        (SELECT value FROM meta WHERE key = 'dirty_since_ms');
 
--- name: impact_meta
-SELECT format, k1, b, avgdl, (SELECT value FROM meta WHERE key = 'index_version'),
-       (SELECT min(expires_at) FROM units) FROM impact_meta;
-
--- name: impact_df
-SELECT term, df FROM impact_terms WHERE term IN (SELECT value FROM json_each(:terms));
-
 -- name: expired_ids
 SELECT id FROM units WHERE expires_at <= :now;
+
+-- ===== read index sync (service/readindex.py) =====
+-- name: unit_read_delete
+-- A removed row the read index may hold (any indexed row: a crash may have left it there unflagged).
+INSERT INTO read_deletes(id) SELECT :id WHERE :indexed > 0;
+
+-- name: sync_rows
+SELECT id, indexed, tokens, type, source, timestamp, expires_at, parent_cid
+FROM units WHERE indexed IN (1, 3) ORDER BY id LIMIT :limit;
+
+-- name: sync_deletes
+SELECT n, id FROM read_deletes ORDER BY n LIMIT :limit;
+
+-- name: sync_mark
+-- 2 when the row still has the values sent; 3 (send again, replacing) when a push changed it meanwhile.
+UPDATE units SET indexed = CASE WHEN type = :type AND expires_at = :expires_at AND parent_cid IS :parent_cid
+                               THEN 2 ELSE 3 END
+WHERE id = :id AND indexed IN (1, 3);
+
+-- name: sync_deletes_done
+DELETE FROM read_deletes WHERE n <= :n;
+
+-- name: sync_reset
+-- The read index was rebuilt from nothing: every indexed row must be sent again.
+UPDATE units SET indexed = 1 WHERE indexed > 1;
+
+-- name: sync_reset_deletes
+DELETE FROM read_deletes;
+
+-- name: sync_backlog
+-- What the read index lacks in this shard among units up to :seq: rows not yet in FTS5 or not yet
+-- sent, and the oldest push among them.
+SELECT (SELECT count(*) FROM units WHERE indexed = 0 AND seq <= :seq)
+       + (SELECT count(*) FROM units WHERE indexed IN (1, 3) AND seq <= :seq),
+       min(coalesce((SELECT min(pushed_ms) FROM units WHERE indexed = 0 AND seq <= :seq), 1e18),
+           coalesce((SELECT min(pushed_ms) FROM units WHERE indexed IN (1, 3) AND seq <= :seq), 1e18));
+
+-- name: catalog_since_seq
+-- Units reserved after a read-index pass began: how many, and the oldest reservation.
+SELECT count(*), min(reserved_ms) FROM catalog WHERE seq > :seq;
+
+-- name: units_by_ids
+SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, ntok, tokens
+FROM units WHERE id IN (SELECT value FROM json_each(:ids));

@@ -12,13 +12,18 @@ CREATE TABLE IF NOT EXISTS units (
     metadata    TEXT,
     parent_cid  TEXT,
     pushed_ms   INTEGER NOT NULL,
-    indexed     INTEGER NOT NULL DEFAULT 0,  -- 0 = pending: the durable indexer queue
+    indexed     INTEGER NOT NULL DEFAULT 0,  -- 0 pending (the durable indexer queue), 1 in FTS5, 2 also in the
+                                             -- read index, 3 in it but changed since (service/readindex.py)
     ntok        INTEGER NOT NULL DEFAULT 0,  -- document length in tokens, for global BM25
     tokens      TEXT                         -- space-joined tokens (service/tokenize.py), set when indexed
 );
 CREATE INDEX IF NOT EXISTS units_pending ON units(id) WHERE indexed = 0;
 CREATE INDEX IF NOT EXISTS units_expires ON units(expires_at);
 CREATE INDEX IF NOT EXISTS units_parent ON units(parent_cid) WHERE parent_cid IS NOT NULL;
+-- The read index's queue: rows in FTS5 that the read index lacks or holds in an older version.
+CREATE INDEX IF NOT EXISTS units_unsynced ON units(id) WHERE indexed IN (1, 3);
+-- Rows removed (DELETE, expiry purge) that the read index may still hold; n orders them.
+CREATE TABLE IF NOT EXISTS read_deletes (n INTEGER PRIMARY KEY AUTOINCREMENT, id INTEGER NOT NULL);
 
 -- Tokens are produced by service/tokenize.py; unicode61 with these tokenchars keeps each one whole.
 -- External content (units.tokens): the tokens are stored once, and search reads them from units

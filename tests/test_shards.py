@@ -1,10 +1,12 @@
 """Global BM25 across day shards, replicas and the janitor (DESIGN.md sections 5 and 6)."""
+import json
 import os
 import random
 import sqlite3
 import time
 
 import pytest
+import tantivy
 
 from conftest import make_unit
 
@@ -64,17 +66,23 @@ def test_five_day_shards_rank_exactly_like_one_shard(tmp_path):
         five.extensions["context_shutdown"]()
 
 
-def test_ranking_agrees_with_independent_bm25(tmp_path):
-    """Scores equal a from-scratch BM25 (Lucene idf, k1=1.2, b=0.75) over the same tokens."""
+@pytest.mark.parametrize("consistency", ["replica", "strong"])
+def test_ranking_agrees_with_independent_bm25(tmp_path, consistency):
+    """Scores equal a from-scratch BM25 (Lucene idf, k1=1.2, b=0.75) over the same tokens: with exact
+    document lengths on the primaries (strong), with lengths in the read index's one-byte encoding
+    (default searches)."""
     import math
+    from service.readindex import encoded_length
     from service.tokenize import tokenizer_for
-    docs, queries = corpus(300, seed=3)
+    length = encoded_length if consistency == "replica" else (lambda n: n)
+    docs, queries = corpus(300, seed=3, longest=120)
     app = build(tmp_path, "ref", docs, days=3)
     try:
         tok = tokenizer_for(app.config["CONTEXT"])
         toks = [tok.tokens(d) for d in docs]
         n = len(toks)
         avgdl = sum(map(len, toks)) / n
+        assert any(length(len(t)) != len(t) for t in toks) == (consistency == "replica")
         for q in queries[:20]:
             terms = tok.query_terms(q)
             scores = []
@@ -85,11 +93,12 @@ def test_ranking_agrees_with_independent_bm25(tmp_path):
                     if tf:
                         df = sum(1 for x in toks if term in x)
                         idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
-                        s += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * len(t) / avgdl))
+                        s += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length(len(t)) / avgdl))
                 if s > 0:
                     scores.append((round(s, 6), docs[i]))
             scores.sort(key=lambda x: -x[0])
-            got = app.test_client().post("/mcp/search", json={"query": q, "top_k": 10}).get_json()["results"]
+            got = app.test_client().post("/mcp/search", json={"query": q, "top_k": 10, "consistency": consistency}
+                                         ).get_json()["results"]
             assert [r["bm25_score"] for r in got] == pytest.approx([s for s, _ in scores[:10]], abs=1e-5)
     finally:
         app.extensions["context_shutdown"]()
@@ -116,14 +125,24 @@ def test_janitor_purges_expired_units_and_unlinks_dead_days(client, app):
     maint.run_once()
     tenant_dir = app.config["CONTEXT"].data_path / "tenants" / "default"
     primaries = sorted(p.name for p in (tenant_dir / "primary").glob("*.db"))
-    assert len(primaries) == 2 and len(list((tenant_dir / "replica").glob("*.db"))) == 2
+    assert len(primaries) == 2
+    view = app.extensions["context_store"].searcher.view(app.extensions["context_store"].tenant("default"))
+    indexed_days = dict(view.searcher.terms_with_prefix("day", ""))
+    assert sorted(indexed_days) == [p[:10] for p in primaries] and view.searcher.num_docs == 3
     time.sleep(now + 2.5 - time.time())
     result = maint.janitor.run(app.extensions["context_store"].tenant("default"))
-    assert result == {"purged": 1, "unlinked": 1}
-    # The dead day is gone from disk (primary, replica, WAL files) and from the catalog.
+    assert result == {"purged": 1, "unlinked": 1, "unlinked_days": [primaries[0][:10]]}
+    # The dead day is gone from disk (primary and WAL files) and from the catalog ...
     assert sorted(p.name for p in (tenant_dir / "primary").glob("*.db*")) == [primaries[1]] + \
         [x for x in sorted(os.listdir(tenant_dir / "primary")) if x.startswith(primaries[1]) and x != primaries[1]]
-    assert not any(p.name.startswith(primaries[0]) for p in (tenant_dir / "replica").iterdir())
+    # ... and, after the leader's next pass, from the read index, with the purged unit.
+    maint.run_once()
+    view = app.extensions["context_store"].searcher.view(app.extensions["context_store"].tenant("default"))
+    assert view.searcher.num_docs == 1
+    assert [d for d, _ in view.searcher.terms_with_prefix("day", "", filter_query=tantivy.Query.all_query())] \
+        == [primaries[1][:10]]
+    body = client.post("/mcp/search", json={"query": "okapi"}).get_json()
+    assert [r["cid"] for r in body["results"]] == [keep["cid"]]
     cat = sqlite3.connect(tenant_dir / "catalog.db")
     assert {r[0] for r in cat.execute("SELECT cid FROM catalog")} == {keep["cid"]}
     assert cat.execute("SELECT count(*) FROM days").fetchone()[0] == 1
@@ -143,34 +162,37 @@ def test_janitor_purges_expired_units_and_unlinks_dead_days(client, app):
     assert (tenant_dir / "primary" / primaries[0]).exists()
 
 
-def test_replica_refresh_lag_and_damaged_replica_rebuilt(client, app):
+def test_read_index_lag_and_damaged_index_rebuilt(client, app):
     maint = app.extensions["context_maintenance"]
     client.post("/mcp/push", json=make_unit("replica tapir"))
-    # No replica yet: default reads fall back to the primary.
+    # Not indexed yet, and no read index yet: default reads use the primaries and find nothing.
     assert client.post("/mcp/search", json={"query": "tapir"}).get_json()["results"] == []
     maint.run_once()
-    tenant_dir = app.config["CONTEXT"].data_path / "tenants" / "default"
-    replica = next((tenant_dir / "replica").glob("*.db"))
-    assert len(client.post("/mcp/search", json={"query": "tapir"}).get_json()["results"]) == 1
-    # A change not yet copied shows as replica lag.
+    index = app.config["CONTEXT"].data_path / "tenants" / "default" / "replica" / "index"
+    assert (index / "meta.json").exists()
+    body = client.post("/mcp/search", json={"query": "tapir"}).get_json()
+    assert len(body["results"]) == 1 and body["freshness"] == {"replica_lag_ms": 0, "index_pending": 0}
+    # A unit the read index does not hold yet shows as lag and pending (a strong read sees it).
     client.post("/mcp/push", json=make_unit("second tapir"))
-    client.post("/mcp/search", json={"query": "tapir", "consistency": "strong"})
+    assert len(client.post("/mcp/search", json={"query": "tapir", "consistency": "strong"}).get_json()["results"]) == 2
     time.sleep(0.05)
     body = client.post("/mcp/search", json={"query": "tapir"}).get_json()
-    assert len(body["results"]) == 1 and body["freshness"]["replica_lag_ms"] > 0
-    # Corrupt the replica: the search still answers (from the primary) and the file is rebuilt.
-    replica.unlink()
-    replica.write_bytes(b"this is not a database" * 100)
+    assert len(body["results"]) == 1
+    assert body["freshness"]["replica_lag_ms"] >= 50 and body["freshness"]["index_pending"] == 1
+    # Damage the index behind a new leader's back: searches still answer, and the leader rebuilds it.
+    maint.stop()
+    (index / "meta.json").write_text("this is not an index")
     body = client.post("/mcp/search", json={"query": "tapir"}).get_json()
-    assert len(body["results"]) == 2
-    maint.replicas._last.clear()
-    maint.run_once()
-    conn = sqlite3.connect(replica)
-    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert conn.execute("SELECT count(*) FROM units").fetchone()[0] == 2
-    conn.close()
-    body = client.post("/mcp/search", json={"query": "tapir"}).get_json()
-    assert len(body["results"]) == 2 and body["freshness"]["replica_lag_ms"] == 0
+    assert len(body["results"]) == 1      # this process's reader keeps the last good commit
+    from service.indexer import Maintenance
+    fresh = Maintenance(app.extensions["context_store"])
+    try:
+        fresh.run_once()
+        body = client.post("/mcp/search", json={"query": "tapir"}).get_json()
+        assert len(body["results"]) == 2 and body["freshness"] == {"replica_lag_ms": 0, "index_pending": 0}
+        assert json.loads((index / "meta.json").read_text())["segments"]
+    finally:
+        fresh.stop()
 
 
 def test_metrics_exposes_latency_queue_lag_and_units(client, app):

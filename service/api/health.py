@@ -6,7 +6,7 @@ import tempfile
 
 from flask import Blueprint, current_app, jsonify
 
-from . import config, store
+from . import store
 
 bp = Blueprint("health", __name__)
 
@@ -38,7 +38,7 @@ def readyz():
     pending = replica_lag_ms = 0
     for name in s.tenant_names():
         t = s.tenant(name)
-        n, lag = s.searcher.freshness(t, s.live_days(t), not config().replicas)
+        n, lag = s.searcher.freshness(t, s.live_days(t), s.searcher.view(t), exact=True)
         pending += n
         replica_lag_ms = max(replica_lag_ms, lag)
     maint = current_app.extensions.get("context_maintenance")

@@ -1,0 +1,475 @@
+"""The read index (DESIGN.md sections 5 and 6; issue 11): one tantivy index per tenant over every
+live day, which default searches read.
+
+FTS5 in the primary day shards stays the index of record (push -> pending row -> indexer). The
+tenant's maintenance leader sends indexed rows to ``tenants/<t>/replica/index/`` with exactly the
+tokens FTS5 holds (a whitespace analyzer over ``units.tokens``) and commits; every worker's reader
+reloads when the commit's ``meta.json`` changes. One index over all days makes BM25's statistics
+global by construction, and tantivy evaluates OR queries with block-max WAND in compiled code, so
+a query's cost grows with neither the number of day shards nor the matches of its common terms.
+
+Sync protocol, per shard row (``units.indexed``): 1 = in FTS5, not sent; 2 = sent; 3 = sent, but a
+duplicate push changed its type, expiry or parent since. A pass reads rows 1/3 and the
+``read_deletes`` tombstones in one snapshot; deletes by key what must go (tombstones; rows 3; and
+every row after a leader change or a failed pass, so a crash between the commit and the flag flip
+cannot leave a document twice); adds the rows; commits; then flips the flags. The index is derived
+data: when it is missing, damaged or of another format it is rebuilt from the shards.
+
+Scores are tantivy's BM25 with k1 1.2 and b 0.75 and Lucene's idf: the service's formula, with
+document lengths quantized to one byte as Lucene does, and statistics that count documents
+deleted but not yet merged away.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import math
+import os
+import shutil
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import tantivy
+from tantivy import FieldType, Occur, Query
+
+from .shards import sql
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
+K1, B = 1.2, 0.75              # tantivy's BM25 parameters (fixed in the engine)
+SYNC_BATCH = 5000              # rows (and tombstones) read per shard per round
+COMMIT_EVERY = 50_000          # at most this many changes before a commit (bulk builds)
+DAY_SHIFT = 2 ** 40            # key = day ordinal * DAY_SHIFT + rowid
+
+
+def index_dir(t) -> Path:
+    return t.dir / "replica" / "index"
+
+
+def day_key(day: str, rowid: int) -> int:
+    return datetime.date.fromisoformat(day).toordinal() * DAY_SHIFT + rowid
+
+
+def split_key(key: int) -> tuple[str, int]:
+    return datetime.date.fromordinal(key // DAY_SHIFT).isoformat(), key % DAY_SHIFT
+
+
+def build_schema() -> tantivy.Schema:
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("t", tokenizer_name=TOKENIZER, index_option="freq")
+    sb.add_integer_field("key", indexed=True, fast=True)
+    sb.add_integer_field("exp", fast=True)
+    sb.add_integer_field("ts", fast=True)
+    # every document holds "one" once: its document frequency is tantivy's N (deleted ones included)
+    for name in ("one", "day", "type", "src", "parent"):
+        sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    return sb.build()
+
+
+def _analyzer():
+    return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
+
+
+def _signature(path: Path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def bm25_supported(config) -> bool:
+    return (config.bm25_k1, config.bm25_b) == (K1, B)
+
+
+# --- readers (every worker) ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class View:
+    """One committed state of a tenant's read index."""
+    searcher: tantivy.Searcher
+    schema: tantivy.Schema
+    ndocs: int
+
+    def idf(self, term: str) -> tuple[int, float]:
+        df = self.searcher.doc_freq("t", term)
+        return df, (math.log(1 + (self.ndocs - df + 0.5) / (df + 0.5)) if df else 0.0)
+
+
+@dataclass(frozen=True)
+class Hit:
+    score: float
+    day: str
+    rowid: int
+    address: object
+
+
+class Reader:
+    """A process's handle on one tenant's read index, reloaded when the leader commits."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.index: tantivy.Index | None = None
+        self.gen: str | None = None
+        self.sig = None
+        self.view: View | None = None
+        self._lock = threading.Lock()
+
+    def current(self) -> View | None:
+        sig = _signature(self.path / "meta.json")
+        if sig is None:
+            return None
+        if sig != self.sig:
+            with self._lock:
+                if sig != self.sig:
+                    self._load(sig)
+        return self.view
+
+    def _load(self, sig) -> None:
+        try:
+            info = json.loads((self.path / "format.json").read_text())
+            if info.get("format") != FORMAT:
+                self.view, self.sig = None, sig
+                return
+            if self.index is None or info.get("gen") != self.gen:
+                index = tantivy.Index.open(str(self.path))
+                index.config_reader("Manual")
+                self.index, self.gen = index, info.get("gen")
+            else:
+                self.index.reload()
+            searcher = self.index.searcher()
+            self.view = View(searcher, self.index.schema, searcher.doc_freq("one", "1"))
+            self.sig = sig
+        except (OSError, ValueError, RuntimeError) as e:
+            # A commit or a rebuild under way (files replaced between our reads): keep the previous
+            # view and try again on the next search.
+            log.debug("read index %s not reloaded yet: %s", self.path, e)
+
+
+def search(view: View, p, terms: list[str], now: int) -> list[Hit]:
+    """The top k live documents for the query terms and the request's filters."""
+    schema = view.schema
+    occur = Occur.Must if p.operator == "and" else Occur.Should
+    query = Query.boolean_query([(occur, Query.term_query(schema, "t", term)) for term in terms])
+    filters = []
+    if p.types:
+        filters.append(Query.term_set_query(schema, "type", list(p.types)))
+    if p.source and p.source != "*":
+        if p.source.endswith("*"):
+            # the source names with this prefix, from the term dictionary: no pattern syntax involved
+            names = [name for name, _ in view.searcher.terms_with_prefix("src", p.source[:-1])]
+            if not names:
+                return []
+            filters.append(Query.term_set_query(schema, "src", names))
+        else:
+            filters.append(Query.term_query(schema, "src", p.source))
+    if p.since is not None or p.until is not None:
+        filters.append(Query.range_query(schema, "ts", FieldType.Integer, p.since, p.until))
+    if p.parent_cid:
+        filters.append(Query.term_query(schema, "parent", p.parent_cid))
+    if filters:
+        query = _filtered(query, filters)
+    # Expired documents (not yet purged by the janitor) are dropped after ranking, which keeps the
+    # plain disjunction tantivy evaluates fastest; when they crowd the top, a range filter instead.
+    want, limit = p.top_k, p.top_k + 8
+    while True:
+        hits = view.searcher.search(query, limit, count=False).hits
+        addresses = [a for _, a in hits]
+        keys = view.searcher.fast_field_values("key", addresses)
+        expiry = view.searcher.fast_field_values("exp", addresses)
+        live = [Hit(score, *split_key(key), address)
+                for (score, address), key, exp in zip(hits, keys, expiry) if exp is not None and exp > now]
+        if len(live) >= want or len(hits) < limit:
+            return live
+        if limit >= 1024:
+            query, limit = _filtered(query, [Query.range_query(schema, "exp", FieldType.Integer, now + 1, None)]), want + 8
+            continue
+        limit *= 4
+
+
+def _filtered(query, filters):
+    """``query``'s scores, restricted to documents that pass every filter (which adds nothing to scores)."""
+    both = filters[0] if len(filters) == 1 else Query.boolean_query([(Occur.Must, f) for f in filters])
+    return Query.boolean_query([(Occur.Must, query), (Occur.Must, Query.const_score_query(both, 0.0))])
+
+
+def explain_stats(view: View, query_terms: list[str], hit: Hit) -> dict:
+    """N and the average document length tantivy scored with, read from its own explanation."""
+    schema = view.schema
+    query = Query.boolean_query([(Occur.Should, Query.term_query(schema, "t", term)) for term in query_terms])
+    tree = json.loads(query.explain(view.searcher, hit.address).to_json(), strict=False)
+    found: dict = {}
+
+    def walk(node):
+        desc = node.get("description", "")
+        if desc.startswith("avgdl"):
+            found["avgdl"] = node["value"]
+        elif desc.startswith("N,"):
+            found["N"] = int(node["value"])
+        for child in node.get("details", []) or []:
+            walk(child)
+    walk(tree)
+    return found
+
+
+# Lucene's SmallFloat.intToByte4, which tantivy uses to store a document's length in one byte.
+def _long_to_int4(i: int) -> int:
+    bits = i.bit_length()
+    if bits < 4:
+        return i
+    shift = bits - 4
+    return ((i >> shift) & 7) | ((shift + 1) << 3)
+
+
+def _int4_to_long(i: int) -> int:
+    bits, shift = i & 7, (i >> 3) - 1
+    return bits if shift == -1 else (bits | 8) << shift
+
+
+_FREE = 255 - _long_to_int4(2 ** 31 - 1)
+FIELDNORMS = [i if i < _FREE else _FREE + _int4_to_long(i - _FREE) for i in range(256)]
+
+
+def encoded_length(n: int) -> int:
+    """The document length tantivy scores with: the largest table value not above n."""
+    lo, hi = 0, 255
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if FIELDNORMS[mid] <= n:
+            lo = mid
+        else:
+            hi = mid - 1
+    return FIELDNORMS[lo]
+
+
+class Readers:
+    """Every tenant's reader in this process."""
+
+    def __init__(self):
+        self._readers: dict[str, Reader] = {}
+        self._lock = threading.Lock()
+
+    def view(self, t) -> View | None:
+        reader = self._readers.get(t.name)
+        if reader is None:
+            with self._lock:
+                reader = self._readers.setdefault(t.name, Reader(index_dir(t)))
+        return reader.current()
+
+    def state(self, t) -> dict | None:
+        """The leader's last pass: when, and what the index still lacked then."""
+        try:
+            return json.loads((index_dir(t) / "state.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+
+# --- the writer (the tenant's maintenance leader) ------------------------------------------------
+def _snapshot(conn, limit: int):
+    """Unsent rows and tombstones of one shard, read in one snapshot."""
+    conn.execute("BEGIN")
+    try:
+        rows = conn.execute(sql("sync_rows"), {"limit": limit}).fetchall()
+        deletes = conn.execute(sql("sync_deletes"), {"limit": limit}).fetchall()
+    finally:
+        conn.execute("COMMIT")
+    return rows, deletes
+
+
+def _mark_sent(conn, rows, last_delete: int | None) -> None:
+    for r in rows:
+        conn.execute(sql("sync_mark"), {"id": r["id"], "type": r["type"], "expires_at": r["expires_at"],
+                                         "parent_cid": r["parent_cid"]})
+    if last_delete is not None:
+        conn.execute(sql("sync_deletes_done"), {"n": last_delete})
+
+
+def _reset(conn) -> None:
+    conn.execute(sql("sync_reset"))
+    conn.execute(sql("sync_reset_deletes"))
+
+
+class Writer:
+    """The leader's side of one tenant's read index: sync passes, day drops, rebuilds."""
+
+    def __init__(self, t, config, readers: Readers):
+        self.t = t
+        self.config = config
+        self.readers = readers
+        self.path = index_dir(t)
+        self.index: tantivy.Index | None = None
+        self.writer = None
+        self.replacing = True       # delete before add: a previous leader may have sent rows unflagged
+        self.dropped: set[str] = set()
+        self.gone_done: set[str] = set()
+        self.last_commit = 0.0
+        self.sent_total = 0
+
+    # --- opening and rebuilding ---------------------------------------------------------------
+    def _open(self) -> bool:
+        if self.writer is not None:
+            return True
+        try:
+            info = json.loads((self.path / "format.json").read_text())
+            usable = info.get("format") == FORMAT and (self.path / "meta.json").exists()
+        except (OSError, ValueError):
+            usable = False
+        if usable:
+            try:
+                self.index = tantivy.Index(build_schema(), path=str(self.path), reuse=True)
+            except (OSError, ValueError, RuntimeError) as e:
+                log.warning("read index of tenant %s is unreadable (%s); rebuilding it", self.t.name, e)
+                usable = False
+        if not usable:
+            self._rebuild()
+        self.index.register_tokenizer(TOKENIZER, _analyzer())
+        self.writer = self.index.writer(self.config.read_index_heap_mb * 1_000_000, 1)
+        return True
+
+    def _rebuild(self) -> None:
+        """Start an empty index and send every indexed row of every shard again."""
+        log.info("building the read index of tenant %s", self.t.name)
+        if self.path.exists():
+            old = self.path.with_name(f"index.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            os.replace(self.path, old)
+            shutil.rmtree(old, ignore_errors=True)
+        self.path.mkdir(parents=True)
+        self.index = tantivy.Index(build_schema(), path=str(self.path), reuse=False)
+        tmp = self.path / "format.json.tmp"
+        tmp.write_text(json.dumps({"format": FORMAT, "gen": uuid.uuid4().hex, "k1": K1, "b": B}))
+        os.replace(tmp, self.path / "format.json")
+        for day in self.t.primary_days():
+            db = self.t.shard(day, create=False)
+            if db is not None:
+                db.write(_reset)
+        self.replacing = False      # the index is empty: nothing to replace
+
+    def close(self) -> None:
+        if self.writer is not None:
+            try:
+                self.writer.rollback()
+            except (RuntimeError, ValueError):
+                pass
+            self.writer = None
+        self.index = None
+
+    def drop_day(self, day: str) -> None:
+        """The janitor unlinked a day: its documents go at the next pass."""
+        self.dropped.add(day)
+
+    # --- a sync pass --------------------------------------------------------------------------
+    def due(self) -> bool:
+        return time.monotonic() - self.last_commit >= self.config.replica_debounce_ms / 1000
+
+    def sync(self) -> int:
+        """Send every unsent change of every shard; commit; flip flags. Returns changes sent."""
+        self._open()
+        try:
+            return self._sync()
+        except BaseException:
+            self.replacing = True
+            try:
+                self.writer.rollback()
+            except (RuntimeError, ValueError):
+                self.writer = None
+            raise
+
+    def _sync(self) -> int:
+        w = self.writer
+        sent = 0
+        pending: list = []        # (db, rows, last tombstone n) to flag once committed
+        days = self.t.primary_days()
+        dropped = self._drop_gone_days(w, set(days))
+        committed = 0             # changes sent as of the last commit
+        full_round = True
+        while full_round:
+            full_round = False
+            for day in days:
+                db = self.t.shard(day, create=False)
+                if db is None:
+                    continue
+                rows, deletes = db.read(_snapshot, SYNC_BATCH)
+                if not rows and not deletes:
+                    continue
+                full_round = full_round or len(rows) == SYNC_BATCH or len(deletes) == SYNC_BATCH
+                for d in deletes:
+                    w.delete_documents_by_term("key", day_key(day, d["id"]))
+                for r in rows:
+                    key = day_key(day, r["id"])
+                    if self.replacing or r["indexed"] == 3:
+                        w.delete_documents_by_term("key", key)
+                    if r["tokens"]:
+                        w.add_document(_document(day, key, r))
+                pending.append((db, rows, deletes[-1]["n"] if deletes else None))
+                sent += len(rows) + len(deletes)
+                if sent - committed >= COMMIT_EVERY:
+                    self._commit(pending)
+                    committed, pending = sent, []
+        if pending or dropped:
+            self._commit(pending)
+        if not full_round:
+            self.replacing = False
+        self.sent_total += sent
+        return sent
+
+    def _commit(self, pending) -> None:
+        self.writer.commit()
+        self.last_commit = time.monotonic()
+        for db, rows, last_delete in pending:
+            db.write(_mark_sent, rows, last_delete)
+
+    def _drop_gone_days(self, w, days: set[str]) -> int:
+        """Delete the documents of days whose files are gone: the janitor's unlinks, and whatever a
+        crash between an unlink and its commit left behind (the days in the term dictionary, which
+        keeps a deleted day's name until a merge; ``gone_done`` remembers those already dropped)."""
+        view = self.readers.view(self.t)
+        indexed = {day for day, _ in view.searcher.terms_with_prefix("day", "")} if view is not None else set()
+        gone = (indexed | self.dropped) - days - self.gone_done
+        for day in gone:
+            w.delete_documents_by_term("day", day)
+        self.gone_done = (self.gone_done | gone) - days
+        self.dropped.clear()
+        return len(gone)
+
+    def write_state(self, seq: int, backlog: int, oldest_ms: int | None) -> None:
+        """What the index lacked at the end of a pass among the units up to ``seq`` (the catalog's
+        newest when the pass began), for the freshness reports of every worker."""
+        state = {"ms": int(time.time() * 1000), "seq": seq, "backlog": backlog, "oldest_ms": oldest_ms}
+        tmp = self.path / f"state.json.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.path / "state.json")
+
+
+def _document(day: str, key: int, r) -> tantivy.Document:
+    doc = tantivy.Document()
+    doc.add_text("t", r["tokens"])
+    doc.add_integer("key", key)
+    doc.add_integer("exp", r["expires_at"])
+    doc.add_integer("ts", r["timestamp"])
+    doc.add_text("one", "1")
+    doc.add_text("day", day)
+    doc.add_text("type", r["type"])
+    doc.add_text("src", r["source"])
+    if r["parent_cid"]:
+        doc.add_text("parent", r["parent_cid"])
+    return doc
+
+
+def backlog(t, seq: int = 2 ** 62) -> tuple[int, int | None]:
+    """(rows the read index lacks, oldest push among them in ms) over a tenant's shards, among the
+    units up to ``seq``."""
+    total, oldest = 0, None
+    for day in t.primary_days():
+        db = t.shard(day, create=False)
+        if db is None:
+            continue
+        n, first = db.read(lambda c: c.execute(sql("sync_backlog"), {"seq": seq}).fetchone())
+        total += n
+        if n and first < 1e18:
+            oldest = int(first) if oldest is None else min(oldest, int(first))
+    return total, oldest
