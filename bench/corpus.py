@@ -260,12 +260,13 @@ def service_dir(size: int, seed: int = 1, *, rebuild: bool = False, log=print) -
     unless --rebuild.
     """
     from service.shards import schema
-    # The on-disk format is part of the key: a schema change (e.g. v1 -> v2) builds a new corpus.
-    fmt = hashlib.sha1(schema("shard_schema.sql").encode()).hexdigest()[:8]
+    # The shard schema version is part of the key: a version change (e.g. v1 -> v2) builds a new
+    # corpus; additive changes (new indexes, tables) are applied when the cached shards are opened.
+    fmt = "v" + re.search(r"'schema_version', (\d+)", schema("shard_schema.sql")).group(1)
     d = TMP / f"service-{corpus_key(size, seed)}-{fmt}"
     if (d / "READY").exists() and not rebuild:
-        # Bring derived files up to date with this service code (e.g. replicas' impact lists of
-        # another format): one maintenance pass, a no-op when nothing is due.
+        # Bring derived files up to date with this service code (e.g. the read index of another
+        # format): one maintenance pass, a no-op when nothing is due.
         from service import create_app
         app = create_app({"data_dir": str(d), "background": False})
         t0 = time.perf_counter()

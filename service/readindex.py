@@ -9,7 +9,8 @@ global by construction, and tantivy evaluates OR queries with block-max WAND in 
 a query's cost grows with neither the number of day shards nor the matches of its common terms.
 
 Sync protocol, per shard row (``units.indexed``): 1 = in FTS5, not sent; 2 = sent; 3 = sent, but a
-duplicate push changed its type, expiry or parent since. A pass reads rows 1/3 and the
+duplicate push changed its mutable fields (type, ttl, metadata, parent) since. The index stores
+each unit's public fields, so a hit is answered without opening the day files. A pass reads rows 1/3 and the
 ``read_deletes`` tombstones in one snapshot; deletes by key what must go (tombstones; rows 3; and
 every row after a leader change or a failed pass, so a crash between the commit and the flag flip
 cannot leave a document twice); adds the rows; commits; then flips the flags. The index is derived
@@ -40,7 +41,7 @@ from .shards import sql
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2
 TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
 K1, B = 1.2, 0.75              # tantivy's BM25 parameters (fixed in the engine)
 SYNC_BATCH = 5000              # rows (and tombstones) read per shard per round
@@ -69,6 +70,8 @@ def build_schema() -> tantivy.Schema:
     # every document holds "one" once: its document frequency is tantivy's N (deleted ones included)
     for name in ("one", "day", "type", "src", "parent"):
         sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    # the unit's public fields as JSON: a hit is answered from here, not from ten day files
+    sb.add_bytes_field("unit", stored=True, indexed=False)
     return sb.build()
 
 
@@ -185,11 +188,16 @@ def search(view: View, p, terms: list[str], now: int) -> list[Hit]:
         live = [Hit(score, *split_key(key), address)
                 for (score, address), key, exp in zip(hits, keys, expiry) if exp is not None and exp > now]
         if len(live) >= want or len(hits) < limit:
-            return live
+            return live[:want]
         if limit >= 1024:
             query, limit = _filtered(query, [Query.range_query(schema, "exp", FieldType.Integer, now + 1, None)]), want + 8
             continue
         limit *= 4
+
+
+def units(view: View, hits: list[Hit]) -> list[dict]:
+    """The stored public fields of each hit, as they were when the leader last sent the row."""
+    return [json.loads(view.searcher.doc(h.address).get_first("unit")) for h in hits]
 
 
 def _filtered(query, filters):
@@ -252,6 +260,7 @@ class Readers:
 
     def __init__(self):
         self._readers: dict[str, Reader] = {}
+        self._states: dict[str, tuple] = {}     # tenant -> (state.json signature, parsed)
         self._lock = threading.Lock()
 
     def view(self, t) -> View | None:
@@ -263,10 +272,17 @@ class Readers:
 
     def state(self, t) -> dict | None:
         """The leader's last pass: when, and what the index still lacked then."""
+        path = index_dir(t) / "state.json"
+        sig = _signature(path)
+        cached = self._states.get(t.name)
+        if cached is not None and cached[0] == sig:
+            return cached[1]
         try:
-            return json.loads((index_dir(t) / "state.json").read_text())
+            state = json.loads(path.read_text())
         except (OSError, ValueError):
-            return None
+            state = None
+        self._states[t.name] = (sig, state)
+        return state
 
 
 # --- the writer (the tenant's maintenance leader) ------------------------------------------------
@@ -283,7 +299,8 @@ def _snapshot(conn, limit: int):
 
 def _mark_sent(conn, rows, last_delete: int | None) -> None:
     for r in rows:
-        conn.execute(sql("sync_mark"), {"id": r["id"], "type": r["type"], "expires_at": r["expires_at"],
+        conn.execute(sql("sync_mark"), {"id": r["id"], "type": r["type"], "ttl": r["ttl"],
+                                         "expires_at": r["expires_at"], "metadata": r["metadata"],
                                          "parent_cid": r["parent_cid"]})
     if last_delete is not None:
         conn.execute(sql("sync_deletes_done"), {"n": last_delete})
@@ -448,6 +465,11 @@ class Writer:
 def _document(day: str, key: int, r) -> tantivy.Document:
     doc = tantivy.Document()
     doc.add_text("t", r["tokens"])
+    meta = r["metadata"]
+    doc.add_bytes("unit", json.dumps({
+        "cid": r["cid"], "type": r["type"], "source": r["source"], "timestamp": r["timestamp"],
+        "ttl": r["ttl"], "content": r["content"], "metadata": json.loads(meta) if meta else None,
+        "parent_cid": r["parent_cid"], "expires_at": r["expires_at"]}, ensure_ascii=False).encode())
     doc.add_integer("key", key)
     doc.add_integer("exp", r["expires_at"])
     doc.add_integer("ts", r["timestamp"])

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -177,19 +176,6 @@ def _filters(p: SearchParams, args: dict) -> list[str]:
     return where
 
 
-def passes_filters(row, p: SearchParams, now: int) -> bool:
-    """The same filters in Python, for rows the read index returned (a push may have changed them since)."""
-    if row["expires_at"] <= now or (p.types and row["type"] not in p.types):
-        return False
-    if p.source:
-        src = row["source"]
-        if not (src.startswith(p.source[:-1]) if p.source.endswith("*") else src == p.source):
-            return False
-    if (p.since is not None and row["timestamp"] < p.since) or (p.until is not None and row["timestamp"] > p.until):
-        return False
-    return not p.parent_cid or row["parent_cid"] == p.parent_cid
-
-
 def _shard_top(conn, p: SearchParams, match: str, terms: list[str], weights: list[float], avgdl: float,
                k1: float, b: float, local_n: int | None, k: int, now: int) -> list[tuple]:
     """One shard's best k FTS matches under the *global* BM25 weights, scored inside SQLite; rows
@@ -243,11 +229,12 @@ def idf_of(n: int, df: int) -> float:
 
 @dataclass
 class Ranked:
-    """One winning unit: its stored row, raw BM25 score, and what explain reports."""
-    row: sqlite3.Row
+    """One winning unit: its public fields, raw BM25 score, and what explain reports."""
+    unit: dict
     score: float
-    doc_len: int
-    tfs: list[int]
+    doc_len: int | None = None      # the length BM25 used (the read index's encoding, or exact)
+    raw_len: int | None = None
+    tfs: list[int] | None = None
 
 
 class Searcher:
@@ -325,35 +312,34 @@ class Searcher:
         return pending, 0
 
     def _search_index(self, t, p: SearchParams, terms: list[str], view, now: int):
-        """The read index's top k (tantivy), then the winners' rows from the primaries."""
+        """The read index's top k (tantivy) with the units' stored fields."""
         k1, b = readindex.K1, readindex.B
         idf_by_term = {term: view.idf(term)[1] for term in dict.fromkeys(terms)}
         if p.operator == "and" and not all(idf_by_term.values()):
             return [], None
         hits = readindex.search(view, p, terms, now)
-        by_day: dict[str, list] = {}
-        for h in hits:
-            by_day.setdefault(h.day, []).append(h)
-        ranked = []
-        for day, day_hits in by_day.items():
-            db = t.shard(day, create=False)
-            if db is None:
-                continue
-            rows = db.read(_rows_by_id, [h.rowid for h in day_hits])
-            for h in day_hits:
-                row = rows.get(h.rowid)
-                if row is not None and passes_filters(row, p, now):
-                    tokens = (row["tokens"] or "").split(" ")
-                    ranked.append(Ranked(row, h.score, readindex.encoded_length(row["ntok"]),
-                                         [tokens.count(term) for term in terms]))
-        avgdl = n = None
+        ranked = [Ranked(unit, h.score) for unit, h in zip(readindex.units(view, hits), hits)]
+        stats = {"idf": [idf_by_term[term] for term in terms], "k1": k1, "b": b, "avgdl": None,
+                 "documents": view.ndocs}
         if p.explain and hits:
             found = readindex.explain_stats(view, terms, hits[0])
-            n, avgdl = found.get("N", view.ndocs), found.get("avgdl")
-        return ranked, {"idf": [idf_by_term[term] for term in terms], "k1": k1, "b": b,
-                        "avgdl": avgdl, "documents": n or view.ndocs}
+            stats.update(documents=found.get("N", view.ndocs), avgdl=found.get("avgdl"))
+            self._lengths_and_tfs(t, terms, ranked, hits)
+        return ranked, stats
+
+    @staticmethod
+    def _lengths_and_tfs(t, terms: list[str], ranked: list, hits) -> None:
+        """For explain: each hit's length (as the read index encodes it) and term counts, from its shard."""
+        for r, h in zip(ranked, hits):
+            db = t.shard(h.day, create=False)
+            row = db.read(_rows_by_id, [h.rowid]).get(h.rowid) if db is not None else None
+            if row is not None:
+                tokens = (row["tokens"] or "").split(" ")
+                r.doc_len, r.raw_len = readindex.encoded_length(row["ntok"]), row["ntok"]
+                r.tfs = [tokens.count(term) for term in terms]
 
     def _search_shards(self, t, p: SearchParams, terms: list[str], days: list[str], now: int):
+        from .store import unit_dict
         """FTS5 over the primaries: global statistics summed over the shards, then each shard's best
         units under them (every match scored exactly when a shard has few), merged."""
         per_day = {}
@@ -390,7 +376,7 @@ class Searcher:
         ranked = []
         for db, group in _by_db(found[:p.top_k]):
             rows = db.read(_rows_by_id, [r[2] for r in group])
-            ranked += [Ranked(rows[r[2]], r[0], r[3], list(r[4:])) for r in group if r[2] in rows]
+            ranked += [Ranked(unit_dict(rows[r[2]]), r[0], r[3], r[3], list(r[4:])) for r in group if r[2] in rows]
         return ranked, {"idf": idf, "k1": k1, "b": b, "avgdl": avgdl, "documents": n}
 
     def _map(self, fn, items):
@@ -401,17 +387,16 @@ class Searcher:
 
     def _results(self, p: SearchParams, terms: list[str], ranked: list[Ranked], stats) -> list[dict]:
         """Shape the winners: order, min_score, score in 0-1, snippet and explain on request."""
-        from .store import unit_dict
         if not ranked:
             return []
         k1, b, idf = stats["k1"], stats["b"], stats["idf"]
         max_attainable = sum(w * (k1 + 1) for w in idf) or 1.0
-        ranked.sort(key=lambda r: (-r.score, r.row["cid"]))
+        ranked.sort(key=lambda r: (-r.score, r.unit["cid"]))
         out = []
         for r in ranked:
             if r.score / max_attainable < p.min_score or len(out) == p.top_k:
                 break
-            item = unit_dict(r.row)
+            item = dict(r.unit)
             item.pop("seq", None)
             item["score"] = round(min(1.0, r.score / max_attainable), 6)
             item["bm25_score"] = round(r.score, 6)
@@ -432,14 +417,14 @@ def _by_db(found):
 
 def _explain(r: Ranked, terms: list[str], stats: dict, max_attainable: float) -> dict:
     k1, b, avgdl = stats["k1"], stats["b"], stats["avgdl"]
-    norm = k1 * (1 - b + b * r.doc_len / avgdl) if avgdl else None
+    norm = k1 * (1 - b + b * r.doc_len / avgdl) if avgdl and r.doc_len is not None else None
     return {
-        "doc_len": r.row["ntok"], "doc_len_scored": r.doc_len,
+        "doc_len": r.raw_len, "doc_len_scored": r.doc_len,
         "avg_doc_len": round(avgdl, 3) if avgdl else None, "documents": stats["documents"],
         "k1": k1, "b": b, "max_attainable": round(max_attainable, 6),
         "terms": [{"term": term, "idf": round(w, 6), "tf": tf,
                    "score": round(w * (k1 + 1) * tf / (tf + norm), 6) if norm else None}
-                  for term, w, tf in zip(terms, stats["idf"], r.tfs)]}
+                  for term, w, tf in zip(terms, stats["idf"], r.tfs or [None] * len(terms))]}
 
 
 _SNIPPET_WORD_RE = re.compile(r"[^\W_]+(?:[-_.][^\W_]+)*")

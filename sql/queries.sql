@@ -60,7 +60,7 @@ VALUES (:cid, :seq, :type, :source, :timestamp, :ttl, :expires_at, :content, :me
 ON CONFLICT(cid) DO UPDATE SET
     type = excluded.type, ttl = excluded.ttl, expires_at = excluded.expires_at,
     metadata = excluded.metadata, parent_cid = excluded.parent_cid,
-    -- the read index filters on type, expiry and parent: a row it holds must be sent again
+    -- the read index holds these fields: a row it holds must be sent again
     indexed = CASE WHEN units.indexed = 2 THEN 3 ELSE units.indexed END
 WHERE units.content = excluded.content AND units.timestamp = excluded.timestamp
   AND units.source = excluded.source;
@@ -143,7 +143,7 @@ SELECT id FROM units WHERE expires_at <= :now;
 INSERT INTO read_deletes(id) SELECT :id WHERE :indexed > 0;
 
 -- name: sync_rows
-SELECT id, indexed, tokens, type, source, timestamp, expires_at, parent_cid
+SELECT id, indexed, tokens, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid
 FROM units WHERE indexed IN (1, 3) ORDER BY id LIMIT :limit;
 
 -- name: sync_deletes
@@ -151,7 +151,8 @@ SELECT n, id FROM read_deletes ORDER BY n LIMIT :limit;
 
 -- name: sync_mark
 -- 2 when the row still has the values sent; 3 (send again, replacing) when a push changed it meanwhile.
-UPDATE units SET indexed = CASE WHEN type = :type AND expires_at = :expires_at AND parent_cid IS :parent_cid
+UPDATE units SET indexed = CASE WHEN type = :type AND ttl = :ttl AND expires_at = :expires_at
+                                     AND metadata IS :metadata AND parent_cid IS :parent_cid
                                THEN 2 ELSE 3 END
 WHERE id = :id AND indexed IN (1, 3);
 

@@ -1,0 +1,201 @@
+"""The read index (service/readindex.py): it follows every change of the shards, survives a crash
+between its commit and the shards' flags, and a reader in another process sees the leader's commits."""
+import collections
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import tantivy
+
+from conftest import ROOT, make_unit
+
+
+def app_for(tmp_path, **config):
+    from service import create_app
+    return create_app({"data_dir": str(tmp_path / "data"), "background": False, "replica_debounce_ms": 0, **config})
+
+
+def drain(app) -> None:
+    while app.extensions["context_maintenance"].run_once():
+        pass
+
+
+def index_keys(app) -> collections.Counter:
+    store = app.extensions["context_store"]
+    view = store.searcher.view(store.tenant("default"))
+    s = view.searcher
+    hits = s.search(tantivy.Query.all_query(), max(1, s.num_docs), count=False).hits
+    return collections.Counter(s.fast_field_values("key", [a for _, a in hits]))
+
+
+def search(client, query, **extra):
+    rv = client.post("/mcp/search", json={"query": query, "top_k": 50} | extra)
+    assert rv.status_code == 200, rv.get_json()
+    return rv.get_json()
+
+
+@pytest.fixture
+def app(tmp_path):
+    app = app_for(tmp_path)
+    yield app
+    app.extensions["context_shutdown"]()
+
+
+def test_updates_deletes_and_expiry_reach_the_read_index(app):
+    client = app.test_client()
+    now = int(time.time())
+    short = client.post("/mcp/push", json=make_unit("walrus short", timestamp=now - 10, ttl=13)).get_json()
+    gone = client.post("/mcp/push", json=make_unit("walrus deleted")).get_json()
+    changing = make_unit("walrus changing", type="tool_output", metadata={"v": 1})
+    changed = client.post("/mcp/push", json=changing).get_json()
+    drain(app)
+    body = search(client, "walrus")
+    assert {r["cid"] for r in body["results"]} == {short["cid"], gone["cid"], changed["cid"]}
+    assert body["freshness"] == {"replica_lag_ms": 0, "index_pending": 0}
+
+    # A duplicate push changes mutable fields: filters and the stored fields follow after one pass.
+    rv = client.post("/mcp/push", json={**changing, "type": "user_input", "metadata": {"v": 2}})
+    assert rv.get_json()["status"] == "duplicate"
+    # (until the leader's next pass, default searches show the unit as it was)
+    assert changed["cid"] in {r["cid"] for r in search(client, "walrus", types=["tool_output"])["results"]}
+    drain(app)
+    hits = search(client, "walrus", types=["user_input"])["results"]
+    assert [(r["cid"], r["type"], r["metadata"]) for r in hits] == [(changed["cid"], "user_input", {"v": 2})]
+    assert changed["cid"] not in {r["cid"] for r in search(client, "walrus", types=["tool_output"])["results"]}
+
+    # A deleted unit leaves the index at the next pass; a unit past its expiry is never returned,
+    # before the janitor purges it and after.
+    assert client.delete(f"/mcp/units/{gone['cid']}").status_code == 200
+    drain(app)
+    assert gone["cid"] not in {r["cid"] for r in search(client, "walrus")["results"]}
+    time.sleep(max(0.0, now + 3.5 - time.time()))
+    assert {r["cid"] for r in search(client, "walrus")["results"]} == {changed["cid"]}
+    app.extensions["context_maintenance"].run_once(force_janitor=True)
+    assert {r["cid"] for r in search(client, "walrus")["results"]} == {changed["cid"]}
+    keys = index_keys(app)
+    assert len(keys) == 1 and set(keys.values()) == {1}
+
+
+def test_filters_on_the_read_index_equal_the_primaries(app):
+    """Every filter and AND give the same units with the same fields as FTS5 on the primaries (scores
+    are checked against an independent BM25 in test_shards)."""
+    client = app.test_client()
+    now = int(time.time())
+    units = []
+    for i in range(60):
+        units.append(make_unit(f"otter {'river' if i % 3 else 'sea'} note {i} {'kelp' if i % 4 == 0 else ''}",
+                               type=("tool_output", "user_input", "system_notice")[i % 3],
+                               source=("git_v1_ci", "git_v2_ci", "web_v1_ci")[i % 3],
+                               timestamp=now - (i % 5) * 86_400 - i, ttl=30 * 86_400))
+    rv = client.post("/mcp/push", json={"units": units})
+    assert all(r["status"] == "ok" for r in rv.get_json()["results"])
+    parent = rv.get_json()["results"][0]["cid"]
+    client.post("/mcp/push", json=make_unit("otter child of the first", parent_cid=parent))
+    drain(app)
+    cases = [{}, {"types": ["user_input"]}, {"types": ["tool_output", "system_notice"]}, {"source": "git_*"},
+             {"source": "web_v1_ci"}, {"source": "nothing*"}, {"since": now - 2 * 86_400},
+             {"until": now - 86_400, "since": now - 4 * 86_400}, {"parent_cid": parent},
+             {"operator": "and"}, {"min_score": 0.5}, {"types": ["user_input"], "source": "git_*", "operator": "and"}]
+    for query in ("otter kelp", "sea kelp", "river note otter"):
+        for extra in cases:
+            # top_k above the number of matches: the same sets whatever the ties at a cut
+            fast = search(client, query, top_k=100, **extra)["results"]
+            exact = search(client, query, consistency="strong", top_k=100, **extra)["results"]
+            assert {r["cid"] for r in fast} == {r["cid"] for r in exact}, (query, extra)
+            by_cid = {r["cid"]: r for r in exact}
+            for r in fast:
+                assert {k: v for k, v in r.items() if "score" not in k} == \
+                       {k: v for k, v in by_cid[r["cid"]].items() if "score" not in k}
+
+
+def test_explain_terms_add_up_to_the_score(app):
+    client = app.test_client()
+    for i in range(30):
+        client.post("/mcp/push", json=make_unit(" ".join(["heron"] * (i % 4 + 1) + ["pond"] * (i % 3) + ["x"] * (i * 3))))
+    drain(app)
+    results = search(client, "heron pond", explain=True)["results"]
+    assert results
+    for r in results:
+        e = r["explain"]
+        assert e["doc_len_scored"] <= e["doc_len"] and e["avg_doc_len"] > 0 and e["documents"] == 30
+        assert sum(t["score"] for t in e["terms"]) == pytest.approx(r["bm25_score"], rel=1e-5)
+
+
+def test_a_crash_between_commit_and_flags_leaves_no_duplicates(tmp_path, monkeypatch):
+    """The commit reached the index but the shards' flags never flipped: the next pass, and a new
+    leader, replace those documents instead of adding them twice."""
+    from service import readindex
+    app = app_for(tmp_path)
+    client = app.test_client()
+    try:
+        rv = client.post("/mcp/push", json={"units": [make_unit(f"gannet {i}") for i in range(40)]})
+        assert rv.status_code == 200
+        maint = app.extensions["context_maintenance"]
+        real = readindex._mark_sent
+
+        def crash(*a, **k):
+            raise OSError("killed between commit and flags")
+        monkeypatch.setattr(readindex, "_mark_sent", crash)
+        with pytest.raises(OSError):
+            maint.run_once()
+        monkeypatch.setattr(readindex, "_mark_sent", real)
+        assert len(index_keys(app)) == 40           # committed, flags still 1
+        maint.run_once()                            # the same leader, after its failed pass
+        keys = index_keys(app)
+        assert len(keys) == 40 and set(keys.values()) == {1}
+        # A new leader (another process after the old one died) starts by replacing too.
+        client.post("/mcp/push", json={"units": [make_unit(f"gannet late {i}") for i in range(10)]})
+        monkeypatch.setattr(readindex, "_mark_sent", crash)
+        with pytest.raises(OSError):
+            maint.run_once()
+        monkeypatch.setattr(readindex, "_mark_sent", real)
+        maint.stop()
+        from service.indexer import Maintenance
+        fresh = Maintenance(app.extensions["context_store"])
+        try:
+            fresh.run_once()
+        finally:
+            fresh.stop()
+        keys = index_keys(app)
+        assert len(keys) == 50 and set(keys.values()) == {1}
+        assert len(search(client, "gannet")["results"]) == 50
+    finally:
+        app.extensions["context_shutdown"]()
+
+
+def test_a_reader_in_another_process_sees_the_leaders_commits(tmp_path):
+    app = app_for(tmp_path)
+    client = app.test_client()
+    try:
+        client.post("/mcp/push", json=make_unit("first puffin"))
+        drain(app)
+        data = str(tmp_path / "data")
+        reader = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+            import json, sys, time
+            from service.readindex import Reader
+            from service.search import SearchParams
+            from service import readindex
+            from pathlib import Path
+            r = Reader(Path({data!r}) / "tenants" / "default" / "replica" / "index")
+            seen = set()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                view = r.current()
+                hits = readindex.search(view, SearchParams(query="puffin", top_k=10), ["puffin"], int(time.time()))
+                n = len(hits)
+                if n not in seen:
+                    seen.add(n)
+                    print(n, flush=True)
+                if n >= 2:
+                    break
+                time.sleep(0.01)
+            """)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        assert reader.stdout.readline().strip() == "1"
+        client.post("/mcp/push", json=make_unit("second puffin"))
+        drain(app)
+        assert reader.stdout.readline().strip() == "2"
+        assert reader.wait(timeout=30) == 0
+    finally:
+        app.extensions["context_shutdown"]()
