@@ -16,7 +16,6 @@ _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [
 
 import argparse
 import shutil
-import sqlite3
 import time
 from pathlib import Path
 
@@ -36,45 +35,6 @@ def run_queries(fn, qs: list[str], warmup: int, max_s: float) -> tuple[list[floa
         if time.perf_counter() > deadline:
             break
     return lat, hits
-
-
-def tantivy_engine(data_dir: Path, tokenizer, top_k: int):
-    """tantivy alone over the service's own tokens (whitespace analyzer, BM25 k1 1.2 b 0.75): the
-    engine limit, with no fetching of rows and no filters. Returns (search fn, build seconds, units)."""
-    import tantivy
-    path = data_dir.parent / (data_dir.name + "-tantivy")
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir()
-    sb = tantivy.SchemaBuilder()
-    sb.add_text_field("t", tokenizer_name="ws", index_option="freq")
-    sb.add_integer_field("id", fast=True)
-    index = tantivy.Index(sb.build(), path=str(path))
-    index.register_tokenizer("ws", tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build())
-    writer = index.writer(200_000_000, 1)
-    t0, n = time.perf_counter(), 0
-    for f in sorted((data_dir / "tenants" / "default" / "primary").glob("*.db")):
-        conn = sqlite3.connect(f"file:{f}?mode=ro", uri=True)
-        for rowid, tokens in conn.execute("SELECT id, tokens FROM units WHERE indexed > 0 AND ntok > 0"):
-            doc = tantivy.Document()
-            doc.add_text("t", tokens)
-            doc.add_integer("id", rowid)
-            writer.add_document(doc)
-            n += 1
-        conn.close()
-    writer.commit()
-    writer.wait_merging_threads()
-    build_s = time.perf_counter() - t0
-    index.reload()
-    searcher, schema = index.searcher(), index.schema
-
-    def search(q):
-        terms = tokenizer.query_terms(q)
-        if not terms:
-            return 0
-        query = tantivy.Query.boolean_query([(tantivy.Occur.Should, tantivy.Query.term_query(schema, "t", t))
-                                             for t in terms])
-        return len(searcher.search(query, top_k, count=False).hits)
-    return search, build_s, n, path
 
 
 def dir_bytes(path: Path) -> int:
@@ -180,9 +140,13 @@ def main(argv=None) -> None:
                                                  "identical_lists": round(identical / n_agree, 4)}
         print(f"  top-{a.top_k} overlap with exact-length exhaustive scoring: {same / max(total, 1):.1%} "
               f"({identical}/{n_agree} lists identical)")
+        tokenizer = store.searcher.tokenizer
         app.extensions["context_shutdown"]()
 
-        search_tv, tv_build_s, tv_units, tv_path = tantivy_engine(d, store.searcher.tokenizer, a.top_k)
+        import tantivy_engine
+        tv_path = d.parent / (d.name + "-tantivy")
+        tv_units, tv_build_s = tantivy_engine.build(d, tv_path)
+        search_tv = tantivy_engine.searcher(tv_path, tokenizer, a.top_k)
         for q in warm:
             search_tv(q)
         lat_t, _ = run_queries(search_tv, timed, 0, a.max_seconds)

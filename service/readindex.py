@@ -107,8 +107,6 @@ class View:
 @dataclass(frozen=True)
 class Hit:
     score: float
-    day: str
-    rowid: int
     address: object
 
 
@@ -179,20 +177,22 @@ def search(view: View, p, terms: list[str], now: int) -> list[Hit]:
         query = _filtered(query, filters)
     # Expired documents (not yet purged by the janitor) are dropped after ranking, which keeps the
     # plain disjunction tantivy evaluates fastest; when they crowd the top, a range filter instead.
-    want, limit = p.top_k, p.top_k + 8
+    want = limit = p.top_k
     while True:
         hits = view.searcher.search(query, limit, count=False).hits
-        addresses = [a for _, a in hits]
-        keys = view.searcher.fast_field_values("key", addresses)
-        expiry = view.searcher.fast_field_values("exp", addresses)
-        live = [Hit(score, *split_key(key), address)
-                for (score, address), key, exp in zip(hits, keys, expiry) if exp is not None and exp > now]
+        expiry = view.searcher.fast_field_values("exp", [a for _, a in hits])
+        live = [Hit(score, address) for (score, address), exp in zip(hits, expiry) if exp is not None and exp > now]
         if len(live) >= want or len(hits) < limit:
             return live[:want]
         if limit >= 1024:
-            query, limit = _filtered(query, [Query.range_query(schema, "exp", FieldType.Integer, now + 1, None)]), want + 8
+            query, limit = _filtered(query, [Query.range_query(schema, "exp", FieldType.Integer, now + 1, None)]), want
             continue
         limit *= 4
+
+
+def locate(view: View, hits: list[Hit]) -> list[tuple[str, int]]:
+    """(day, rowid) of each hit: where its row lives in the primaries."""
+    return [split_key(k) for k in view.searcher.fast_field_values("key", [h.address for h in hits])]
 
 
 def units(view: View, hits: list[Hit]) -> list[dict]:

@@ -324,15 +324,15 @@ class Searcher:
         if p.explain and hits:
             found = readindex.explain_stats(view, terms, hits[0])
             stats.update(documents=found.get("N", view.ndocs), avgdl=found.get("avgdl"))
-            self._lengths_and_tfs(t, terms, ranked, hits)
+            self._lengths_and_tfs(t, view, terms, ranked, hits)
         return ranked, stats
 
     @staticmethod
-    def _lengths_and_tfs(t, terms: list[str], ranked: list, hits) -> None:
+    def _lengths_and_tfs(t, view, terms: list[str], ranked: list, hits) -> None:
         """For explain: each hit's length (as the read index encodes it) and term counts, from its shard."""
-        for r, h in zip(ranked, hits):
-            db = t.shard(h.day, create=False)
-            row = db.read(_rows_by_id, [h.rowid]).get(h.rowid) if db is not None else None
+        for r, (day, rowid) in zip(ranked, readindex.locate(view, hits)):
+            db = t.shard(day, create=False)
+            row = db.read(_rows_by_id, [rowid]).get(rowid) if db is not None else None
             if row is not None:
                 tokens = (row["tokens"] or "").split(" ")
                 r.doc_len, r.raw_len = readindex.encoded_length(row["ntok"]), row["ntok"]
