@@ -22,6 +22,7 @@ deleted but not yet merged away.
 """
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import logging
@@ -31,7 +32,7 @@ import shutil
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tantivy
@@ -41,7 +42,7 @@ from .shards import sql
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2
+FORMAT = 3
 TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
 K1, B = 1.2, 0.75              # tantivy's BM25 parameters (fixed in the engine)
 SYNC_BATCH = 5000              # rows (and tombstones) read per shard per round
@@ -67,6 +68,7 @@ def build_schema() -> tantivy.Schema:
     sb.add_integer_field("key", indexed=True, fast=True)
     sb.add_integer_field("exp", fast=True)
     sb.add_integer_field("ts", fast=True)
+    sb.add_integer_field("len", fast=True)     # the exact length in tokens (tantivy keeps one byte of it)
     # every document holds "one" once: its document frequency is tantivy's N (deleted ones included)
     for name in ("one", "day", "type", "src", "parent"):
         sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
@@ -98,6 +100,7 @@ class View:
     searcher: tantivy.Searcher
     schema: tantivy.Schema
     ndocs: int
+    cache: dict = field(default_factory=dict, compare=False)   # avgdl, once known
 
     def idf(self, term: str) -> tuple[int, float]:
         df = self.searcher.doc_freq("t", term)
@@ -152,8 +155,9 @@ class Reader:
             log.debug("read index %s not reloaded yet: %s", self.path, e)
 
 
-def search(view: View, p, terms: list[str], now: int) -> list[Hit]:
-    """The top k live documents for the query terms and the request's filters."""
+def search(view: View, p, terms: list[str], now: int, want: int | None = None) -> list[Hit]:
+    """The best ``want`` (default top k) live documents for the query terms and the request's
+    filters, by tantivy's score (lengths in one byte)."""
     schema = view.schema
     occur = Occur.Must if p.operator == "and" else Occur.Should
     query = Query.boolean_query([(occur, Query.term_query(schema, "t", term)) for term in terms])
@@ -177,7 +181,7 @@ def search(view: View, p, terms: list[str], now: int) -> list[Hit]:
         query = _filtered(query, filters)
     # Expired documents (not yet purged by the janitor) are dropped after ranking, which keeps the
     # plain disjunction tantivy evaluates fastest; when they crowd the top, a range filter instead.
-    want = limit = p.top_k
+    want = limit = want or p.top_k
     while True:
         hits = view.searcher.search(query, limit, count=False).hits
         expiry = view.searcher.fast_field_values("exp", [a for _, a in hits])
@@ -204,6 +208,68 @@ def _filtered(query, filters):
     """``query``'s scores, restricted to documents that pass every filter (which adds nothing to scores)."""
     both = filters[0] if len(filters) == 1 else Query.boolean_query([(Occur.Must, f) for f in filters])
     return Query.boolean_query([(Occur.Must, query), (Occur.Must, Query.const_score_query(both, 0.0))])
+
+
+@dataclass
+class Scored:
+    """A candidate scored again with its exact length; tfs per query term."""
+    hit: Hit
+    score: float
+    length: int
+    tfs: list[int]
+
+
+def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float]) -> list[Scored]:
+    """BM25 of the candidates with their exact lengths, best first.
+
+    tantivy scores with lengths kept in one byte (within 1/8 above 40 tokens), which reorders near
+    ties. A term's frequency in a candidate follows from that term's share of the score alone
+    (tf = n * f / (1 - f) with f = share / weight and n the length norm tantivy used): one small
+    search per term but the last, restricted to the candidates, gives the shares; the last term's
+    is what remains of the candidate's score. The exact score follows from the exact length."""
+    if not hits:
+        return []
+    searcher, schema = view.searcher, view.schema
+    addresses = [h.address for h in hits]
+    lengths = searcher.fast_field_values("len", addresses)
+    avgdl = average_length(view, terms, hits[0])
+    norms_used = [K1 * (1 - B + B * encoded_length(n) / avgdl) for n in lengths]
+    count = collections.Counter(terms)
+    weight_of = dict(zip(terms, weights))
+    unique = [term for term in count if weight_of[term]]
+    share: dict[str, list[float]] = {}         # a term's score in each candidate (all its occurrences)
+    if len(unique) > 1:
+        at = {(a.segment_ord, a.doc): i for i, a in enumerate(addresses)}
+        keys = searcher.fast_field_values("key", addresses)
+        only = Query.const_score_query(Query.boolean_query(
+            [(Occur.Should, Query.term_query(schema, "key", k)) for k in keys]), 0.0)
+        for term in unique[:-1]:
+            share[term] = part = [0.0] * len(hits)
+            query = Query.boolean_query([(Occur.Must, Query.term_query(schema, "t", term)), (Occur.Must, only)])
+            for s, a in searcher.search(query, len(hits), count=False).hits:
+                part[at[(a.segment_ord, a.doc)]] = s * count[term]
+    if unique:
+        share[unique[-1]] = [h.score - sum(share[term][i] for term in unique[:-1]) for i, h in enumerate(hits)]
+    out = []
+    for i, h in enumerate(hits):
+        tf_of = {}
+        for term in unique:
+            f = share[term][i] / (count[term] * weight_of[term])
+            tf_of[term] = round(norms_used[i] * f / (1 - f)) if 1e-6 < f < 1 else 0
+        norm = K1 * (1 - B + B * lengths[i] / avgdl)
+        tfs = [tf_of.get(term, 0) for term in terms]
+        out.append(Scored(h, sum(w * tf / (tf + norm) for w, tf in zip(weights, tfs)), lengths[i], tfs))
+    out.sort(key=lambda x: -x.score)
+    return out
+
+
+def average_length(view: View, terms: list[str], hit: Hit) -> float:
+    """The average document length of this commit, as tantivy computes it (read from its explanation
+    of one hit, once per commit)."""
+    if "avgdl" not in view.cache:
+        found = explain_stats(view, terms, hit)
+        view.cache["avgdl"] = found.get("avgdl") or 1.0
+    return view.cache["avgdl"]
 
 
 def explain_stats(view: View, query_terms: list[str], hit: Hit) -> dict:
@@ -473,6 +539,7 @@ def _document(day: str, key: int, r) -> tantivy.Document:
     doc.add_integer("key", key)
     doc.add_integer("exp", r["expires_at"])
     doc.add_integer("ts", r["timestamp"])
+    doc.add_integer("len", len(r["tokens"].split(" ")))
     doc.add_text("one", "1")
     doc.add_text("day", day)
     doc.add_text("type", r["type"])

@@ -27,6 +27,8 @@ from .units import day_of, is_cid
 MAX_QUERY_CHARS = 16_384
 MAX_TIMESTAMP = 253_402_300_799   # 9999-12-31T23:59:59Z
 MAX_QUERY_TERMS = 64
+RESCORE_FACTOR = 2            # the read index's candidates per result, scored again with exact lengths
+RESCORE_MAX = 300
 SNIPPET_CHARS = 200
 
 SEARCH_FIELDS = ("query", "top_k", "types", "source", "since", "until", "parent_cid", "min_score",
@@ -312,31 +314,20 @@ class Searcher:
         return pending, 0
 
     def _search_index(self, t, p: SearchParams, terms: list[str], view, now: int):
-        """The read index's top k (tantivy) with the units' stored fields."""
+        """The read index's candidates (tantivy), scored again with exact lengths; the top k with the
+        units' stored fields."""
         k1, b = readindex.K1, readindex.B
         idf_by_term = {term: view.idf(term)[1] for term in dict.fromkeys(terms)}
         if p.operator == "and" and not all(idf_by_term.values()):
             return [], None
-        hits = readindex.search(view, p, terms, now)
-        ranked = [Ranked(unit, h.score) for unit, h in zip(readindex.units(view, hits), hits)]
-        stats = {"idf": [idf_by_term[term] for term in terms], "k1": k1, "b": b, "avgdl": None,
-                 "documents": view.ndocs}
-        if p.explain and hits:
-            found = readindex.explain_stats(view, terms, hits[0])
-            stats.update(documents=found.get("N", view.ndocs), avgdl=found.get("avgdl"))
-            self._lengths_and_tfs(t, view, terms, ranked, hits)
+        idf = [idf_by_term[term] for term in terms]
+        hits = readindex.search(view, p, terms, now, want=min(RESCORE_MAX, RESCORE_FACTOR * p.top_k))
+        scored = readindex.rescore(view, hits, terms, [w * (k1 + 1) for w in idf])[:p.top_k]
+        units = readindex.units(view, [x.hit for x in scored])
+        ranked = [Ranked(unit, x.score, x.length, x.length, x.tfs) for unit, x in zip(units, scored)]
+        stats = {"idf": idf, "k1": k1, "b": b, "documents": view.ndocs,
+                 "avgdl": view.cache.get("avgdl")}
         return ranked, stats
-
-    @staticmethod
-    def _lengths_and_tfs(t, view, terms: list[str], ranked: list, hits) -> None:
-        """For explain: each hit's length (as the read index encodes it) and term counts, from its shard."""
-        for r, (day, rowid) in zip(ranked, readindex.locate(view, hits)):
-            db = t.shard(day, create=False)
-            row = db.read(_rows_by_id, [rowid]).get(rowid) if db is not None else None
-            if row is not None:
-                tokens = (row["tokens"] or "").split(" ")
-                r.doc_len, r.raw_len = readindex.encoded_length(row["ntok"]), row["ntok"]
-                r.tfs = [tokens.count(term) for term in terms]
 
     def _search_shards(self, t, p: SearchParams, terms: list[str], days: list[str], now: int):
         from .store import unit_dict
