@@ -42,8 +42,9 @@ from .shards import sql
 
 log = logging.getLogger(__name__)
 
-FORMAT = 3
+FORMAT = 5
 TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
+NO_TOKENS = "cm_none"
 K1, B = 1.2, 0.75              # tantivy's BM25 parameters (fixed in the engine)
 SYNC_BATCH = 5000              # rows (and tombstones) read per shard per round
 COMMIT_EVERY = 50_000          # at most this many changes before a commit (bulk builds)
@@ -72,13 +73,17 @@ def build_schema() -> tantivy.Schema:
     # every document holds "one" once: its document frequency is tantivy's N (deleted ones included)
     for name in ("one", "day", "type", "src", "parent"):
         sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
-    # the unit's public fields as JSON: a hit is answered from here, not from ten day files
-    sb.add_bytes_field("unit", stored=True, indexed=False)
+    # the unit's public fields: a hit is answered from here, not from ten day files
+    sb.add_text_field("content", stored=True, tokenizer_name=NO_TOKENS, index_option="basic")
+    sb.add_text_field("unit", stored=True, tokenizer_name=NO_TOKENS, index_option="basic")
     return sb.build()
 
 
-def _analyzer():
-    return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
+def _register(index: tantivy.Index) -> None:
+    index.register_tokenizer(TOKENIZER, tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build())
+    # stored, never searched: one raw token, dropped by the length filter
+    index.register_tokenizer(NO_TOKENS, tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.raw())
+                             .filter(tantivy.Filter.remove_long(1)).build())
 
 
 def _signature(path: Path):
@@ -201,7 +206,7 @@ def locate(view: View, hits: list[Hit]) -> list[tuple[str, int]]:
 
 def units(view: View, hits: list[Hit]) -> list[dict]:
     """The stored public fields of each hit, as they were when the leader last sent the row."""
-    return [json.loads(view.searcher.doc(h.address).get_first("unit")) for h in hits]
+    return [_unit(view.searcher.doc(h.address)) for h in hits]
 
 
 def _filtered(query, filters):
@@ -364,10 +369,12 @@ def _snapshot(conn, limit: int):
 
 
 def _mark_sent(conn, rows, last_delete: int | None) -> None:
-    for r in rows:
-        conn.execute(sql("sync_mark"), {"id": r["id"], "type": r["type"], "ttl": r["ttl"],
+    # Rows read as 1 that a push changed meanwhile are 3 now (unit_upsert) and stay so; rows read as
+    # 3 (rare) are compared field by field, since a second change leaves them 3.
+    conn.execute(sql("sync_mark_new"), {"ids": json.dumps([r["id"] for r in rows if r["indexed"] == 1])})
+    conn.executemany(sql("sync_mark"), ({"id": r["id"], "type": r["type"], "ttl": r["ttl"],
                                          "expires_at": r["expires_at"], "metadata": r["metadata"],
-                                         "parent_cid": r["parent_cid"]})
+                                         "parent_cid": r["parent_cid"]} for r in rows if r["indexed"] == 3))
     if last_delete is not None:
         conn.execute(sql("sync_deletes_done"), {"n": last_delete})
 
@@ -410,7 +417,7 @@ class Writer:
                 usable = False
         if not usable:
             self._rebuild()
-        self.index.register_tokenizer(TOKENIZER, _analyzer())
+        _register(self.index)
         self.writer = self.index.writer(self.config.read_index_heap_mb * 1_000_000, 1)
         return True
 
@@ -479,11 +486,12 @@ class Writer:
                 rows, deletes = db.read(_snapshot, SYNC_BATCH)
                 if not rows and not deletes:
                     continue
+                base = day_key(day, 0)
                 full_round = full_round or len(rows) == SYNC_BATCH or len(deletes) == SYNC_BATCH
                 for d in deletes:
-                    w.delete_documents_by_term("key", day_key(day, d["id"]))
+                    w.delete_documents_by_term("key", base + d["id"])
                 for r in rows:
-                    key = day_key(day, r["id"])
+                    key = base + r["id"]
                     if self.replacing or r["indexed"] == 3:
                         w.delete_documents_by_term("key", key)
                     if r["tokens"]:
@@ -528,18 +536,19 @@ class Writer:
         os.replace(tmp, self.path / "state.json")
 
 
+UNIT_FIELDS = ("cid", "type", "source", "timestamp", "ttl", "metadata", "parent_cid", "expires_at")
+
+
 def _document(day: str, key: int, r) -> tantivy.Document:
     doc = tantivy.Document()
     doc.add_text("t", r["tokens"])
-    meta = r["metadata"]
-    doc.add_bytes("unit", json.dumps({
-        "cid": r["cid"], "type": r["type"], "source": r["source"], "timestamp": r["timestamp"],
-        "ttl": r["ttl"], "content": r["content"], "metadata": json.loads(meta) if meta else None,
-        "parent_cid": r["parent_cid"], "expires_at": r["expires_at"]}, ensure_ascii=False).encode())
+    # the unit's other public fields in UNIT_FIELDS order; metadata stays the JSON text it is stored as
+    doc.add_text("content", r["content"])
+    doc.add_text("unit", json.dumps([r[name] for name in UNIT_FIELDS], ensure_ascii=False))
     doc.add_integer("key", key)
     doc.add_integer("exp", r["expires_at"])
     doc.add_integer("ts", r["timestamp"])
-    doc.add_integer("len", len(r["tokens"].split(" ")))
+    doc.add_integer("len", r["ntok"])
     doc.add_text("one", "1")
     doc.add_text("day", day)
     doc.add_text("type", r["type"])
@@ -547,6 +556,13 @@ def _document(day: str, key: int, r) -> tantivy.Document:
     if r["parent_cid"]:
         doc.add_text("parent", r["parent_cid"])
     return doc
+
+
+def _unit(doc: tantivy.Document) -> dict:
+    cid, type_, source, timestamp, ttl, meta, parent, expires_at = json.loads(doc.get_first("unit"))
+    return {"cid": cid, "type": type_, "source": source, "timestamp": timestamp, "ttl": ttl,
+            "content": doc.get_first("content") or "", "metadata": json.loads(meta) if meta else None,
+            "parent_cid": parent, "expires_at": expires_at}
 
 
 def backlog(t, seq: int = 2 ** 62) -> tuple[int, int | None]:

@@ -60,8 +60,8 @@ VALUES (:cid, :seq, :type, :source, :timestamp, :ttl, :expires_at, :content, :me
 ON CONFLICT(cid) DO UPDATE SET
     type = excluded.type, ttl = excluded.ttl, expires_at = excluded.expires_at,
     metadata = excluded.metadata, parent_cid = excluded.parent_cid,
-    -- the read index holds these fields: a row it holds must be sent again
-    indexed = CASE WHEN units.indexed = 2 THEN 3 ELSE units.indexed END
+    -- the read index holds these fields: an indexed row is sent again, replacing what was sent
+    indexed = CASE WHEN units.indexed > 0 THEN 3 ELSE 0 END
 WHERE units.content = excluded.content AND units.timestamp = excluded.timestamp
   AND units.source = excluded.source;
 
@@ -143,7 +143,7 @@ SELECT id FROM units WHERE expires_at <= :now;
 INSERT INTO read_deletes(id) SELECT :id WHERE :indexed > 0;
 
 -- name: sync_rows
-SELECT id, indexed, tokens, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid
+SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid
 FROM units WHERE indexed IN (1, 3) ORDER BY id LIMIT :limit;
 
 -- name: sync_deletes
@@ -155,6 +155,9 @@ UPDATE units SET indexed = CASE WHEN type = :type AND ttl = :ttl AND expires_at 
                                      AND metadata IS :metadata AND parent_cid IS :parent_cid
                                THEN 2 ELSE 3 END
 WHERE id = :id AND indexed IN (1, 3);
+
+-- name: sync_mark_new
+UPDATE units SET indexed = 2 WHERE indexed = 1 AND id IN (SELECT value FROM json_each(:ids));
 
 -- name: sync_deletes_done
 DELETE FROM read_deletes WHERE n <= :n;
