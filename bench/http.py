@@ -1,10 +1,12 @@
 """HTTP throughput and latency under wrk (DESIGN.md section 10): gunicorn (default workers and
-threads) vs the naive baseline (Flask dev server), same run, loopback only, bounded in time.
+threads) vs the naive baseline (Flask dev server) and tantivy alone behind the same gunicorn
+(bench/tantivy_engine.py, same tokens), same run, loopback only, bounded in time.
 
-Workloads: search, push (single units, unique content) and a 90/10 search/push mix, each at
-1, 16 and 64 concurrent connections (push also at 50, the target's writer count). Peak RSS
-of every server process is sampled (psutil) throughout. wrk (Debian package) drives both
-with Lua scripts written to bench/results/tmp/; it shares the 2 cores with the servers.
+Workloads: search, push (single units, unique content), a 90/10 search/push mix, each at 1, 16
+and 64 concurrent connections (push also at 50, the target's writer count), and GET /healthz on
+the same server as the ceiling of the HTTP stack. Peak RSS and PSS (mapped index files are
+shared between workers) of every server process are sampled (psutil) throughout. wrk (Debian
+package) drives all with Lua scripts written to bench/results/tmp/; it shares the 2 cores.
 
     python bench/http.py                                  # full: 100k and 1M units, 20 s cells
     python bench/http.py --sizes 20000 --duration 5
@@ -68,6 +70,7 @@ function done(summary, latency, requests)
 end
 """
 REQUEST = {
+    "healthz": "function request() return wrk.format(\"GET\", \"/healthz\") end\n",
     "search": "request = search_req\n",
     "push": "request = push_req\n",
     "mix": "function request() if math.random() < 0.9 then return search_req() else return push_req() end end\n",
@@ -93,18 +96,22 @@ def wait_ready(port: int, timeout: float = 60) -> None:
 
 
 class RssSampler(threading.Thread):
-    """Peak RSS of a server process and its children, sampled every 0.25 s."""
+    """Peak RSS and PSS of a server process and its children, sampled every 0.25 s (PSS every 2 s:
+    reading smaps is slow)."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
         import psutil
         self.root = psutil.Process(pid)
         self.peak: dict[int, int] = {}
+        self.peak_pss: dict[int, int] = {}
         self.stop = threading.Event()
 
     def run(self):
         import psutil
+        tick = 0
         while not self.stop.wait(0.25):
+            tick += 1
             try:
                 procs = [self.root] + self.root.children(recursive=True)
             except psutil.NoSuchProcess:
@@ -112,6 +119,8 @@ class RssSampler(threading.Thread):
             for p in procs:
                 try:
                     rss = p.memory_info().rss
+                    if tick % 8 == 0:
+                        self.peak_pss[p.pid] = max(self.peak_pss.get(p.pid, 0), p.memory_full_info().pss)
                 except psutil.Error:
                     continue
                 self.peak[p.pid] = max(self.peak.get(p.pid, 0), rss)
@@ -125,6 +134,17 @@ def start_service(src: Path, data_dir: Path, port: int) -> subprocess.Popen:
     log = open(TMP / "http-service.log", "ab")
     return subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-c", "service/gunicorn_conf.py",
                              "service:create_app()"], cwd=src, env=env, stdout=log, stderr=log,
+                            start_new_session=True)
+
+
+def start_tantivy(src: Path, index: Path, port: int) -> subprocess.Popen:
+    env = dict(os.environ, CONTEXT_BIND=f"127.0.0.1:{port}", TANTIVY_BENCH_INDEX=str(index),
+               PYTHONPATH=f"{src}{os.pathsep}{BENCH}")
+    env.pop("CONTEXT_WORKERS", None)
+    env.pop("CONTEXT_THREADS", None)
+    log = open(TMP / "http-tantivy.log", "ab")
+    return subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-c", "service/gunicorn_conf.py",
+                             "tantivy_engine:create_app()"], cwd=src, env=env, stdout=log, stderr=log,
                             start_new_session=True)
 
 
@@ -223,6 +243,8 @@ def run_system(name: str, start, port: int, cells: list, scripts: dict, duration
             if name == "baseline":
                 role = "process"
             rss.setdefault(role, []).append(round(peak / 2**20, 1))
+            if pid in sampler.peak_pss:
+                rss.setdefault(role + "_pss", []).append(round(sampler.peak_pss[pid] / 2**20, 1))
         return out, rss
     finally:
         stop(proc)
@@ -235,9 +257,10 @@ def main(argv=None) -> None:
     ap.add_argument("--duration", type=float, default=20)
     ap.add_argument("--conns", default="1,16,64")
     ap.add_argument("--push-conns", default="1,16,50,64")
-    ap.add_argument("--workloads", default="search,mix,push")
+    ap.add_argument("--workloads", default="search,mix,push,healthz")
     ap.add_argument("--service-src", default="head")
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--no-tantivy", action="store_true")
     ap.add_argument("--name", default="http")
     a = ap.parse_args(argv)
     if not shutil.which("wrk"):
@@ -265,16 +288,27 @@ def main(argv=None) -> None:
         port = free_port()
         entry["service"], entry["service_rss_mib"] = run_system(
             "service", lambda: start_service(src, run_dir / "service", port), port, cells, scripts, a.duration)
+        if not a.no_tantivy:
+            import tantivy_engine
+            index = run_dir / "tantivy"
+            n, secs = tantivy_engine.build(run_dir / "service", index)
+            port = free_port()
+            read_cells = [c for c in cells if c[0] in ("search", "healthz")]
+            entry["tantivy"], entry["tantivy_rss_mib"] = run_system(
+                "tantivy", lambda: start_tantivy(src, index, port), port, read_cells, scripts, a.duration)
         if not a.no_baseline:
             db = run_dir / "baseline.db"
             shutil.copy(baseline_db(size, a.seed), db)
             port = free_port()
+            base_cells = [c for c in cells if c[0] != "healthz"]
             entry["baseline"], entry["baseline_rss_mib"] = run_system(
-                "baseline", lambda: start_baseline(db, port), port, cells, scripts, a.duration)
-        print(f"  peak RSS MiB: service {entry['service_rss_mib']}  baseline {entry.get('baseline_rss_mib')}")
+                "baseline", lambda: start_baseline(db, port), port, base_cells, scripts, a.duration)
+        print(f"  peak RSS MiB: service {entry['service_rss_mib']}  baseline {entry.get('baseline_rss_mib')}  "
+              f"tantivy {entry.get('tantivy_rss_mib')}")
         out["sizes"][str(size)] = entry
         shutil.rmtree(run_dir)
-    out["targets"] = {"search_rps_at_64": 800, "push_p95_ms_at_50": 10, "rss_mib_per_worker_at_1M": 150}
+    out["targets"] = {"search_rps_at_64": {"100k": 1000, "1M": 500}, "mix_rps_at_64_1M": 400,
+                      "rss_mib_per_worker_at_1M": 200}
     write_json(a.name, out)
     plot(out, a.name)
 
@@ -286,12 +320,12 @@ def plot(out: dict, name: str) -> None:
     fig, axes = pyplot.subplots(2, 3, figsize=(15, 8))
     for col, w in enumerate(workloads):
         for size in sizes:
-            for system in ("service", "baseline"):
+            for system in ("service", "baseline", "tantivy"):
                 cells = out["sizes"][size].get(system) or {}
                 pts = sorted((int(k.split("@")[1]), v) for k, v in cells.items() if k.startswith(w + "@"))
                 if not pts:
                     continue
-                ls = "-" if system == "service" else "--"
+                ls = {"service": "-", "baseline": "--", "tantivy": ":"}[system]
                 xs = [c for c, _ in pts]
                 axes[0][col].plot(xs, [v["rps"] for _, v in pts], marker="o", ls=ls, label=f"{system} {int(size):,}")
                 axes[1][col].plot(xs, [v["p99"] for _, v in pts], marker="o", ls=ls, label=f"{system} {int(size):,} p99")
@@ -305,8 +339,7 @@ def plot(out: dict, name: str) -> None:
         for row in (0, 1):
             axes[row][col].set_xlabel("concurrent connections")
             axes[row][col].legend(fontsize=7)
-    axes[0][0].axhline(800, color="grey", lw=0.8, ls=":")
-    axes[1][2].axhline(10, color="grey", lw=0.8, ls=":")
+    axes[0][0].axhline(1000, color="grey", lw=0.8, ls=":")
     save_plot(fig, name, dpi=100)
 
 
