@@ -138,8 +138,12 @@ def start_service(src: Path, data_dir: Path, port: int) -> subprocess.Popen:
 
 
 def start_tantivy(src: Path, index: Path, port: int) -> subprocess.Popen:
+    # bench/ itself must not be on the path (bench/http.py would shadow the stdlib's http)
+    app_dir = TMP / "tantivy-app"
+    app_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(BENCH / "tantivy_engine.py", app_dir / "tantivy_engine.py")
     env = dict(os.environ, CONTEXT_BIND=f"127.0.0.1:{port}", TANTIVY_BENCH_INDEX=str(index),
-               PYTHONPATH=f"{src}{os.pathsep}{BENCH}")
+               PYTHONPATH=f"{src}{os.pathsep}{app_dir}")
     env.pop("CONTEXT_WORKERS", None)
     env.pop("CONTEXT_THREADS", None)
     log = open(TMP / "http-tantivy.log", "ab")

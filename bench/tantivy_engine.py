@@ -73,6 +73,7 @@ def create_app():
         return jsonify({"results": [{"rowid": i, "bm25_score": sc} for sc, i in search(body["query"])[:body.get("top_k", 10)]]})
 
     @app.get("/healthz")
+    @app.get("/readyz")
     def _health():
         return jsonify({"status": "ok"})
     return app

@@ -245,6 +245,7 @@ class Searcher:
         self.config = store.config
         self.tokenizer = tokenizer_for(store.config)
         self.readers = readindex.Readers()
+        self._live_days: dict[str, tuple[float, list[str]]] = {}
         self.pool = ThreadPoolExecutor(max(1, self.config.search_threads), thread_name_prefix="search")
 
     def close(self) -> None:
@@ -255,6 +256,17 @@ class Searcher:
         if not self.config.replicas or not readindex.bm25_supported(self.config):
             return None
         return self.readers.view(t)
+
+    def _days(self, t, first: str, last: str, fresh: bool) -> list[str]:
+        """The live days in [first, last]. Searches of the read index only report how many (its
+        filters do the rest), so they share one catalog read per tenant and second."""
+        if fresh:
+            return self.store.live_days(t, first, last)
+        now = time.monotonic()
+        cached = self._live_days.get(t.name)
+        if cached is None or now - cached[0] > 1.0:
+            cached = self._live_days[t.name] = (now, self.store.live_days(t))
+        return [d for d in cached[1] if first <= d <= last]
 
     def _catch_up(self, t, days: list[str]) -> None:
         """Read-your-writes: index what is pending in these shards now, bounded in time."""
@@ -271,11 +283,11 @@ class Searcher:
         now = int(time.time())
         first = day_of(p.since) if p.since is not None else "0000-00-00"
         last = day_of(p.until) if p.until is not None else "9999-99-99"
-        days = self.store.live_days(t, first, last)
+        view = None if p.strong else self.view(t)
+        days = self._days(t, first, last, fresh=view is None)
         terms = self.tokenizer.query_terms(p.query)[:MAX_QUERY_TERMS]
         if p.strong:
             self._catch_up(t, days)
-        view = None if p.strong else self.view(t)
         results: list[dict] = []
         if terms and days:
             ranked, stats = (self._search_index(t, p, terms, view, now) if view is not None

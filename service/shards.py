@@ -94,8 +94,9 @@ class Db:
     """One SQLite file: a small pool of read connections and one writer connection."""
 
     def __init__(self, path: Path, schema_file: str | None, config, *, readonly: bool = False,
-                 pool_size: int = 4, cache_size_kib: int | None = None):
+                 pool_size: int = 4, cache_size_kib: int | None = None, may_be_unlinked: bool = True):
         self.path = Path(path)
+        self.may_be_unlinked = may_be_unlinked   # day shards: the janitor may unlink and a push re-create
         self.schema_file = schema_file
         self.config = config
         self.readonly = readonly
@@ -127,7 +128,7 @@ class Db:
 
     def read(self, fn, *args, **kwargs):
         """Run ``fn(conn, ...)`` on a pooled read connection."""
-        if self._ino is not None and self._recreated():
+        if self.may_be_unlinked and self._ino is not None and self._recreated():
             # The janitor unlinked this day and a push re-created it; open connections would keep
             # reading the deleted file (SQLite reads an unlinked inode happily), so start over.
             with self._write_lock:

@@ -61,7 +61,8 @@ class Tenant:
         self.dir = store.root / "tenants" / name
         (self.dir / "primary").mkdir(parents=True, exist_ok=True)
         (self.dir / "replica").mkdir(parents=True, exist_ok=True)
-        self.catalog = Db(self.dir / "catalog.db", "catalog_schema.sql", store.config)
+        # the catalog is never unlinked: its reads skip the day shards' inode check
+        self.catalog = Db(self.dir / "catalog.db", "catalog_schema.sql", store.config, may_be_unlinked=False)
         self._shards: dict[str, Db] = {}
         self._lock = threading.Lock()
 
