@@ -126,15 +126,19 @@ class RssSampler(threading.Thread):
                 self.peak[p.pid] = max(self.peak.get(p.pid, 0), rss)
 
 
-def start_service(src: Path, data_dir: Path, port: int) -> subprocess.Popen:
-    env = dict(os.environ, CONTEXT_BIND=f"127.0.0.1:{port}", CONTEXT_DATA_DIR=str(data_dir),
-               PYTHONPATH=str(src))
+def start_gunicorn(src: Path, app: str, port: int, log_name: str, pythonpath: str, **env_vars) -> subprocess.Popen:
+    """``app`` under service/gunicorn_conf.py with the default workers and threads."""
+    env = dict(os.environ, CONTEXT_BIND=f"127.0.0.1:{port}", PYTHONPATH=pythonpath, **env_vars)
     env.pop("CONTEXT_WORKERS", None)
     env.pop("CONTEXT_THREADS", None)
-    log = open(TMP / "http-service.log", "ab")
-    return subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-c", "service/gunicorn_conf.py",
-                             "service:create_app()"], cwd=src, env=env, stdout=log, stderr=log,
-                            start_new_session=True)
+    log = open(TMP / log_name, "ab")
+    return subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-c", "service/gunicorn_conf.py", app],
+                            cwd=src, env=env, stdout=log, stderr=log, start_new_session=True)
+
+
+def start_service(src: Path, data_dir: Path, port: int) -> subprocess.Popen:
+    return start_gunicorn(src, "service:create_app()", port, "http-service.log", str(src),
+                          CONTEXT_DATA_DIR=str(data_dir))
 
 
 def start_tantivy(src: Path, index: Path, port: int) -> subprocess.Popen:
@@ -142,14 +146,8 @@ def start_tantivy(src: Path, index: Path, port: int) -> subprocess.Popen:
     app_dir = TMP / "tantivy-app"
     app_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy(BENCH / "tantivy_engine.py", app_dir / "tantivy_engine.py")
-    env = dict(os.environ, CONTEXT_BIND=f"127.0.0.1:{port}", TANTIVY_BENCH_INDEX=str(index),
-               PYTHONPATH=f"{src}{os.pathsep}{app_dir}")
-    env.pop("CONTEXT_WORKERS", None)
-    env.pop("CONTEXT_THREADS", None)
-    log = open(TMP / "http-tantivy.log", "ab")
-    return subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-c", "service/gunicorn_conf.py",
-                             "tantivy_engine:create_app()"], cwd=src, env=env, stdout=log, stderr=log,
-                            start_new_session=True)
+    return start_gunicorn(src, "tantivy_engine:create_app()", port, "http-tantivy.log",
+                          f"{src}{os.pathsep}{app_dir}", TANTIVY_BENCH_INDEX=str(index))
 
 
 def start_baseline(db: Path, port: int) -> subprocess.Popen:

@@ -45,76 +45,84 @@ def http_cell(data, size, system, cell):
     return (((data.get("sizes") or {}).get(str(size)) or {}).get(system) or {}).get(cell)
 
 
+def line(figure, svc, base, tv, target, better_lower=True, unit=""):
+    """| figure | service | baseline | tantivy | service vs tantivy | target | met |"""
+    met = "not measured" if svc is None else (
+        "yes" if (svc <= target if better_lower else svc >= target) else "**no**")
+    vs_tv = "–"
+    if svc and tv:
+        vs_tv = f"{svc / tv:.1f}×" if better_lower else f"{svc / tv:.2f}×"
+    tgt = ("≤ " if better_lower else "≥ ") + fmt(target, unit)
+    return f"| {figure} | {fmt(svc, unit)} | {fmt(base, unit)} | {fmt(tv, unit)} | {vs_tv} | {tgt} | {met} |"
+
+
 def main() -> None:
-    search = load("search")
-    # The newest run of each script first: *-lists = with impact lists in past-day replicas.
-    http_by_size = {100_000: load("http-100k", "http"),
-                    1_000_000: load("http-1m-lists", "http-1m-end", "http-1m", "http")}
-    ingest = load("ingest-lists", "ingest-end", "ingest")
-    out = ["| figure (DESIGN.md §10) | service | baseline | service advantage | target | met |",
-           "|---|---|---|---|---|---|"]
-    for src in (search, load("search-end"), load("search-lists")):
-        for size in (100_000, 1_000_000):
-            s = ((src or {}).get("sizes") or {}).get(str(size))
-            if not s:
-                continue
-            label = f"{size // 1000}k" if size < 1_000_000 else "1M"
-            note = "" if size == 1_000_000 else " (informative)"
-            rev = f", service `{src['service_rev']}`, load {src['machine']['loadavg_at_start'][0]}"
-            out.append(row(f"in-process search p50, {label} units, {s['shards']} shards{rev}{note}",
-                           s["service"]["p50_ms"], (s.get("baseline") or {}).get("p50_ms"), 15, unit=" ms"))
-            out.append(row(f"in-process search p99, {label} units{rev}{note}", s["service"]["p99_ms"],
-                           (s.get("baseline") or {}).get("p99_ms"), 80, unit=" ms"))
-    for size, data in http_by_size.items():
-        label = "1M" if size == 1_000_000 else "100k"
-        note = "" if size == 1_000_000 else " (informative)"
-        if data:
-            label += f", service `{data['service_rev']}`, load {data['machine']['loadavg_at_start'][0]}"
-        svc = http_cell(data, size, "service", "search@64")
-        base = http_cell(data, size, "baseline", "search@64")
-        if svc:
-            out.append(row(f"HTTP search throughput, 64 clients, {label}{note}", svc["rps"], (base or {}).get("rps"),
-                           800, better_lower=False, unit="/s"))
-        svc = http_cell(data, size, "service", "push@50")
-        base = http_cell(data, size, "baseline", "push@50")
-        if svc:
-            out.append(row(f"push ack p95, 50 concurrent writers, {label}", svc["p95"], (base or {}).get("p95"),
-                           10, unit=" ms"))
-        entry = ((data or {}).get("sizes") or {}).get(str(size)) or {}
-        if entry.get("service_rss_mib"):
-            svc = max(entry["service_rss_mib"].get("worker", [0]))
-            base = max((entry.get("baseline_rss_mib") or {}).get("process", [0])) or None
-            out.append(row(f"peak RSS per worker under load, {label}{note}", svc, base, 150, unit=" MiB"))
+    """The issue 11 / DESIGN.md section 10 table from the read-index runs."""
+    out = ["| figure | service | naive baseline | tantivy alone | service ÷ tantivy | target | met |",
+           "|---|---|---|---|---|---|---|"]
+    targets = {100_000: (2, 10, 1000), 1_000_000: (5, 25, 500)}
+    for size, name in ((100_000, "search-100k"), (1_000_000, "search-1m")):
+        src = load(name)
+        s = ((src or {}).get("sizes") or {}).get(str(size))
+        if not s:
+            continue
+        label = "100k" if size < 1_000_000 else "1M"
+        note = f"{label} units, {s['shards']} days, load {src['machine']['loadavg_at_start'][0]}"
+        p50, p99, _ = targets[size]
+        for pct, tgt in (("p50_ms", p50), ("p99_ms", p99)):
+            out.append(line(f"in-process search {pct[:3]}, {note}", s["service"][pct],
+                            (s.get("baseline") or {}).get(pct), (s.get("tantivy") or {}).get(pct), tgt, unit=" ms"))
+        worst = max(s.get("variants", {}).items(), key=lambda kv: kv[1]["p50_over_unfiltered"], default=None)
+        if worst:
+            out.append(line(f"filters/AND: slowest variant ({worst[0]}) p50 ÷ unfiltered, {label}",
+                            worst[1]["p50_over_unfiltered"], None, None, 2.0, unit="×"))
+        agree = s.get("agreement_with_exact_lengths") or {}
+        if agree:
+            out.append(f"| top-10 vs exact-length exhaustive BM25, {label} ({agree['queries']} queries) | "
+                       f"score lists equal {agree['identical_score_lists']:.0%}; CIDs {agree['top10_overlap']:.1%}, "
+                       f"{agree['top10_overlap_mod_ties_at_cut']:.1%} counting ties at the cut | – | – | – | ≥ 95 % | "
+                       f"{'yes' if agree['top10_overlap_mod_ties_at_cut'] >= 0.95 else '**no**'} |")
+        build = s.get("read_index_build") or {}
+        if build:
+            out.append(line(f"building the read index (from nothing), {label}", build["units_per_s"], None,
+                            s.get("tantivy_build_units_per_s"), 20_000, better_lower=False, unit="/s"))
+        disk = s.get("disk") or {}
+        if disk:
+            out.append(f"| disk per unit, {label}: read index | {fmt(disk['read_index_bytes_per_unit'])} B | – | – | – | "
+                       f"< per-day replicas' {fmt(disk['previous_replica_bytes_per_unit'])} B | "
+                       f"{'yes' if disk['read_index_bytes_per_unit'] < disk['previous_replica_bytes_per_unit'] else '**no**'} |")
+    for size, names in ((100_000, ("http-100k-ri",)), (1_000_000, ("http-1m-ri",))):
+        data = load(*names)
+        if not data:
+            continue
+        label = ("100k" if size < 1_000_000 else "1M") + f", load {data['machine']['loadavg_at_start'][0]}"
+        _, _, rps = targets[size]
+        cells = [("search@64", f"HTTP search, 64 connections, {label}", rps)]
+        if size == 1_000_000:
+            cells.append(("mix@64", f"HTTP 90/10 search/push, 64 connections, {label}", 400))
+        for cell, figure, tgt in cells:
+            svc = http_cell(data, size, "service", cell)
+            if svc:
+                out.append(line(figure, svc["rps"], (http_cell(data, size, "baseline", cell) or {}).get("rps"),
+                                (http_cell(data, size, "tantivy", cell) or {}).get("rps"), tgt,
+                                better_lower=False, unit="/s"))
+        ceiling = http_cell(data, size, "service", "healthz@64")
+        if ceiling:
+            out.append(f"| `GET /healthz` on the same server (the ceiling), {label} | {fmt(ceiling['rps'], '/s')} | – | "
+                       f"{fmt((http_cell(data, size, 'tantivy', 'healthz@64') or {}).get('rps'), '/s')} | – | – | – |")
+        entry = data["sizes"][str(size)]
+        rss = entry.get("service_rss_mib") or {}
+        if rss.get("worker"):
+            out.append(line(f"peak RSS per worker under load, {label} (PSS {max(rss.get('worker_pss', [0]))} MiB)",
+                            max(rss["worker"]), max((entry.get("baseline_rss_mib") or {}).get("process", [0])) or None,
+                            max((entry.get("tantivy_rss_mib") or {}).get("worker", [0])) or None, 200, unit=" MiB"))
+    ingest = load("ingest-ri")
     if ingest:
-        si, bi = ingest.get("service_inprocess", {}), ingest.get("baseline_inprocess", {})
-        out.append(f"| *ingest rows below: service `{ingest['service_rev']}`, load {ingest['machine']['loadavg_at_start'][0]}* | | | | | |")
-        out.append(row("batch ingest to durable storage, in-process (batches of 1000)", si.get("push_units_per_s"),
-                       bi.get("push_units_per_s"), 10_000, better_lower=False, unit="/s"))
-        sh, bh = ingest.get("service_http_batch", {}), ingest.get("baseline_http_batch", {})
-        out.append(row("batch ingest to durable storage, HTTP (1000/request, 2 clients)", sh.get("units_per_s"),
-                       bh.get("units_per_s"), 10_000, better_lower=False, unit="/s"))
-        sl, bl = ingest.get("service_index_lag", {}), ingest.get("baseline_index_lag", {})
-        out.append(row(f"index lag p99 (ack → searchable on replica) at {fmt(sl.get('achieved_units_per_s'))} units/s",
-                       (sl.get("lag") or {}).get("p99_ms"), (bl.get("lag") or {}).get("p99_ms"), 2000, unit=" ms"))
-    quality = load("quality")
-    out.append("| retrieval quality vs unicode61 / trigram / BM25 library | see `bench/quality.py` "
-               f"({'results/quality.json' if quality else 'not run here'}) | | | ≥ best of the three | – |")
+        sl = ingest.get("service_index_lag", {})
+        out.append(line(f"ack → found by a default search, p99, at {fmt(sl.get('achieved_units_per_s'))} pushed units/s",
+                        (sl.get("lag") or {}).get("p99_ms"), (ingest.get("baseline_index_lag", {}).get("lag") or {}).get("p99_ms"),
+                        None, 2000, unit=" ms"))
     print("\n".join(out))
-    if ingest:
-        si = ingest["service_inprocess"]
-        print()
-        print("| indexing (drain the pending queue) | units/s | CJK chars/s |\n|---|---|---|")
-        for key, label in (("index_rjieba", "indexer, rjieba"), ("index_jieba", "indexer, jieba"),
-                           ("tokenize_rjieba", "tokenizer only, rjieba"), ("tokenize_jieba", "tokenizer only, jieba")):
-            v = si.get(key) or {}
-            print(f"| {label} | {fmt(v.get('units_per_s'))} | {fmt(v.get('cjk_chars_per_s'))} |")
-        rr = ingest.get("replica_refresh") or {}
-        if rr:
-            print()
-            print("| replica refresh (online backup of one day shard) | shard MiB | seconds | MiB/s |\n|---|---|---|---|")
-            for size, v in rr.items():
-                for sh in v["shards"][:1]:
-                    print(f"| {int(size):,} units | {sh['shard_mib']} | {sh['seconds']} | {sh['mib_per_s']} |")
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ def main(argv=None) -> None:
         now = int(time.time())
         variants = {"types": {"types": ["tool_output"]}, "source_prefix": {"source": "curl_tool*"},
                     "since_7_days": {"since": now - 7 * 86_400}, "operator_and": {"operator": "and"},
-                    "highlight_explain": {"highlight": True, "explain": True}}
+                    "highlight": {"highlight": True}, "explain": {"explain": True}}
         entry["variants"] = {}
         for name, extra in variants.items():
             lat_v, _ = run_queries(lambda q: svc(q, **extra), timed[:200], 10, a.max_seconds / 4)

@@ -434,6 +434,20 @@ _SNIPPET_WORD_RE = re.compile(r"[^\W_]+(?:[-_.][^\W_]+)*")
 _SNIPPET_SCAN_CHARS = 100_000
 
 
+_WORD_TOKENS: dict[tuple[int, str], tuple[str, ...]] = {}   # (tokenizer, word) -> its tokens
+
+
+def _word_tokens(tokenizer, word: str) -> tuple[str, ...]:
+    key = (id(tokenizer), word)
+    toks = _WORD_TOKENS.get(key)
+    if toks is None:
+        toks = tuple(tokenizer.tokens(word))
+        if len(_WORD_TOKENS) >= 100_000:
+            _WORD_TOKENS.clear()
+        _WORD_TOKENS[key] = toks
+    return toks
+
+
 def snippet(content: str, terms: list[str], tokenizer, width: int = SNIPPET_CHARS) -> str:
     """A window of the content around the first matching word, matches wrapped in ** **.
 
@@ -442,12 +456,16 @@ def snippet(content: str, terms: list[str], tokenizer, width: int = SNIPPET_CHAR
     """
     termset = set(terms)
     han_terms = [t for t in terms if t and not t.isascii()]
+    # A word can only yield a term that begins with one of its characters (stems change endings,
+    # even "dying" -> "die"; identifier parts are substrings): only such words are tokenized, once.
+    heads = {t[:1] for t in terms if t and t.isascii()}
     scan = content[:_SNIPPET_SCAN_CHARS]
     spans = []
     for m in _SNIPPET_WORD_RE.finditer(scan):
         word = m.group()
         if word.isascii():
-            if termset.intersection(tokenizer.tokens(word)):
+            low = word.lower()
+            if any(h in low for h in heads) and termset.intersection(_word_tokens(tokenizer, word)):
                 spans.append(m.span())
         else:
             for t in han_terms:
