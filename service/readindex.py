@@ -42,7 +42,7 @@ from .shards import sql
 
 log = logging.getLogger(__name__)
 
-FORMAT = 5
+FORMAT = 6
 TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
 NO_TOKENS = "cm_none"
 K1, B = 1.2, 0.75              # tantivy's BM25 parameters (fixed in the engine)
@@ -70,8 +70,7 @@ def build_schema() -> tantivy.Schema:
     sb.add_integer_field("exp", fast=True)
     sb.add_integer_field("ts", fast=True)
     sb.add_integer_field("len", fast=True)     # the exact length in tokens (tantivy keeps one byte of it)
-    # every document holds "one" once: its document frequency is tantivy's N (deleted ones included)
-    for name in ("one", "day", "type", "src", "parent"):
+    for name in ("day", "type", "src", "parent"):
         sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
     # the unit's public fields: a hit is answered from here, not from ten day files
     sb.add_text_field("content", stored=True, tokenizer_name=NO_TOKENS, index_option="basic")
@@ -152,7 +151,10 @@ class Reader:
             else:
                 self.index.reload()
             searcher = self.index.searcher()
-            self.view = View(searcher, self.index.schema, searcher.doc_freq("one", "1"))
+            # every document has one day: the days' document frequencies add up to tantivy's N
+            # (which, like them, counts documents deleted but not yet merged away)
+            ndocs = sum(n for _, n in searcher.terms_with_prefix("day", ""))
+            self.view = View(searcher, self.index.schema, ndocs)
             self.sig = sig
         except (OSError, ValueError, RuntimeError) as e:
             # A commit or a rebuild under way (files replaced between our reads): keep the previous
@@ -549,7 +551,6 @@ def _document(day: str, key: int, r) -> tantivy.Document:
     doc.add_integer("exp", r["expires_at"])
     doc.add_integer("ts", r["timestamp"])
     doc.add_integer("len", r["ntok"])
-    doc.add_text("one", "1")
     doc.add_text("day", day)
     doc.add_text("type", r["type"])
     doc.add_text("src", r["source"])
