@@ -141,7 +141,8 @@ class Reader:
     def _load(self, sig) -> None:
         try:
             info = json.loads((self.path / "format.json").read_text())
-            if info.get("format") != FORMAT:
+            if info.get("format") != FORMAT or not info.get("ready"):
+                # another version's index, or one still being built: the primaries answer meanwhile
                 self.view, self.sig = None, sig
                 return
             if self.index is None or info.get("gen") != self.gen:
@@ -401,6 +402,8 @@ class Writer:
         self.gone_done: set[str] = set()
         self.last_commit = 0.0
         self.sent_total = 0
+        self.building = False       # a rebuild whose first full pass has not finished
+        self.gen: str | None = None
 
     # --- opening and rebuilding ---------------------------------------------------------------
     def _open(self) -> bool:
@@ -408,7 +411,8 @@ class Writer:
             return True
         try:
             info = json.loads((self.path / "format.json").read_text())
-            usable = info.get("format") == FORMAT and (self.path / "meta.json").exists()
+            # a build that never finished (the leader died) starts again from nothing
+            usable = info.get("format") == FORMAT and info.get("ready") and (self.path / "meta.json").exists()
         except (OSError, ValueError):
             usable = False
         if usable:
@@ -424,22 +428,29 @@ class Writer:
         return True
 
     def _rebuild(self) -> None:
-        """Start an empty index and send every indexed row of every shard again."""
+        """Start an empty index and send every indexed row of every shard again. Readers use the
+        primaries until the first full pass marks the new index ready."""
         log.info("building the read index of tenant %s", self.t.name)
+        # Flags first: a crash from here on leaves no usable index, so the next leader starts over.
+        for day in self.t.primary_days():
+            db = self.t.shard(day, create=False)
+            if db is not None:
+                db.write(_reset)
         if self.path.exists():
             old = self.path.with_name(f"index.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
             os.replace(self.path, old)
             shutil.rmtree(old, ignore_errors=True)
         self.path.mkdir(parents=True)
+        self.gen = uuid.uuid4().hex
+        self._write_format(ready=False)
         self.index = tantivy.Index(build_schema(), path=str(self.path), reuse=False)
-        tmp = self.path / "format.json.tmp"
-        tmp.write_text(json.dumps({"format": FORMAT, "gen": uuid.uuid4().hex, "k1": K1, "b": B}))
-        os.replace(tmp, self.path / "format.json")
-        for day in self.t.primary_days():
-            db = self.t.shard(day, create=False)
-            if db is not None:
-                db.write(_reset)
+        self.building = True
         self.replacing = False      # the index is empty: nothing to replace
+
+    def _write_format(self, ready: bool) -> None:
+        tmp = self.path / "format.json.tmp"
+        tmp.write_text(json.dumps({"format": FORMAT, "gen": self.gen, "ready": ready, "k1": K1, "b": B}))
+        os.replace(tmp, self.path / "format.json")
 
     def close(self) -> None:
         if self.writer is not None:
@@ -507,6 +518,10 @@ class Writer:
             self._commit(pending)
         if not full_round:
             self.replacing = False
+            if self.building:
+                self._write_format(ready=True)
+                self.building = False
+                log.info("read index of tenant %s is ready", self.t.name)
         self.sent_total += sent
         return sent
 

@@ -130,9 +130,11 @@ def test_a_crash_between_commit_and_flags_leaves_no_duplicates(tmp_path, monkeyp
     app = app_for(tmp_path)
     client = app.test_client()
     try:
-        rv = client.post("/mcp/push", json={"units": [make_unit(f"gannet {i}") for i in range(40)]})
-        assert rv.status_code == 200
         maint = app.extensions["context_maintenance"]
+        client.post("/mcp/push", json=make_unit("gannet 0"))
+        maint.run_once()                            # the index is built and ready
+        rv = client.post("/mcp/push", json={"units": [make_unit(f"gannet {i}") for i in range(1, 40)]})
+        assert rv.status_code == 200
         real = readindex._mark_sent
 
         def crash(*a, **k):
@@ -199,3 +201,19 @@ def test_a_reader_in_another_process_sees_the_leaders_commits(tmp_path):
         assert reader.wait(timeout=30) == 0
     finally:
         app.extensions["context_shutdown"]()
+
+
+def test_searches_read_the_primaries_while_the_index_is_rebuilt(app):
+    client = app.test_client()
+    store, maint = app.extensions["context_store"], app.extensions["context_maintenance"]
+    t = store.tenant("default")
+    client.post("/mcp/push", json={"units": [make_unit(f"kestrel {i}") for i in range(12)]})
+    drain(app)
+    assert store.searcher.view(t) is not None
+    maint.read_writer(t)._rebuild()             # what a new format or a damaged index starts
+    assert store.searcher.view(t) is None       # an empty index being built is not read ...
+    assert len(search(client, "kestrel")["results"]) == 12   # ... the primaries answer
+    maint.run_once()
+    view = store.searcher.view(t)
+    assert view is not None and view.searcher.num_docs == 12
+    assert len(search(client, "kestrel")["results"]) == 12
