@@ -431,6 +431,7 @@ class Writer:
         """Start an empty index and send every indexed row of every shard again. Readers use the
         primaries until the first full pass marks the new index ready."""
         log.info("building the read index of tenant %s", self.t.name)
+        self.close()
         # Flags first: a crash from here on leaves no usable index, so the next leader starts over.
         for day in self.t.primary_days():
             db = self.t.shard(day, create=False)
