@@ -227,48 +227,55 @@ class Scored:
     tfs: list[int]
 
 
-def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float]) -> list[Scored]:
-    """BM25 of the candidates with their exact lengths, best first.
+def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float], k: int) -> tuple[list[Scored], bool]:
+    """The best k of the candidates by BM25 with exact lengths, and whether they are the best k of
+    the whole index (``hits`` being tantivy's best, lengths in one byte).
 
-    tantivy scores with lengths kept in one byte (within 1/8 above 40 tokens), which reorders near
-    ties. A term's frequency in a candidate follows from that term's share of the score alone
-    (tf = n * f / (1 - f) with f = share / weight and n the length norm tantivy used): one small
-    search per term but the last, restricted to the candidates, gives the shares; the last term's
-    is what remains of the candidate's score. The exact score follows from the exact length."""
+    tantivy keeps a length exactly up to 40 tokens, then within 1/8, which reorders near ties. A
+    longer exact length only lowers a score, by at most the factor (1 + n) / (1 + n_exact) (n the
+    length norm): so a candidate whose tantivy score is below the k-th best lower bound cannot win,
+    and no document past the candidates can either once that bound reaches the last candidate's
+    score. The rest are scored exactly: a term's frequency follows from its share of the score
+    (tf = n * f / (1 - f), f = share / weight), found by one small search per term but the last,
+    restricted to those candidates; the last term's share is what remains of the score."""
     if not hits:
-        return []
+        return [], True
     searcher, schema = view.searcher, view.schema
-    addresses = [h.address for h in hits]
-    lengths = searcher.fast_field_values("len", addresses)
+    lengths = searcher.fast_field_values("len", [h.address for h in hits])
     avgdl = average_length(view, terms, hits[0])
-    norms_used = [K1 * (1 - B + B * encoded_length(n) / avgdl) for n in lengths]
+    used = [K1 * (1 - B + B * encoded_length(n) / avgdl) for n in lengths]
+    exact = [K1 * (1 - B + B * n / avgdl) for n in lengths]
+    low = sorted((min(h.score, h.score * (1 + u) / (1 + e)) for h, u, e in zip(hits, used, exact)), reverse=True)
+    bound = low[k - 1] * (1 - 1e-9) if len(low) >= k else 0.0     # (1e-9: float rounding is not a win)
+    complete = bound >= hits[-1].score
+    keep = [i for i, h in enumerate(hits) if h.score >= bound]
     count = collections.Counter(terms)
     weight_of = dict(zip(terms, weights))
     unique = [term for term in count if weight_of[term]]
-    share: dict[str, list[float]] = {}         # a term's score in each candidate (all its occurrences)
+    share: dict[str, dict[int, float]] = {term: {} for term in unique}   # a term's score per candidate
     if len(unique) > 1:
-        at = {(a.segment_ord, a.doc): i for i, a in enumerate(addresses)}
+        addresses = [hits[i].address for i in keep]
+        at = {(a.segment_ord, a.doc): i for i, a in zip(keep, addresses)}
         keys = searcher.fast_field_values("key", addresses)
         only = Query.const_score_query(Query.boolean_query(
-            [(Occur.Should, Query.term_query(schema, "key", k)) for k in keys]), 0.0)
+            [(Occur.Should, Query.term_query(schema, "key", key)) for key in keys]), 0.0)
         for term in unique[:-1]:
-            share[term] = part = [0.0] * len(hits)
             query = Query.boolean_query([(Occur.Must, Query.term_query(schema, "t", term)), (Occur.Must, only)])
-            for s, a in searcher.search(query, len(hits), count=False).hits:
-                part[at[(a.segment_ord, a.doc)]] = s * count[term]
-    if unique:
-        share[unique[-1]] = [h.score - sum(share[term][i] for term in unique[:-1]) for i, h in enumerate(hits)]
+            for s, a in searcher.search(query, len(keep), count=False).hits:
+                share[term][at[(a.segment_ord, a.doc)]] = s * count[term]
     out = []
-    for i, h in enumerate(hits):
+    for i in keep:
+        h = hits[i]
+        rest = h.score - sum(share[term].get(i, 0.0) for term in unique[:-1])
         tf_of = {}
         for term in unique:
-            f = share[term][i] / (count[term] * weight_of[term])
-            tf_of[term] = round(norms_used[i] * f / (1 - f)) if 1e-6 < f < 1 else 0
-        norm = K1 * (1 - B + B * lengths[i] / avgdl)
+            part = share[term].get(i, 0.0) if term != unique[-1] else rest
+            f = part / (count[term] * weight_of[term])
+            tf_of[term] = round(used[i] * f / (1 - f)) if 1e-6 < f < 1 else 0
         tfs = [tf_of.get(term, 0) for term in terms]
-        out.append(Scored(h, sum(w * tf / (tf + norm) for w, tf in zip(weights, tfs)), lengths[i], tfs))
+        out.append(Scored(h, sum(w * tf / (tf + exact[i]) for w, tf in zip(weights, tfs)), lengths[i], tfs))
     out.sort(key=lambda x: -x.score)
-    return out
+    return out[:k], complete
 
 
 def average_length(view: View, terms: list[str], hit: Hit) -> float:

@@ -28,7 +28,7 @@ MAX_QUERY_CHARS = 16_384
 MAX_TIMESTAMP = 253_402_300_799   # 9999-12-31T23:59:59Z
 MAX_QUERY_TERMS = 64
 RESCORE_FACTOR = 2            # the read index's candidates per result, scored again with exact lengths
-RESCORE_MAX = 300
+RESCORE_MAX = 1000            # ... at most this many, when near ties need more
 SNIPPET_CHARS = 200
 
 SEARCH_FIELDS = ("query", "top_k", "types", "source", "since", "until", "parent_cid", "min_score",
@@ -333,8 +333,13 @@ class Searcher:
         if p.operator == "and" and not all(idf_by_term.values()):
             return [], None
         idf = [idf_by_term[term] for term in terms]
-        hits = readindex.search(view, p, terms, now, want=min(RESCORE_MAX, RESCORE_FACTOR * p.top_k))
-        scored = readindex.rescore(view, hits, terms, [w * (k1 + 1) for w in idf])[:p.top_k]
+        want = RESCORE_FACTOR * p.top_k
+        while True:
+            hits = readindex.search(view, p, terms, now, want=want)
+            scored, complete = readindex.rescore(view, hits, terms, [w * (k1 + 1) for w in idf], p.top_k)
+            if complete or len(hits) < want or want >= RESCORE_MAX:
+                break
+            want *= 4     # a document past these candidates could still win with its exact length
         units = readindex.units(view, [x.hit for x in scored])
         ranked = [Ranked(unit, x.score, x.length, x.length, x.tfs) for unit, x in zip(units, scored)]
         stats = {"idf": idf, "k1": k1, "b": b, "documents": view.ndocs,
