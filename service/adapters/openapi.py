@@ -30,6 +30,15 @@ ERRORS = {
 }
 
 
+def _nullable(schema: dict, description: str | None = None) -> dict:
+    """``schema`` or null, without a list-valued ``type``: Dify's importer tests ``typ in {...}`` and
+    fails on a list (langgenius/dify#12768); ``anyOf`` is valid 3.1 and it reads no type from it."""
+    out = {"anyOf": [schema, {"type": "null"}]}
+    if description:
+        out["description"] = description
+    return out
+
+
 def _ref(name: str) -> dict:
     return {"$ref": f"#/components/schemas/{name}"}
 
@@ -75,7 +84,7 @@ def _schemas(types: list[str]) -> dict:
         "properties": {
             "cid": CID, "type": {"type": "string", "enum": types}, "source": {"type": "string"},
             "timestamp": {"type": "integer"}, "ttl": {"type": "integer"}, "content": {"type": "string"},
-            "metadata": {"type": ["object", "null"]}, "parent_cid": {"type": ["string", "null"]},
+            "metadata": _nullable({"type": "object"}), "parent_cid": _nullable({"type": "string"}),
             "expires_at": {"type": "integer"}, "seq": {"type": "integer"},
         },
     }
@@ -152,12 +161,15 @@ def build(config) -> dict:
         "query": {"type": "string", "description": "The user's question."},
         "retrieval_setting": {"type": "object", "description": "top_k (null means 10) and score_threshold (0-1).",
                               "properties": {
-            "top_k": {"type": ["integer", "null"], "minimum": 1, "description": "Null means 10."},
-            "score_threshold": {"type": ["number", "null"], "minimum": 0, "maximum": 1,
-                                "description": "Drop records scoring below this."}}},
-        "metadata_condition": {"type": ["object", "null"], "description":
+            "top_k": _nullable({"type": "integer", "minimum": 1}, "Null means 10."),
+            "score_threshold": _nullable({"type": "number", "minimum": 0, "maximum": 1},
+                                         "Drop records scoring below this.")}},
+        # A top-level property becomes a Dify tool parameter typed from its single "type"; null and
+        # absent are still accepted (DESIGN.md section 8), the document just does not advertise null.
+        "metadata_condition": {"type": "object", "description":
                                "Dify's metadata filter: logical_operator and conditions "
-                               "[{name, comparison_operator, value}] over unit fields and metadata keys."}}}
+                               "[{name, comparison_operator, value}] over unit fields and metadata keys; "
+                               "omit it (or send null) for no filter."}}}
     dify_error = {code: _json(_ref("DifyError"), text) for code, text in (
         ("400", "Invalid request body."), ("401", "Malformed Authorization header (1001) or bad key (1002)."),
         ("404", "Unknown knowledge base (2001)."))}
