@@ -71,6 +71,7 @@ class Config:
     mcp_allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]", "::1")
     mcp_allowed_origins: tuple[str, ...] = ()
     mcp_cursor_secret: str | None = None   # HMAC key for MCP list cursors (default: a key file in data_dir)
+    mcp_list_max_units: int = 500     # resources/list stops after this many recent units (issue 14: clients cap pages)
     rate_limit: str | None = None     # e.g. "600/minute" per key
     read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)
     background: bool = True          # start indexer/janitor threads (tests may turn off)
