@@ -13,6 +13,7 @@ from __future__ import annotations
 from flask import Blueprint, current_app, jsonify
 
 from ..search import MAX_QUERY_CHARS
+from ..units import ttl_limit
 
 bp = Blueprint("openapi", __name__)
 
@@ -128,14 +129,16 @@ def build(config) -> dict:
     get_params.append({"name": "types", "in": "query", "required": False,
                        "description": "Comma-separated type names.", "schema": {"type": "string"}})
     push_body = {
-        "type": "object", "required": ["type", "source", "timestamp", "ttl", "content"],
+        "type": "object", "required": ["type", "source", "timestamp", "content"],
         "properties": {
             "type": {"type": "string", "enum": types, "description": "What kind of context this is."},
             "source": {"type": "string", "maxLength": config.max_source_chars,
                        "description": "Who produced it, by convention {tool}_{version}_{env}."},
             "timestamp": {"type": "integer", "description": "Unix seconds (UTC); at most 5 minutes ahead."},
-            "ttl": {"type": "integer", "minimum": 1, "maximum": config.max_ttl,
-                    "description": "Seconds to keep the unit."},
+            "ttl": {"type": "integer", "minimum": 1, "maximum": ttl_limit(config),
+                    "description": "Seconds to keep the unit; omitted: the server's default"
+                                   + (" (kept for good)." if not config.default_ttl
+                                      else f" ({config.default_ttl} s).")},
             "content": {"type": "string", "description": "The text to remember (serialize JSON yourself)."},
             "metadata": {"type": "object", "description": "Optional JSON object (at most 64 KiB)."},
             "parent_cid": dict(CID, description="Optional: the unit this one derives from."),
