@@ -4,6 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export CONTEXT_BIND ?= 127.0.0.1:5000
 export CONTEXT_DATA_DIR ?= ./data
+# /openapi.json's servers[0].url: where this server answers (the service warns if Dify could not use it).
+export CONTEXT_PUBLIC_URL ?= http://$(CONTEXT_BIND)
 
 .PHONY: run serve test test-fast bench quality soak fuzz clean
 

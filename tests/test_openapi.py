@@ -235,3 +235,25 @@ def test_open_webui_loader_accepts_the_document(doc):
         assert tool["description"]
         for name, prop in tool["parameters"]["properties"].items():
             assert isinstance(prop.get("type"), str), f"{tool['name']}.{name}"
+
+
+# --- CONTEXT_PUBLIC_URL (issue 14, item 10) -------------------------------------------------------------
+@pytest.mark.parametrize("url,problem", [
+    ("http://context-mode:5000", None), ("https://memory.example.com", None), ("http://8.8.8.8:5000", None),
+    ("http://127.0.0.1:5000", "loopback"), ("http://localhost:5000", "loopback"), ("http://[::1]:5000", "loopback"),
+    ("http://10.1.2.3:5000", "private"), ("http://192.168.1.5", "private"), ("http://0.0.0.0:5000", "unspecified"),
+    ("http://169.254.1.1", "link-local"), ("no-scheme", "no host")])
+def test_public_url_problems(url, problem):
+    from service.adapters.openapi import public_url_problem
+    got = public_url_problem(url)
+    assert (got is None) if problem is None else (problem in got)
+
+
+def test_a_loopback_public_url_is_warned_at_start(tmp_path, caplog):
+    from service import create_app
+    for url, warned in (("http://127.0.0.1:5000", True), ("https://memory.example.com", False)):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "public_url": url})
+        app.extensions["context_shutdown"]()
+        assert ("Dify refuses" in caplog.text) is warned, url

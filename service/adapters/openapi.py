@@ -10,6 +10,9 @@ alias of /retrieval) and the operational endpoints (/healthz, /readyz, /metrics)
 """
 from __future__ import annotations
 
+import ipaddress
+from urllib.parse import urlsplit
+
 from flask import Blueprint, current_app, jsonify
 
 from ..search import MAX_QUERY_CHARS
@@ -38,6 +41,23 @@ def _nullable(schema: dict, description: str | None = None) -> dict:
     if description:
         out["description"] = description
     return out
+
+
+def public_url_problem(url: str) -> str | None:
+    """Why Dify would refuse ``servers[0].url`` (its SSRF guard rejects loopback and private literals), or None."""
+    host = (urlsplit(url).hostname or "").lower()
+    if not host:
+        return f"CONTEXT_PUBLIC_URL {url!r} has no host name"
+    if host == "localhost" or host.endswith(".localhost"):
+        return f"CONTEXT_PUBLIC_URL {url!r} names a loopback host"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None                      # a host name: whether Dify can resolve it is up to its network
+    for kind in ("unspecified", "loopback", "link_local", "private", "reserved"):
+        if getattr(ip, f"is_{kind}"):
+            return f"CONTEXT_PUBLIC_URL {url!r} is a {kind.replace('_', '-')} address"
+    return None
 
 
 def _ref(name: str) -> dict:
