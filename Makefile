@@ -7,7 +7,7 @@ export CONTEXT_DATA_DIR ?= ./data
 # /openapi.json's servers[0].url: where this server answers (the service warns if Dify could not use it).
 export CONTEXT_PUBLIC_URL ?= http://$(CONTEXT_BIND)
 
-.PHONY: run serve test test-fast bench quality soak fuzz clean lock
+.PHONY: run serve test test-fast bench quality soak fuzz clean lock container-smoke
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,10 @@ soak: $(VENV)/.installed-bench
 # A larger schemathesis run than CI's (~300 requests per operation).
 fuzz: $(VENV)/.installed-test
 	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-3000} $(BIN)/python -m pytest -q -s tests/test_fuzz_openapi.py
+
+# Build the image and run it for real with podman (tools/container_smoke.py; not in CI: several minutes).
+container-smoke: $(VENV)/.installed
+	$(BIN)/python tools/container_smoke.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
