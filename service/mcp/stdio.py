@@ -14,8 +14,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import re
 import os
+import re
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
