@@ -4,8 +4,6 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export CONTEXT_BIND ?= 127.0.0.1:5000
 export CONTEXT_DATA_DIR ?= ./data
-# /openapi.json's servers[0].url: where this server answers (the service warns if Dify could not use it).
-export CONTEXT_PUBLIC_URL ?= http://$(CONTEXT_BIND)
 
 .PHONY: run serve test test-fast bench quality soak fuzz clean lock container-smoke
 
@@ -42,6 +40,9 @@ lock:
 	$(PIP_COMPILE) --extra test -c requirements/run.txt -o requirements/test.txt pyproject.toml clients/python/pyproject.toml
 	rm -rf $(LOCK_VENV)
 
+# /openapi.json's servers[0].url under make run: where this server answers (the service warns if
+# Dify could not use it). Only for run/serve: tests must see the service's own default.
+run serve: export CONTEXT_PUBLIC_URL ?= http://$(CONTEXT_BIND)
 run: $(VENV)/.installed
 	$(BIN)/context-mode doctor --quiet
 	exec $(BIN)/gunicorn -c service/gunicorn_conf.py 'service:create_app()'
