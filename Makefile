@@ -5,25 +5,44 @@ BIN := $(VENV)/bin
 export CONTEXT_BIND ?= 127.0.0.1:5000
 export CONTEXT_DATA_DIR ?= ./data
 
-.PHONY: run serve test test-fast bench quality soak fuzz clean
+.PHONY: run serve test test-fast bench quality soak fuzz clean lock container-smoke
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Re-install only when the project files change.
-$(VENV)/.installed: $(BIN)/python pyproject.toml clients/python/pyproject.toml
-	$(BIN)/pip install --quiet -e . -e clients/python
+# Dependencies come from the lock files (exact versions and hashes, made by `make lock`); the
+# project itself is then installed editable without letting pip resolve anything else.
+# Re-install only when the project or lock files change.
+$(VENV)/.installed: $(BIN)/python pyproject.toml clients/python/pyproject.toml requirements/run.txt
+	$(BIN)/pip install --quiet --require-hashes -r requirements/run.txt
+	$(BIN)/pip install --quiet --no-deps -e . -e clients/python
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[test]'
+$(VENV)/.installed-test: $(VENV)/.installed requirements/test.txt
+	$(BIN)/pip install --quiet --require-hashes -r requirements/test.txt
 	touch $@
 
+# Benchmark tools are not locked (they never run in CI); the locked versions constrain what they share.
 $(VENV)/.installed-bench: $(VENV)/.installed-test
 	$(BIN)/pip install --quiet -e '.[bench]'
 	touch $@
 
+# Refresh the lock files from pyproject.toml (pip-tools in a throwaway venv). Keeps current pins
+# where they still fit; `make lock LOCK_ARGS=--upgrade` moves everything to the newest releases.
+LOCK_VENV := .venv-lock
+PIP_COMPILE = $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe \
+	--no-emit-index-url --no-emit-find-links $(LOCK_ARGS)
+lock:
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet 'pip-tools>=7.4'
+	$(PIP_COMPILE) -o requirements/run.txt pyproject.toml clients/python/pyproject.toml
+	$(PIP_COMPILE) --extra test -c requirements/run.txt -o requirements/test.txt pyproject.toml clients/python/pyproject.toml
+	rm -rf $(LOCK_VENV)
+
+# /openapi.json's servers[0].url under make run: where this server answers (the service warns if
+# Dify could not use it). Only for run/serve: tests must see the service's own default.
+run serve: export CONTEXT_PUBLIC_URL ?= http://$(CONTEXT_BIND)
 run: $(VENV)/.installed
 	$(BIN)/context-mode doctor --quiet
 	exec $(BIN)/gunicorn -c service/gunicorn_conf.py 'service:create_app()'
@@ -48,6 +67,10 @@ soak: $(VENV)/.installed-bench
 # A larger schemathesis run than CI's (~300 requests per operation).
 fuzz: $(VENV)/.installed-test
 	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-3000} $(BIN)/python -m pytest -q -s tests/test_fuzz_openapi.py
+
+# Build the image and run it for real with podman (tools/container_smoke.py; not in CI: several minutes).
+container-smoke: $(VENV)/.installed
+	$(BIN)/python tools/container_smoke.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

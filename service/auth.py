@@ -5,6 +5,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import secrets
 from dataclasses import dataclass
 from functools import wraps
@@ -109,6 +110,44 @@ def add_key(path: str, tenant: str, scopes: list[str]) -> str:
         json.dump(data, fh, indent=2)
         fh.write("\n")
     return key
+
+
+def _read_keys_file(path: str) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def list_keys(path: str) -> list[dict]:
+    """Each entry's id (the first 12 hex digits of its hash, as logged), tenant, scopes, and whether
+    the file holds it in plain text (development form); never the key itself."""
+    out = []
+    for item in _read_keys_file(path).get("keys", []):
+        key_hash, tenant, scopes = _entry(item)
+        out.append({"id": key_hash[:12], "tenant": tenant, "scopes": sorted(scopes), "plain": "key" in item
+                    and "key_sha256" not in item})
+    return out
+
+
+def revoke_key(path: str, key_id: str) -> dict:
+    """Remove the one entry whose hash starts with ``key_id`` (at least 8 hex digits); return it as listed."""
+    key_id = key_id.strip().lower()
+    if len(key_id) < 8 or any(c not in "0123456789abcdef" for c in key_id):
+        raise ValueError("a key id is at least 8 hex digits, as `keys list` prints it")
+    data = _read_keys_file(path)
+    items = data.get("keys", [])
+    matches = [i for i, item in enumerate(items) if _entry(item)[0].startswith(key_id)]
+    if not matches:
+        raise ValueError(f"no key with id {key_id} in {path}")
+    if len(matches) > 1:
+        raise ValueError(f"{len(matches)} keys start with {key_id}; give more digits")
+    item = items.pop(matches[0])
+    key_hash, tenant, scopes = _entry(item)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2)
+        fh.write("\n")
+    os.replace(tmp, path)                  # atomic: a server starting meanwhile reads the old or new file
+    return {"id": key_hash[:12], "tenant": tenant, "scopes": sorted(scopes)}
 
 
 def bearer_token(header: str | None) -> tuple[str | None, str | None]:

@@ -76,15 +76,52 @@ def keys():
 def keys_add(tenant, scopes, path):
     """Create a key: print it once, store only its hash."""
     from .auth import add_key
-    path = path or Config.from_env().api_keys_file
-    if not path:
-        raise click.UsageError("No keys file: pass --file or set CONTEXT_API_KEYS_FILE.")
+    path = _keys_file(path)
     try:
         key = add_key(path, tenant, [s.strip() for s in scopes.split(",") if s.strip()])
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     click.echo(key)
     click.echo(f"(stored sha256 only in {path}; this key is not shown again)", err=True)
+
+
+def _keys_file(path: str | None) -> str:
+    path = path or Config.from_env().api_keys_file
+    if not path:
+        raise click.UsageError("No keys file: pass --file or set CONTEXT_API_KEYS_FILE.")
+    return path
+
+
+@keys.command("list")
+@click.option("--file", "path", default=None, help="Keys file (default: CONTEXT_API_KEYS_FILE).")
+def keys_list(path):
+    """List keys: id (first 12 hex digits of the hash, as in logs), tenant, scopes. Never the keys."""
+    from .auth import list_keys
+    path = _keys_file(path)
+    try:
+        entries = list_keys(path)
+    except (OSError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    if not entries:
+        click.echo(f"no keys in {path}", err=True)
+    for e in entries:
+        click.echo(f"{e['id']}  {e['tenant']:<20} {','.join(e['scopes'])}" + ("  (plain, development)" if e["plain"] else ""))
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+@click.option("--file", "path", default=None, help="Keys file (default: CONTEXT_API_KEYS_FILE).")
+def keys_revoke(key_id, path):
+    """Remove the key whose id (from `keys list`) starts with KEY_ID. Takes effect when the
+    service restarts or reloads (SIGHUP to gunicorn's master)."""
+    from .auth import revoke_key
+    path = _keys_file(path)
+    try:
+        gone = revoke_key(path, key_id)
+    except (OSError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"revoked {gone['id']} (tenant {gone['tenant']}, {','.join(gone['scopes'])})")
+    click.echo("restart the service or send SIGHUP to gunicorn's master for it to take effect", err=True)
 
 
 def _register_plugins() -> None:

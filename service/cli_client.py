@@ -6,11 +6,16 @@ They talk to a running service over HTTP like any other client (``--url``/``CONT
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
+import time
 from collections import Counter
 
 import click
 from context_mode_client import ContextModeClient, ContextModeError
+
+from . import textsplit
 
 MAX_REPORTED = 20
 
@@ -41,7 +46,7 @@ def register_cli(main: click.Group) -> None:
 @_options
 @click.argument("content", required=False)
 @click.option("--type", "type_", default="tool_output", show_default=True, help="Unit type.")
-@click.option("--source", required=True, help="Producer, e.g. curl_tool_v2.1_prod.")
+@click.option("--source", default="context-mode_cli", show_default=True, help="Producer, e.g. curl_tool_v2.1_prod.")
 @click.option("--ttl", default=86400, show_default=True, type=int, help="Seconds to keep the unit.")
 @click.option("--timestamp", default=None, type=int, help="Unix seconds (default: now).")
 @click.option("--metadata", default=None, help="A JSON object.")
@@ -98,18 +103,74 @@ def search(url, api_key, query, top_k, types, source, min_score, strong, as_json
         click.echo(f"{r['score']:.3f} {r['cid']} {r['type']} {r['source']}  {line[:100]}")
 
 
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".md": "markdown", ".markdown": "markdown",
+           ".txt": "text", ".text": "text"}
+
+
+def _guess_format(path: str) -> str:
+    if path == "-":
+        return "jsonl"
+    return FORMATS.get(os.path.splitext(path)[1].lower(), "text")
+
+
+def _default_source(path: str) -> str:
+    """``import_<file name>``, cleaned to the unit contract (no control characters, 200 chars)."""
+    name = "stdin" if path == "-" else os.path.basename(path)
+    return ("import_" + re.sub(r"[\x00-\x1f\x7f-\x9f]", "_", name))[:200]
+
+
+def _file_units(text: str, fmt: str, max_chars: int, name: str):
+    """(line number, unit dict or None, error code, message) for each unit the file holds."""
+    if fmt == "jsonl":
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                unit = json.loads(line)
+            except ValueError as e:
+                yield lineno, None, "invalid_json", str(e)
+                continue
+            if not isinstance(unit, dict):
+                yield lineno, None, "invalid_unit", "a line must hold one JSON object"
+                continue
+            yield lineno, unit, None, None
+        return
+    split = textsplit.split_markdown if fmt == "markdown" else textsplit.split_text
+    for chunk in split(text, max_chars):
+        meta = {"file": name, "line": chunk.line}
+        if chunk.section:
+            meta["section"] = chunk.section
+        yield chunk.line, {"content": chunk.text, "metadata": meta}, None, None
+
+
 @click.command("import")
 @_options
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "markdown", "text"]), default="auto",
+              show_default=True, help="auto: by extension (.jsonl/.ndjson/.json, .md/.markdown; else text).")
+@click.option("--type", "type_", default="tool_output", show_default=True, help="Type of units that name none.")
+@click.option("--source", default=None, help="Source of units that name none (default: import_<file name>).")
+@click.option("--timestamp", default=None, type=int, help="Timestamp of units that name none (default: now).")
+@click.option("--ttl", default=None, type=int, help="ttl of units that name none (default: the server's).")
+@click.option("--max-chars", default=2000, show_default=True, type=click.IntRange(100, 1_000_000),
+              help="Markdown/text: at most this many characters per unit.")
 @click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1, 1000))
-def import_jsonl(url, api_key, path, batch_size):
-    """Import units from a JSONL file (one unit object per line) in batches.
+def import_jsonl(url, api_key, path, fmt, type_, source, timestamp, ttl, max_chars, batch_size):
+    """Import units from JSONL (one unit per line), markdown (one unit per section) or plain text.
 
-    Bad lines and rejected units are reported at the end with their line number and reason;
-    the exit status is 1 when anything failed.
+    JSONL lines need only "content": type, source, timestamp and ttl default to the options
+    (all units of one run share the same default timestamp). Bad lines and rejected units are
+    reported at the end with their line number and reason; the exit status is 1 when anything
+    failed.
     """
     with click.open_file(path, encoding="utf-8") as fh:
-        lines = fh.read().splitlines()
+        text = fh.read()
+    fmt = _guess_format(path) if fmt == "auto" else fmt
+    defaults = {"type": type_, "source": source or _default_source(path),
+                "timestamp": int(time.time()) if timestamp is None else timestamp}
+    if ttl is not None:
+        defaults["ttl"] = ttl
+    items = list(_file_units(text, fmt, max_chars, os.path.basename(path) if path != "-" else "stdin"))
     client = _client(url, api_key)
     counts: Counter = Counter()
     failures: list[tuple[int, str, str]] = []   # (line number, code, message)
@@ -132,25 +193,20 @@ def import_jsonl(url, api_key, path, batch_size):
                     failures.append((lineno, r.get("code", "?"), r.get("error", "")))
         batch.clear()
 
-    with click.progressbar(length=len(lines), label="importing", file=sys.stderr) as bar:
-        for lineno, line in enumerate(lines, start=1):
-            bar.update(1)
-            if not line.strip():
-                continue
-            try:
-                unit = json.loads(line)
-            except ValueError as e:
+    def status(_item) -> str:
+        return f"{counts['ok']} new, {counts['duplicate']} duplicate, {counts['error']} failed"
+
+    with click.progressbar(length=len(items), label=f"importing {fmt}", file=sys.stderr, show_pos=True,
+                           item_show_func=status) as bar:
+        for i, (lineno, unit, code, message) in enumerate(items, start=1):
+            if unit is None:
                 counts["error"] += 1
-                failures.append((lineno, "invalid_json", str(e)))
-                continue
-            if not isinstance(unit, dict):
-                counts["error"] += 1
-                failures.append((lineno, "invalid_unit", "a line must hold one JSON object"))
-                continue
-            batch.append((lineno, unit))
-            if len(batch) >= batch_size:
-                flush()
-        flush()
+                failures.append((lineno, code, message))
+            else:
+                batch.append((lineno, {**defaults, **unit}))
+            if len(batch) >= batch_size or i == len(items):
+                flush()                 # before the step, so the bar's last frame has the final counts
+            bar.update(1, lineno)
 
     click.echo(f"imported {counts['ok']} new, {counts['duplicate']} duplicate, {counts['error']} failed")
     if failures:

@@ -36,7 +36,8 @@ class Config:
     max_content_bytes: int = 1024 * 1024
     max_metadata_bytes: int = 64 * 1024
     max_source_chars: int = 200
-    max_ttl: int = 31_536_000
+    max_ttl: int = 31_536_000         # 0: no maximum, a unit may be kept for good (issue 14)
+    default_ttl: int = 2_592_000      # ttl of a unit pushed without one (30 days); 0: kept for good (needs max_ttl 0)
     future_skew_s: int = 300
     max_batch: int = 1000
     max_body_bytes: int = 32 * 1024 * 1024
@@ -70,9 +71,17 @@ class Config:
     mcp_allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]", "::1")
     mcp_allowed_origins: tuple[str, ...] = ()
     mcp_cursor_secret: str | None = None   # HMAC key for MCP list cursors (default: a key file in data_dir)
+    mcp_list_max_units: int = 500     # resources/list stops after this many recent units (issue 14: clients cap pages)
     rate_limit: str | None = None     # e.g. "600/minute" per key
     read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)
     background: bool = True          # start indexer/janitor threads (tests may turn off)
+
+    def __post_init__(self):
+        if self.max_ttl < 0 or self.default_ttl < 0:
+            raise ValueError("CONTEXT_MAX_TTL and CONTEXT_DEFAULT_TTL must be >= 0 (0: no expiry).")
+        if self.max_ttl and not 0 < self.default_ttl <= self.max_ttl:
+            raise ValueError(f"CONTEXT_DEFAULT_TTL ({self.default_ttl or 'no expiry'}) must be between 1 and "
+                             f"CONTEXT_MAX_TTL ({self.max_ttl}); set CONTEXT_MAX_TTL=0 to allow no expiry.")
 
     @property
     def types(self) -> tuple[str, ...]:

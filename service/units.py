@@ -15,6 +15,19 @@ from .errors import BadRequest, Unprocessable
 CID_RE = re.compile(r"[0-9a-f]{12}")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 FIELDS = ("cid", "type", "source", "timestamp", "ttl", "content", "metadata", "parent_cid")
+# "Kept for good" (CONTEXT_MAX_TTL=0): a ttl so long that expires_at (timestamp + ttl) stays a finite
+# integer every reader already handles (< 2**53, exact in JSON doubles): about 31.7 million years.
+NEVER_TTL = 10**15
+
+
+def ttl_limit(config: Config) -> int:
+    """The largest ttl a push may name: CONTEXT_MAX_TTL, or NEVER_TTL when that is 0 (no maximum)."""
+    return config.max_ttl or NEVER_TTL
+
+
+def default_ttl(config: Config) -> int:
+    """The ttl of a unit pushed without one: CONTEXT_DEFAULT_TTL, or NEVER_TTL when that is 0."""
+    return config.default_ttl or NEVER_TTL
 
 
 def compute_cid(content: str, timestamp: int, source: str) -> str:
@@ -121,12 +134,12 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
 
     ttl = raw.get("ttl")
     if ttl is None:
-        raise BadRequest("Field 'ttl' is required.", code="missing_field", field="ttl")
+        ttl = default_ttl(config)          # optional since issue 14: the operator's default
     if not _is_int(ttl):
         raise BadRequest("Field 'ttl' must be an integer number of seconds (not a float, string or boolean).",
                          field="ttl")
-    if not 1 <= ttl <= config.max_ttl:
-        raise BadRequest(f"Field 'ttl' must be between 1 and {config.max_ttl} seconds.", field="ttl")
+    if not 1 <= ttl <= ttl_limit(config):
+        raise BadRequest(f"Field 'ttl' must be between 1 and {ttl_limit(config)} seconds.", field="ttl")
 
     content = raw.get("content")
     if content is None:

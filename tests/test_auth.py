@@ -131,3 +131,59 @@ def test_rate_limit_per_key_is_429_with_retry_after(tmp_path):
         assert all(c.get("/healthz").status_code == 200 for _ in range(10))
     finally:
         app.extensions["context_shutdown"]()
+
+
+# --- keys list / keys revoke (issue 14, item 10) ------------------------------------------------------
+def _cli(*args, env=None):
+    import os
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_")}
+    environ.update(env or {})
+    return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, text=True, env=environ)
+
+
+def test_keys_list_shows_ids_tenants_and_scopes_never_keys(tmp_path):
+    keys = tmp_path / "keys.json"
+    k1 = _cli("keys", "add", "--tenant", "acme", "--file", str(keys)).stdout.strip()
+    k2 = _cli("keys", "add", "--tenant", "globex", "--scopes", "push,search,admin",
+              env={"CONTEXT_API_KEYS_FILE": str(keys)}).stdout.strip()
+    data = json.loads(keys.read_text())
+    data["keys"].append({"key": "dev-plain-key-123", "tenant": "dev", "scopes": ["search"]})
+    keys.write_text(json.dumps(data))
+    rv = _cli("keys", "list", env={"CONTEXT_API_KEYS_FILE": str(keys)})
+    assert rv.returncode == 0, rv.stderr
+    lines = rv.stdout.splitlines()
+    assert [line.split()[:3] for line in lines] == [
+        [hash_key(k1)[:12], "acme", "push,search"], [hash_key(k2)[:12], "globex", "admin,push,search"],
+        [hash_key("dev-plain-key-123")[:12], "dev", "search"]]
+    assert "(plain, development)" in lines[2]
+    assert k1 not in rv.stdout and "dev-plain-key-123" not in rv.stdout
+
+
+def test_keys_revoke_removes_one_key_and_the_service_refuses_it_after_a_reload(tmp_path):
+    import os
+    import signal
+    import time
+    import requests
+    from conftest import LiveServer
+    keys = tmp_path / "keys.json"
+    keep = _cli("keys", "add", "--tenant", "acme", "--file", str(keys)).stdout.strip()
+    gone = _cli("keys", "add", "--tenant", "acme", "--file", str(keys)).stdout.strip()
+    server = LiveServer(tmp_path / "data", workers=1, env={"CONTEXT_API_KEYS_FILE": str(keys)}).start()
+    try:
+        def status(key):
+            return requests.get(server.url + "/mcp/search?q=x", headers=bearer(key), timeout=10).status_code
+        assert status(gone) == 200
+        for bad in ("abc", "zzzzzzzz", "00000000"):
+            rv = _cli("keys", "revoke", bad, "--file", str(keys))
+            assert rv.returncode == 1 and "Error" in rv.stderr, bad
+        rv = _cli("keys", "revoke", hash_key(gone)[:10], "--file", str(keys))
+        assert rv.returncode == 0, rv.stderr
+        assert rv.stdout.startswith(f"revoked {hash_key(gone)[:12]} (tenant acme") and "SIGHUP" in rv.stderr
+        assert [e["key_sha256"] for e in json.loads(keys.read_text())["keys"]] == [hash_key(keep)]
+        os.kill(server.proc.pid, signal.SIGHUP)          # gunicorn reloads: new workers read the keys file again
+        deadline = time.monotonic() + 60
+        while status(gone) != 401 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status(gone) == 401 and status(keep) == 200
+    finally:
+        server.stop()

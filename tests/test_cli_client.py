@@ -88,6 +88,88 @@ def test_import_jsonl_with_bad_lines(server, tmp_path):
     assert "imported 1 new, 6 duplicate, 0 failed" in rv.stdout
 
 
+def test_push_without_source_uses_a_default(server):
+    rv = run(server, "push", "NOSRCTAG no source given")
+    assert rv.returncode == 0, rv.stderr
+    cid = rv.stdout.split()[0]
+    rv = run(server, "search", "NOSRCTAG", "--strong", "--json")
+    assert [(r["cid"], r["source"]) for r in json.loads(rv.stdout)["results"]] == [(cid, "context-mode_cli")]
+
+
+def _found(server, query):
+    rv = run(server, "search", query, "--strong", "--json", "--top-k", "50")
+    assert rv.returncode == 0, rv.stderr
+    return json.loads(rv.stdout)["results"]
+
+
+def test_import_minimal_jsonl_lines_gets_defaults(server, tmp_path):
+    """Issue 14, item 5: {"content"} alone is enough; type, source, timestamp and ttl get defaults."""
+    path = tmp_path / "minimal.jsonl"
+    path.write_text("\n".join(json.dumps(u) for u in [
+        {"content": "MINTAG one"}, {"content": "MINTAG two", "source": "notes_v1"},
+        {"content": "MINTAG three", "type": "user_input", "ttl": 120}]) + "\n", encoding="utf-8")
+    before = int(time.time())
+    rv = run(server, "import", str(path))
+    assert rv.returncode == 0, rv.stdout + rv.stderr
+    assert "imported 3 new, 0 duplicate, 0 failed" in rv.stdout
+    got = {r["content"]: r for r in _found(server, "MINTAG")}
+    assert got["MINTAG one"]["source"] == "import_minimal.jsonl" and got["MINTAG one"]["type"] == "tool_output"
+    assert got["MINTAG one"]["ttl"] == 2_592_000                                   # the server's default
+    assert got["MINTAG two"]["source"] == "notes_v1"
+    assert got["MINTAG three"]["type"] == "user_input" and got["MINTAG three"]["ttl"] == 120
+    assert len({r["timestamp"] for r in got.values()}) == 1 and got["MINTAG one"]["timestamp"] >= before
+
+
+def test_import_progress_bar_shows_counts_on_a_terminal(server, tmp_path):
+    import pty
+    path = tmp_path / "bar.jsonl"
+    path.write_text("".join(json.dumps({"content": f"BARTAG {i}"}) + "\n" for i in range(5)) + "{bad\n")
+    master, slave = pty.openpty()
+    env = dict(os.environ, CONTEXT_URL=server.url, CONTEXT_API_KEY="clikey")
+    proc = subprocess.run([str(CLI), "import", str(path), "--batch-size", "2"], env=env, stdout=subprocess.PIPE,
+                          stderr=slave, text=True, timeout=60)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    bar = b"".join(chunks).decode()
+    assert proc.returncode == 1
+    assert "importing jsonl" in bar and "6/6" in bar and "5 new, 0 duplicate, 1 failed" in bar, bar
+
+
+def test_import_markdown_is_split_at_headings(server, tmp_path):
+    path = tmp_path / "guide.md"
+    path.write_text("Intro MDTAG before any heading.\n\n# Orders\n\nMDTAG 订单 ORD-1 shipped.\n\n"
+                    "## Refunds\n\nMDTAG refunds take five days.\n\n```sh\n# not a heading MDTAG\n```\n\n"
+                    "# Returns\n\nMDTAG returns within 30 days.\n", encoding="utf-8")
+    rv = run(server, "import", str(path), "--source", "docs_v1", "--type", "system_notice")
+    assert rv.returncode == 0, rv.stdout + rv.stderr
+    assert "imported 4 new" in rv.stdout and "importing markdown" in rv.stderr
+    got = sorted(_found(server, "MDTAG"), key=lambda r: r["metadata"]["line"])
+    assert [r["metadata"].get("section") for r in got] == [None, "Orders", "Orders > Refunds", "Returns"]
+    assert got[2]["content"].startswith("## Refunds") and "# not a heading MDTAG" in got[2]["content"]
+    assert {(r["source"], r["type"]) for r in got} == {("docs_v1", "system_notice")}
+    assert got[1]["metadata"] == {"file": "guide.md", "line": 3, "section": "Orders"}
+
+
+def test_import_plain_text_is_split_into_paragraph_units(server, tmp_path):
+    path = tmp_path / "notes.txt"
+    paragraphs = [f"TXTTAG paragraph {i} " + "word " * 60 for i in range(6)]
+    path.write_text("\n\n".join(paragraphs) + "\n", encoding="utf-8")
+    rv = run(server, "import", str(path), "--max-chars", "700")
+    assert rv.returncode == 0, rv.stdout + rv.stderr
+    got = _found(server, "TXTTAG")
+    assert len(got) == 3 and all(len(r["content"]) <= 700 for r in got)
+    assert sorted(" ".join(r["content"] for r in got).split()) == sorted(" ".join(paragraphs).split())
+
+
 def test_unreachable_server(tmp_path):
     from conftest import free_port
     path = tmp_path / "one.jsonl"

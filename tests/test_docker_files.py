@@ -24,6 +24,8 @@ from conftest import ROOT, free_port
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 COMPOSE_PATH = ROOT / "docker-compose.yml"
 COMPOSE = yaml.safe_load(COMPOSE_PATH.read_text())
+DIFY_OVERRIDE_PATH = ROOT / "docker-compose.dify.yml"
+DIFY_OVERRIDE = yaml.safe_load(DIFY_OVERRIDE_PATH.read_text())
 HADOLINT = shutil.which("hadolint")
 DOCKER_COMPOSE = shutil.which("docker-compose")
 VENV_BIN = str(Path(sys.executable).parent)
@@ -56,10 +58,12 @@ def test_hadolint_passes():
     assert rv.returncode == 0, rv.stdout + rv.stderr
 
 
-def compose(*args, env=None, env_file=None):
+def compose(*args, env=None, env_file=None, dify=False):
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXT_", "DIFY_", "COMPOSE_"))}
     environ.update(env or {})
     cmd = [DOCKER_COMPOSE, "--project-directory", str(ROOT), "-f", str(COMPOSE_PATH)]
+    if dify:
+        cmd += ["-f", str(DIFY_OVERRIDE_PATH)]
     if env_file:
         cmd += ["--env-file", str(env_file)]
     return subprocess.run(cmd + list(args), cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60)
@@ -75,8 +79,24 @@ def test_compose_config_validates(tmp_path):
     empty.write_text("")
     rv = compose("config", "-q", env={"CONTEXT_API_KEY": "k_test"}, env_file=empty)
     assert rv.returncode == 0, rv.stderr
-    rv = compose("--profile", "dify", "config", "--services", env={"CONTEXT_API_KEY": "k_test"}, env_file=empty)
-    assert rv.returncode == 0 and set(rv.stdout.split()) == {"context-mode", "context-mode-dify"}, rv.stderr
+    for dify in (False, True):
+        rv = compose("config", "--services", env={"CONTEXT_API_KEY": "k_test"}, env_file=empty, dify=dify)
+        assert rv.returncode == 0 and rv.stdout.split() == ["context-mode"], rv.stderr
+
+
+@needs_compose
+def test_without_the_override_nothing_refers_to_difys_network(tmp_path):
+    """`docker-compose up -d` failed where Dify is absent: an external network was declared (issue 14)."""
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    config = yaml.safe_load(compose("config", env={"CONTEXT_API_KEY": "k_test"}, env_file=empty).stdout)
+    assert all(not net.get("external") for net in (config.get("networks") or {}).values())
+    joined = yaml.safe_load(compose("config", env={"CONTEXT_API_KEY": "k_test", "DIFY_NETWORK": "dify_net"},
+                                    env_file=empty, dify=True).stdout)
+    assert joined["networks"]["dify"]["external"] is True and joined["networks"]["dify"]["name"] == "dify_net"
+    svc = joined["services"]["context-mode"]
+    assert svc["networks"]["dify"]["aliases"] == ["context-mode"] and "default" in svc["networks"]
+    assert svc["volumes"] and svc["healthcheck"]["test"][0] == "CMD-SHELL"
 
 
 @needs_compose
@@ -94,7 +114,22 @@ def test_env_example_works_with_compose():
     config = yaml.safe_load(rv.stdout)
     env = config["services"]["context-mode"]["environment"]
     assert env["CONTEXT_API_KEYS"] == "change-me:default:push+search"
-    assert config["networks"]["dify"]["name"] == "docker_default"
+    rv = compose("config", env_file=ROOT / ".env.example", dify=True)
+    assert rv.returncode == 0, rv.stderr
+    assert yaml.safe_load(rv.stdout)["networks"]["dify"]["name"] == "docker_default"
+
+
+@needs_compose
+def test_an_admin_key_is_one_setting_away(tmp_path):
+    env_file = tmp_path / "admin.env"
+    env_file.write_text("CONTEXT_API_KEY=cms_admin-1\nCONTEXT_API_SCOPES=push+search+admin\n")
+    rv = compose("config", env_file=env_file)
+    assert rv.returncode == 0, rv.stderr
+    from service.auth import KeyRing
+    from service.config import Config
+    value = yaml.safe_load(rv.stdout)["services"]["context-mode"]["environment"]["CONTEXT_API_KEYS"]
+    principal = KeyRing.from_config(Config(api_keys=value)).authenticate("cms_admin-1")
+    assert principal.scopes == {"push", "search", "admin"}
 
 
 # --- Dockerfile structure -----------------------------------------------------------------------
@@ -112,10 +147,27 @@ def test_dockerfile_structure():
     assert words.index("USER") < max(i for i, (w, a) in enumerate(INSTR) if w == "RUN" and "jieba" in a)
 
 
+def healthcheck_command() -> list[str]:
+    """The image's HEALTHCHECK as the engine runs it: shell form, i.e. CMD-SHELL (``sh -c``)."""
+    health = [a for w, a in INSTR if w == "HEALTHCHECK"][0]
+    line = health[health.index("CMD") + 3:].strip()
+    assert not line.startswith("["), "shell form: podman's Docker API splits exec-form arguments on spaces"
+    return ["sh", "-c", line]
+
+
+def test_code_is_owned_by_root_and_only_data_by_the_app_user():
+    """COPY --chown=app let the runtime user rewrite the code (issue 14)."""
+    for word, args in INSTR:
+        if word in ("COPY", "ADD"):
+            assert "--chown" not in args, args
+    runs = " ".join(args for word, args in INSTR if word == "RUN")
+    assert re.findall(r"chown\s+\S+\s+(\S+)", runs) == ["/data"]
+
+
 def test_dockerfile_healthcheck_and_cmd():
     health = [args for word, args in INSTR if word == "HEALTHCHECK"]
     assert len(health) == 1
-    assert "CMD" in health[0] and '"python"' in health[0] and "/healthz" in health[0]
+    assert "CMD" in health[0] and "python" in health[0] and "/healthz" in health[0]
     assert "curl" not in health[0] and "wget" not in health[0]
     cmd = [args for word, args in INSTR if word == "CMD"][-1]
     line = exec_form(cmd)[-1]
@@ -138,19 +190,18 @@ def test_dockerfile_copies_only_what_exists_and_is_not_ignored():
 # --- compose structure --------------------------------------------------------------------------
 def test_compose_structure():
     services = COMPOSE["services"]
-    assert set(services) == {"context-mode", "context-mode-dify"}
-    for name, svc in services.items():
-        assert "context-data:/data" in svc["volumes"], name
-        hc = svc["healthcheck"]
-        assert hc["test"][0] == "CMD" and "/healthz" in " ".join(hc["test"]), name
-        assert "${CONTEXT_API_KEY:?" in svc["environment"]["CONTEXT_API_KEYS"], name
-        assert svc["environment"]["CONTEXT_DATA_DIR"] == "/data"
+    assert set(services) == {"context-mode"}
+    svc = services["context-mode"]
+    assert "context-data:/data" in svc["volumes"]
+    hc = svc["healthcheck"]
+    assert hc["test"][0] == "CMD-SHELL" and len(hc["test"]) == 2 and "/healthz" in hc["test"][1]
+    assert "${CONTEXT_API_KEY:?" in svc["environment"]["CONTEXT_API_KEYS"]
+    assert svc["environment"]["CONTEXT_DATA_DIR"] == "/data"
     assert "context-data" in COMPOSE["volumes"]                           # a named volume, not a bind mount
-    assert "profiles" not in services["context-mode"]
-    dify = services["context-mode-dify"]
-    assert dify["profiles"] == ["dify"] and "ports" not in dify
-    assert dify["networks"]["dify"]["aliases"] == ["context-mode"]
-    assert COMPOSE["networks"]["dify"]["external"] is True
+    assert "profiles" not in svc and "networks" not in COMPOSE
+    joined = DIFY_OVERRIDE["services"]["context-mode"]
+    assert joined["networks"]["dify"]["aliases"] == ["context-mode"]
+    assert DIFY_OVERRIDE["networks"]["dify"]["external"] is True
 
 
 def test_api_keys_format_matches_the_service(tmp_path):
@@ -159,7 +210,8 @@ def test_api_keys_format_matches_the_service(tmp_path):
     from service.config import Config
     value = COMPOSE["services"]["context-mode"]["environment"]["CONTEXT_API_KEYS"]
     value = re.sub(r"\$\{CONTEXT_API_KEY:\?[^}]*\}", "cms_abc-123", value)
-    value = value.replace("${CONTEXT_TENANT:-default}", "acme")
+    value = value.replace("${CONTEXT_TENANT:-default}", "acme").replace("${CONTEXT_API_SCOPES:-push+search}",
+                                                                       "push+search")
     principal = KeyRing.from_config(Config(api_keys=value)).authenticate("cms_abc-123")
     assert principal is not None and principal.tenant == "acme" and principal.scopes == {"push", "search"}
 
@@ -172,8 +224,9 @@ def test_cmd_execs_gunicorn_and_healthcheck_works(tmp_path):
                CONTEXT_DATA_DIR=str(tmp_path / "data"), CONTEXT_BIND=f"127.0.0.1:{port}", CONTEXT_WORKERS="1")
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     cmd = exec_form([a for w, a in INSTR if w == "CMD"][-1])
-    health = [a for w, a in INSTR if w == "HEALTHCHECK"][0]
-    health_cmd = exec_form(health[health.index("CMD") + 3:].strip())
+    health_cmd = healthcheck_command()
+    compose_health = COMPOSE["services"]["context-mode"]["healthcheck"]["test"]
+    compose_cmd = ["sh", "-c", compose_health[1].replace("127.0.0.1:5000", f"127.0.0.1:{port}")]
     log = open(tmp_path / "cmd.log", "wb")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -192,6 +245,7 @@ def test_cmd_execs_gunicorn_and_healthcheck_works(tmp_path):
         assert any(b"gunicorn" in part for part in cmdline), cmdline
         rv = subprocess.run(health_cmd, env=env, timeout=30)
         assert rv.returncode == 0
+        assert subprocess.run(compose_cmd, env=env, timeout=30).returncode == 0
         dead = dict(env, CONTEXT_BIND=f"127.0.0.1:{free_port()}")
         assert subprocess.run(health_cmd, env=dead, capture_output=True, timeout=30).returncode != 0
     finally:

@@ -21,3 +21,23 @@ def test_js_client_against_live_server(live_server_factory):
     assert rv.returncode == 0, rv.stdout[-4000:] + rv.stderr[-2000:]
     assert "# skipped 0" in rv.stdout, rv.stdout[-2000:]
     assert "# fail 0" in rv.stdout
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed: the JS README was not run")
+def test_js_readme_example_runs_and_finds_what_it_pushed(live_server_factory, tmp_path):
+    """clients/js/README.md's example, verbatim but for the URL and the module path (issue 14)."""
+    import json
+    import re
+    server = live_server_factory(workers=1, keys={"jskey": ("jsteam", ["push", "search"])})
+    [code] = re.findall(r"```js\n(.*?)```", (ROOT / "clients" / "js" / "README.md").read_text(), flags=re.S)
+    code = code.replace('"./context-mode.mjs"', json.dumps((ROOT / "clients" / "js" / "context-mode.mjs").as_uri()))
+    code = code.replace('"http://localhost:5000"', json.dumps(server.url))
+    script = tmp_path / "readme.mjs"
+    script.write_text(code + "\nconsole.log(JSON.stringify({ results, context, hits }));\n")
+    env = dict(os.environ, CONTEXT_API_KEY="jskey")
+    rv = subprocess.run([NODE, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert rv.returncode == 0, rv.stderr
+    out = json.loads(rv.stdout.strip().splitlines()[-1])
+    assert out["results"] and "ORD-7890" in out["results"][0]["content"]
+    assert "ORD-7890" in out["context"]
+    assert out["hits"] and "ORD-7890" in out["hits"][0]["text"]

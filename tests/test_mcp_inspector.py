@@ -69,3 +69,23 @@ def test_inspector_cli_lists_reads_prompts_and_calls(inspector, server):
 
     missing = run_cli(inspector, server, "--method", "resources/read", "--uri", "context://units/000000000000")
     assert missing.returncode != 0 and "-32002" in missing.stdout + missing.stderr
+
+
+# --- the Inspector with a key (issue 14, item 8): Inspector 0.15 (what npm installs on Node 20) has
+# no --header, but it launches stdio servers with -e variables: the bridge carries the key.
+def test_inspector_with_a_key_through_the_stdio_bridge(inspector, tmp_path_factory):
+    from test_mcp_support import KEY, KEYS, context_mode_bin
+    srv = start_server(tmp_path_factory, "mcp-inspector-key", keys=KEYS)
+    try:
+        cid = push(srv, "inspector with a key: ORD-2 packed", key=KEY)["cid"]
+
+        def via_bridge(key, *args):
+            return subprocess.run([str(inspector), "--cli", "-e", f"CONTEXT_URL={srv.url}", "-e", f"CONTEXT_API_KEY={key}",
+                                   str(context_mode_bin()), "mcp-stdio", *args], capture_output=True, text=True,
+                                  timeout=120, cwd=ROOT)
+        listed = output(via_bridge(KEY, "--method", "resources/list"))
+        assert [r["uri"] for r in listed["resources"]] == [f"context://units/{cid}"]
+        refused = via_bridge("wrong-key", "--method", "resources/list")
+        assert refused.returncode != 0 and "Invalid API key" in refused.stdout + refused.stderr
+    finally:
+        srv.stop()

@@ -280,3 +280,47 @@ def test_cursors_page_newest_first_and_are_bound_to_the_tenant(server, units, er
     tampered = first[:-2] + ("AA" if first[-2:] != "AA" else "BB")
     for bad in (tampered, "", "garbage", "A" * 10_000, first + "="):
         error_of(rpc(server, "resources/list", {"cursor": bad}, era=era, key=OTHER_KEY), -32602)
+
+
+# --- resources/list is bounded (issue 14, item 2) -------------------------------------------------
+def test_default_listing_fits_in_what_clients_page_through():
+    from service.config import Config
+    from service.mcp.resources import PAGE_SIZE
+    # MCP Inspector stops at 64 pages; stay well inside that.
+    assert Config().mcp_list_max_units == 500 and -(-500 // PAGE_SIZE) == 10
+
+
+@pytest.mark.parametrize("era", [LEGACY, MODERN])
+def test_listing_stops_at_the_cap_and_older_units_stay_reachable(tmp_path_factory, era):
+    srv = start_server(tmp_path_factory, "mcp-list-cap", keys=KEYS, env={"CONTEXT_MCP_LIST_MAX_UNITS": "70"})
+    try:
+        batch = [{"type": "tool_output", "source": "pytest_v1_cap", "timestamp": 1_790_000_000 + i,
+                  "ttl": 31_000_000, "content": f"capped unit number{i}"} for i in range(100)]
+        rv = requests.post(srv.url + "/mcp/push", json={"units": batch}, headers=srv.headers(KEY), timeout=30)
+        assert rv.status_code == 200
+        cids = [r["cid"] for r in rv.json()["results"]]
+        seen, cursor, pages, last = [], None, 0, None
+        while True:
+            last = rpc(srv, "resources/list", {"cursor": cursor} if cursor else {}, era=era, key=KEY).json()["result"]
+            seen += [r["uri"] for r in last["resources"]]
+            pages += 1
+            cursor = last.get("nextCursor")
+            if not cursor:
+                break
+        assert pages == 2 and len(seen) == 70
+        assert seen == [f"context://units/{c}" for c in reversed(cids)][:70]      # the newest 70, newest first
+        assert last["_meta"]["dev.context-mode/list"]["truncated"] is True
+        # The oldest unit is not listed but is still read by its URI and found by a search.
+        oldest = cids[0]
+        read = rpc(srv, "resources/read", {"uri": f"context://units/{oldest}"}, era=era, key=KEY).json()["result"]
+        assert read["contents"][0]["text"] == "capped unit number0"
+        found = rpc(srv, "tools/call", {"name": "context_search", "arguments": {
+            "query": "number0", "consistency": "strong"}}, era=era, key=KEY).json()["result"]
+        assert [r["uri"] for r in found["structuredContent"]["results"]][:1] == [f"context://units/{oldest}"]
+    finally:
+        srv.stop()
+
+
+def test_a_listing_that_ends_below_the_cap_is_not_marked_truncated(server, units):
+    result = rpc(server, "resources/list", {}, era=LEGACY, key=KEY).json()["result"]
+    assert "nextCursor" not in result and "dev.context-mode/list" not in result.get("_meta", {})

@@ -20,12 +20,16 @@ def server(tmp_path_factory):
     srv.stop()
 
 
-def bridge(url: str, lines: list, key: str | None = KEY) -> subprocess.CompletedProcess:
-    args = [str(context_mode_bin()), "mcp-stdio", "--url", url, "--timeout", "20"]
+def bridge(url: str | None, lines: list, key: str | None = KEY, env: dict | None = None) -> subprocess.CompletedProcess:
+    args = [str(context_mode_bin()), "mcp-stdio", "--timeout", "20"]
+    if url:
+        args += ["--url", url]
     if key:
         args += ["--api-key", key]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_")}
+    environ.update(env or {})
     data = "".join((line if isinstance(line, str) else json.dumps(line, ensure_ascii=False)) + "\n" for line in lines)
-    return subprocess.run(args, input=data.encode(), capture_output=True, timeout=60)
+    return subprocess.run(args, input=data.encode(), capture_output=True, timeout=60, env=environ)
 
 
 def replies(proc) -> list[dict]:
@@ -83,6 +87,52 @@ def test_auth_failure_and_unreachable_server_are_reported_in_band(server):
     assert b"failed" in proc.stderr
 
 
+PING = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/mcp", "/mcp/"])
+def test_base_url_or_mcp_endpoint_both_work(server, suffix):
+    """Issue 14, item 3: the CLI takes the base URL, the bridge took /mcp; now either works."""
+    proc = bridge(server.url + suffix, [PING])
+    assert proc.returncode == 0, proc.stderr
+    assert replies(proc) == [{"jsonrpc": "2.0", "id": 7, "result": {}}]
+
+
+def test_a_non_json_rpc_answer_becomes_a_json_rpc_error(server):
+    """A wrong URL answers REST JSON ({"error": "No such route."}); stdout must still be JSON-RPC."""
+    proc = bridge(server.url + "/nowhere/mcp", [PING, {"jsonrpc": "2.0", "id": 8, "method": "tools/list"}])
+    assert proc.returncode == 0, proc.stderr
+    got = {r["id"]: r for r in replies(proc)}
+    assert set(got) == {7, 8}
+    for reply in got.values():
+        assert reply["jsonrpc"] == "2.0" and set(reply) == {"jsonrpc", "id", "error"}
+        assert reply["error"]["code"] == -32603
+        assert "HTTP 404" in reply["error"]["message"] and "/nowhere/mcp" in reply["error"]["message"]
+
+
+def test_shares_the_cli_variable_names(server):
+    """CONTEXT_URL and CONTEXT_API_KEY, as `context-mode push/search/import` use them."""
+    proc = bridge(None, [PING], key=None, env={"CONTEXT_URL": server.url, "CONTEXT_API_KEY": KEY})
+    assert proc.returncode == 0, proc.stderr
+    assert replies(proc) == [{"jsonrpc": "2.0", "id": 7, "result": {}}]
+    assert b"deprecated" not in proc.stderr
+
+
+def test_old_variable_names_still_work_with_a_warning_on_stderr(server):
+    proc = bridge(None, [PING], key=None, env={"CONTEXT_MODE_MCP_URL": server.mcp, "CONTEXT_MODE_API_KEY": KEY})
+    assert proc.returncode == 0, proc.stderr
+    assert replies(proc) == [{"jsonrpc": "2.0", "id": 7, "result": {}}]
+    assert b"CONTEXT_MODE_API_KEY is deprecated" in proc.stderr
+    assert b"CONTEXT_MODE_MCP_URL is deprecated" in proc.stderr
+
+
+def test_no_key_answers_json_rpc_errors(server):
+    proc = bridge(server.url, [PING], key=None)
+    assert proc.returncode == 0
+    [reply] = replies(proc)
+    assert reply["id"] == 7 and "error" in reply
+
+
 def test_exits_cleanly_on_immediate_eof(server):
     proc = bridge(server.mcp, [])
     assert proc.returncode == 0 and proc.stdout == b""
@@ -98,7 +148,7 @@ def test_client_configs_point_at_the_endpoint_and_the_bridge(server):
     vscode = json.loads((ROOT / "clients" / ".vscode" / "mcp.json").read_text())
     claude = json.loads((ROOT / "clients" / "claude-code" / ".mcp.json").read_text())["mcpServers"]
     assert cursor["context-mode"]["url"].endswith("/mcp")
-    assert cursor["context-mode"]["headers"]["Authorization"] == "Bearer ${env:CONTEXT_MODE_API_KEY}"
+    assert cursor["context-mode"]["headers"]["Authorization"] == "Bearer ${env:CONTEXT_API_KEY}"
     assert vscode["servers"]["context-mode"]["type"] == "http"
     assert {i["id"] for i in vscode["inputs"]} == {"context-mode-api-key"}
     assert vscode["servers"]["context-mode-stdio"]["type"] == "stdio"
@@ -107,7 +157,7 @@ def test_client_configs_point_at_the_endpoint_and_the_bridge(server):
         assert entry["command"] == "context-mode" and entry["args"][:2] == ["mcp-stdio", "--url"]
 
     # Launch the Claude Code stdio entry as Claude Code would, against the live server.
-    env = {"CONTEXT_MODE_MCP_URL": server.mcp, "CONTEXT_MODE_API_KEY": KEY}
+    env = {"CONTEXT_URL": server.url, "CONTEXT_API_KEY": KEY}
     entry = claude["context-mode-stdio"]
     args = [_expand(a, env) for a in entry["args"]]
     child_env = {**os.environ, **{k: _expand(v, env) for k, v in entry["env"].items()}}
@@ -117,3 +167,4 @@ def test_client_configs_point_at_the_endpoint_and_the_bridge(server):
     [reply] = replies(proc)
     assert {t["name"] for t in reply["result"]["tools"]} == {"context_search", "context_push"}
     assert _expand(claude["context-mode"]["url"], env) == server.mcp
+    assert "CONTEXT_MODE_" not in json.dumps([cursor, vscode, claude])     # the CLI's names everywhere

@@ -123,3 +123,137 @@ def test_public_without_keys(live_server_factory):
     rv = requests.get(server.url + "/openapi.json", timeout=5)
     assert rv.status_code == 200
     assert rv.json()["servers"][0]["url"] == "http://context-mode.test:5000"   # CONTEXT_PUBLIC_URL
+
+
+# --- importers' own parsers, re-implemented from their source (issue 14, item 1) ----------------
+# openapi-spec-validator accepts `"type": ["object", "null"]`, but Dify's importer does not: its
+# ApiBasedToolSchemaParser (langgenius/dify, api/core/tools/utils/parser.py) tests each parameter's
+# and each top-level body property's type with `typ in {"integer", "number"}`, which raises
+# "unhashable type: 'list'" for a list (langgenius/dify#12768). These are ports of that logic.
+DIFY_PARAMETER_TYPES = {"integer": "number", "number": "number", "boolean": "boolean", "string": "string",
+                        "array": "array", "object": "object"}
+
+
+def dify_parameter_type(prop: dict):
+    """Dify's _get_tool_parameter_type: the property's own type, else its schema's, looked up in a set."""
+    typ = prop.get("type", (prop.get("schema") or {}).get("type"))
+    if typ in {"integer", "number"}:        # raises TypeError on a list-valued type, as Dify does
+        return "number"
+    return DIFY_PARAMETER_TYPES.get(typ)
+
+
+def dify_parse(doc: dict) -> list[dict]:
+    """Dify's parse_openapi_to_tool_bundle, reduced to what can fail: one bundle per operation."""
+    assert doc["servers"], "Dify: No server found in the openapi yaml."
+    server_url = doc["servers"][0]["url"]
+    bundles = []
+    for path, item in doc["paths"].items():
+        for method in ("get", "post", "put", "delete", "patch", "head", "options", "trace"):
+            if method not in item:
+                continue
+            op = item[method]
+            params = [{"name": p["name"], "required": p.get("required", False),
+                       "default": (p.get("schema") or {}).get("default"), "type": dify_parameter_type(p) or "string"}
+                      for p in op.get("parameters", [])]
+            for content_type, content in op.get("requestBody", {}).get("content", {}).items():
+                if "schema" not in content:
+                    continue
+                schema = content["schema"]
+                if "$ref" in schema:       # Dify resolves only a top-level $ref, by walking the pointer
+                    schema = doc
+                    for part in content["schema"]["$ref"].split("/")[1:]:
+                        schema = schema[part]
+                required = schema.get("required", [])
+                for name, prop in schema.get("properties", {}).items():
+                    params.append({"name": name, "required": name in required, "default": prop.get("default"),
+                                   "description": prop.get("description", ""),
+                                   "type": dify_parameter_type(prop) or "string"})
+            bundles.append({"server_url": server_url + path, "method": method,
+                            "operation_id": op.get("operationId"),
+                            "summary": op.get("description", op.get("summary")), "parameters": params})
+    return bundles
+
+
+def test_dify_tool_parser_accepts_the_document(doc):
+    bundles = dify_parse(doc)
+    ids = {b["operation_id"] for b in bundles}
+    assert "difyRetrieval" in ids and "pushUnits" in ids
+    retrieval = next(b for b in bundles if b["operation_id"] == "difyRetrieval")
+    types = {p["name"]: p["type"] for p in retrieval["parameters"]}
+    assert types["metadata_condition"] == "object" and types["query"] == "string"
+    search = next(b for b in bundles if b["operation_id"] == "searchUnits")
+    assert {p["name"]: p["type"] for p in search["parameters"]}["top_k"] == "number"
+
+
+def test_the_dify_port_fails_on_a_list_valued_type():
+    bad = {"servers": [{"url": "http://x"}], "paths": {"/r": {"post": {"operationId": "r", "requestBody": {
+        "content": {"application/json": {"schema": {"type": "object", "properties": {
+            "m": {"type": ["object", "null"]}}}}}}}}}}
+    with pytest.raises(TypeError, match="unhashable"):
+        dify_parse(bad)
+
+
+def test_no_schema_anywhere_has_a_list_valued_type(doc):
+    """Importers differ in how deep they look; a single-string type everywhere satisfies all of them."""
+    def walk(node, where):
+        if isinstance(node, dict):
+            assert not isinstance(node.get("type"), list), where
+            for k, v in node.items():
+                walk(v, f"{where}/{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{where}/{i}")
+    walk(doc, "#")
+
+
+def openwebui_tools(doc: dict) -> list[dict]:
+    """Open WebUI's tool-server loader (backend/open_webui/utils/tools.py): one function per operation with
+    an operationId; path/query parameters and the body's top-level properties become its parameters."""
+    tools = []
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            if not op.get("operationId"):
+                continue
+            props, required = {}, []
+            for p in op.get("parameters", []):
+                props[p["name"]] = {"type": p["schema"]["type"], "description": p.get("description", "")}
+                if p.get("required"):
+                    required.append(p["name"])
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+            if body:
+                props.update(body["properties"])
+                required += body.get("required", [])
+            tools.append({"name": op["operationId"], "description": op.get("description", op.get("summary")),
+                          "parameters": {"type": "object", "properties": props, "required": required}})
+    return tools
+
+
+def test_open_webui_loader_accepts_the_document(doc):
+    tools = openwebui_tools(doc)
+    assert len(tools) == 8
+    for tool in tools:
+        assert tool["description"]
+        for name, prop in tool["parameters"]["properties"].items():
+            assert isinstance(prop.get("type"), str), f"{tool['name']}.{name}"
+
+
+# --- CONTEXT_PUBLIC_URL (issue 14, item 10) -------------------------------------------------------------
+@pytest.mark.parametrize("url,problem", [
+    ("http://context-mode:5000", None), ("https://memory.example.com", None), ("http://8.8.8.8:5000", None),
+    ("http://127.0.0.1:5000", "loopback"), ("http://localhost:5000", "loopback"), ("http://[::1]:5000", "loopback"),
+    ("http://10.1.2.3:5000", "private"), ("http://192.168.1.5", "private"), ("http://0.0.0.0:5000", "unspecified"),
+    ("http://169.254.1.1", "link-local"), ("no-scheme", "no host")])
+def test_public_url_problems(url, problem):
+    from service.adapters.openapi import public_url_problem
+    got = public_url_problem(url)
+    assert (got is None) if problem is None else (problem in got)
+
+
+def test_a_loopback_public_url_is_warned_at_start(tmp_path, caplog):
+    from service import create_app
+    for url, warned in (("http://127.0.0.1:5000", True), ("https://memory.example.com", False)):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "public_url": url})
+        app.extensions["context_shutdown"]()
+        assert ("Dify refuses" in caplog.text) is warned, url

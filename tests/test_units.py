@@ -137,6 +137,63 @@ def test_ttl_rules(client, ttl, ok):
         assert_error(rv, 400, "invalid_field", "ttl")
 
 
+# --- ttl optional, configurable default and maximum (issue 14, item 5) -------------------------------
+def _app(tmp_path, **config):
+    from service import create_app
+    return create_app({"data_dir": str(tmp_path / "data"), "background": False, **config})
+
+
+def test_ttl_is_optional_and_defaults_to_30_days(client):
+    unit = make_unit("no ttl given")
+    del unit["ttl"]
+    rv = client.post("/mcp/push", json=unit)
+    assert rv.status_code == 200, rv.get_json()
+    got = client.get(f"/mcp/units/{rv.get_json()['cid']}").get_json()
+    assert got["ttl"] == 2_592_000 and got["expires_at"] == unit["timestamp"] + 2_592_000
+
+
+def test_default_ttl_is_configurable(tmp_path):
+    app = _app(tmp_path, default_ttl=600)
+    try:
+        c = app.test_client()
+        unit = make_unit("short default")
+        del unit["ttl"]
+        cid = c.post("/mcp/push", json=unit).get_json()["cid"]
+        assert c.get(f"/mcp/units/{cid}").get_json()["ttl"] == 600
+        # An explicit ttl still follows the unit contract's maximum.
+        assert_error(c.post("/mcp/push", json=make_unit("too long", ttl=31_536_001)), 400, "invalid_field", "ttl")
+    finally:
+        app.extensions["context_shutdown"]()
+
+
+def test_no_maximum_lets_a_unit_be_kept_for_good(tmp_path):
+    from service.units import NEVER_TTL
+    app = _app(tmp_path, max_ttl=0, default_ttl=0)
+    try:
+        c = app.test_client()
+        unit = make_unit("kept for good 永久保存")
+        del unit["ttl"]
+        cid = c.post("/mcp/push", json=unit).get_json()["cid"]
+        got = c.get(f"/mcp/units/{cid}").get_json()
+        assert got["ttl"] == NEVER_TTL and got["expires_at"] == unit["timestamp"] + NEVER_TTL < 2**53
+        rv = c.post("/mcp/push", json=make_unit("ten years", ttl=10 * 31_536_000))
+        assert rv.status_code == 200
+        assert_error(c.post("/mcp/push", json=make_unit("beyond", ttl=NEVER_TTL + 1)), 400, "invalid_field", "ttl")
+        rv = c.post("/mcp/search", json={"query": "永久保存", "consistency": "strong"})
+        assert [r["cid"] for r in rv.get_json()["results"]] == [cid]
+        doc = c.get("/openapi.json").get_json()
+        push = doc["paths"]["/mcp/push"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert "ttl" not in push["required"] and "kept for good" in push["properties"]["ttl"]["description"]
+    finally:
+        app.extensions["context_shutdown"]()
+
+
+@pytest.mark.parametrize("config", [{"default_ttl": 0}, {"default_ttl": 40_000_000}, {"max_ttl": -1}])
+def test_inconsistent_ttl_configuration_stops_the_start(tmp_path, config):
+    with pytest.raises(ValueError, match="CONTEXT_"):
+        _app(tmp_path, **config)
+
+
 def test_float_ttl_as_raw_json(client):
     body = '{"type":"user_input","source":"s","timestamp":%d,"ttl":3600.0,"content":"c"}' % int(time.time())
     assert_error(client.post("/mcp/push", data=body, content_type="application/json"), 400, "invalid_field", "ttl")

@@ -5,11 +5,19 @@ Adapters only translate shapes: they call the same store functions as the REST v
 """
 from __future__ import annotations
 
+import logging
+
 from flask import Flask
+
+log = logging.getLogger(__name__)
 
 
 def init_app(app: Flask) -> None:
     from . import continue_, dify, openapi
+    problem = openapi.public_url_problem(app.config["CONTEXT"].public_url)
+    if problem:
+        log.warning("%s: Dify refuses to import /openapi.json as a tool from such an address (its SSRF "
+                    "guard); set CONTEXT_PUBLIC_URL to a URL Dify can reach (docs/configuration.md)", problem)
     app.register_blueprint(dify.bp)
     app.register_blueprint(continue_.bp)
     app.register_blueprint(openapi.bp)

@@ -10,9 +10,13 @@ alias of /retrieval) and the operational endpoints (/healthz, /readyz, /metrics)
 """
 from __future__ import annotations
 
+import ipaddress
+from urllib.parse import urlsplit
+
 from flask import Blueprint, current_app, jsonify
 
 from ..search import MAX_QUERY_CHARS
+from ..units import ttl_limit
 
 bp = Blueprint("openapi", __name__)
 
@@ -28,6 +32,32 @@ ERRORS = {
     "429": "Rate limited; retry after `Retry-After` seconds.",
     "503": "Storage unavailable; retry after `Retry-After` seconds.",
 }
+
+
+def _nullable(schema: dict, description: str | None = None) -> dict:
+    """``schema`` or null, without a list-valued ``type``: Dify's importer tests ``typ in {...}`` and
+    fails on a list (langgenius/dify#12768); ``anyOf`` is valid 3.1 and it reads no type from it."""
+    out = {"anyOf": [schema, {"type": "null"}]}
+    if description:
+        out["description"] = description
+    return out
+
+
+def public_url_problem(url: str) -> str | None:
+    """Why Dify would refuse ``servers[0].url`` (its SSRF guard rejects loopback and private literals), or None."""
+    host = (urlsplit(url).hostname or "").lower()
+    if not host:
+        return f"CONTEXT_PUBLIC_URL {url!r} has no host name"
+    if host == "localhost" or host.endswith(".localhost"):
+        return f"CONTEXT_PUBLIC_URL {url!r} names a loopback host"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None                      # a host name: whether Dify can resolve it is up to its network
+    for kind in ("unspecified", "loopback", "link_local", "private", "reserved"):
+        if getattr(ip, f"is_{kind}"):
+            return f"CONTEXT_PUBLIC_URL {url!r} is a {kind.replace('_', '-')} address"
+    return None
 
 
 def _ref(name: str) -> dict:
@@ -75,7 +105,7 @@ def _schemas(types: list[str]) -> dict:
         "properties": {
             "cid": CID, "type": {"type": "string", "enum": types}, "source": {"type": "string"},
             "timestamp": {"type": "integer"}, "ttl": {"type": "integer"}, "content": {"type": "string"},
-            "metadata": {"type": ["object", "null"]}, "parent_cid": {"type": ["string", "null"]},
+            "metadata": _nullable({"type": "object"}), "parent_cid": _nullable({"type": "string"}),
             "expires_at": {"type": "integer"}, "seq": {"type": "integer"},
         },
     }
@@ -119,14 +149,16 @@ def build(config) -> dict:
     get_params.append({"name": "types", "in": "query", "required": False,
                        "description": "Comma-separated type names.", "schema": {"type": "string"}})
     push_body = {
-        "type": "object", "required": ["type", "source", "timestamp", "ttl", "content"],
+        "type": "object", "required": ["type", "source", "timestamp", "content"],
         "properties": {
             "type": {"type": "string", "enum": types, "description": "What kind of context this is."},
             "source": {"type": "string", "maxLength": config.max_source_chars,
                        "description": "Who produced it, by convention {tool}_{version}_{env}."},
             "timestamp": {"type": "integer", "description": "Unix seconds (UTC); at most 5 minutes ahead."},
-            "ttl": {"type": "integer", "minimum": 1, "maximum": config.max_ttl,
-                    "description": "Seconds to keep the unit."},
+            "ttl": {"type": "integer", "minimum": 1, "maximum": ttl_limit(config),
+                    "description": "Seconds to keep the unit; omitted: the server's default"
+                                   + (" (kept for good)." if not config.default_ttl
+                                      else f" ({config.default_ttl} s).")},
             "content": {"type": "string", "description": "The text to remember (serialize JSON yourself)."},
             "metadata": {"type": "object", "description": "Optional JSON object (at most 64 KiB)."},
             "parent_cid": dict(CID, description="Optional: the unit this one derives from."),
@@ -152,12 +184,15 @@ def build(config) -> dict:
         "query": {"type": "string", "description": "The user's question."},
         "retrieval_setting": {"type": "object", "description": "top_k (null means 10) and score_threshold (0-1).",
                               "properties": {
-            "top_k": {"type": ["integer", "null"], "minimum": 1, "description": "Null means 10."},
-            "score_threshold": {"type": ["number", "null"], "minimum": 0, "maximum": 1,
-                                "description": "Drop records scoring below this."}}},
-        "metadata_condition": {"type": ["object", "null"], "description":
+            "top_k": _nullable({"type": "integer", "minimum": 1}, "Null means 10."),
+            "score_threshold": _nullable({"type": "number", "minimum": 0, "maximum": 1},
+                                         "Drop records scoring below this.")}},
+        # A top-level property becomes a Dify tool parameter typed from its single "type"; null and
+        # absent are still accepted (DESIGN.md section 8), the document just does not advertise null.
+        "metadata_condition": {"type": "object", "description":
                                "Dify's metadata filter: logical_operator and conditions "
-                               "[{name, comparison_operator, value}] over unit fields and metadata keys."}}}
+                               "[{name, comparison_operator, value}] over unit fields and metadata keys; "
+                               "omit it (or send null) for no filter."}}}
     dify_error = {code: _json(_ref("DifyError"), text) for code, text in (
         ("400", "Invalid request body."), ("401", "Malformed Authorization header (1001) or bad key (1002)."),
         ("404", "Unknown knowledge base (2001)."))}

@@ -20,6 +20,7 @@ from .context import Call
 from .protocol import invalid_params
 
 PAGE_SIZE = 50
+LIST_META_KEY = "dev.context-mode/list"
 SEARCH_TOP_K = 10
 META_KEY = "dev.context-mode/unit"
 # Cache hints (2026-07-28): tenant data is private and short-lived; catalogues are public.
@@ -70,38 +71,57 @@ def unit_resource(unit: dict) -> types.Resource:
 
 
 # --- cursors ------------------------------------------------------------------------------------
-def _mac(call: Call, seq: int) -> bytes:
-    msg = f"resources/list|{call.tenant}|{seq}".encode()
+# A cursor is (seq of the last unit listed, how many were listed so far) + an HMAC bound to the
+# tenant; the count lets the listing stop at the cap without server-side state.
+CURSOR_CHARS = 38            # base64url of 8 + 4 + 16 bytes, unpadded
+
+
+def _mac(call: Call, seq: int, listed: int) -> bytes:
+    msg = f"resources/list|{call.tenant}|{seq}|{listed}".encode()
     return hmac.new(call.cursor_key, msg, hashlib.sha256).digest()[:16]
 
 
-def make_cursor(call: Call, seq: int) -> str:
-    return base64.urlsafe_b64encode(seq.to_bytes(8, "big") + _mac(call, seq)).decode().rstrip("=")
+def make_cursor(call: Call, seq: int, listed: int) -> str:
+    raw = seq.to_bytes(8, "big") + listed.to_bytes(4, "big") + _mac(call, seq, listed)
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def read_cursor(call: Call, cursor: str) -> int:
-    """The seq a cursor minted for this tenant stands for; -32602 for anything else."""
+def read_cursor(call: Call, cursor: str) -> tuple[int, int]:
+    """(seq, units listed so far) of a cursor minted for this tenant; -32602 for anything else."""
     try:
-        if not isinstance(cursor, str) or len(cursor) != 32:
+        if not isinstance(cursor, str) or len(cursor) != CURSOR_CHARS:
             raise ValueError
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        seq = int.from_bytes(raw[:8], "big")
-        if len(raw) != 24 or not hmac.compare_digest(raw[8:], _mac(call, seq)):
+        seq, listed = int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:12], "big")
+        if len(raw) != 28 or not hmac.compare_digest(raw[12:], _mac(call, seq, listed)):
             raise ValueError
     except ValueError:
         raise invalid_params("Invalid cursor: pass back a nextCursor this server returned.") from None
-    return seq
+    return seq, listed
 
 
 # --- handlers -----------------------------------------------------------------------------------
 def list_resources(call: Call, req: types.ListResourcesRequest) -> types.ListResourcesResult:
-    """The most recent live units, newest first."""
+    """The most recent live units, newest first, at most ``mcp_list_max_units`` in all.
+
+    Clients page through a whole listing (MCP Inspector gives up after 64 pages), so it is
+    bounded; older units stay reachable through the templates (a unit's URI, a search).
+    """
     cursor = req.params.cursor if req.params else None
-    before = read_cursor(call, cursor) if cursor is not None else None
-    units = call.store.recent(call.tenant, limit=PAGE_SIZE, before_seq=before)
-    next_cursor = make_cursor(call, units[-1]["seq"]) if len(units) == PAGE_SIZE else None
+    before, listed = read_cursor(call, cursor) if cursor is not None else (None, 0)
+    cap = max(0, call.config.mcp_list_max_units)
+    want = min(PAGE_SIZE, cap - listed)
+    units = call.store.recent(call.tenant, limit=want, before_seq=before) if want > 0 else []
+    listed += len(units)
+    next_cursor = meta = None
+    if len(units) == want and units:
+        if listed < cap:
+            next_cursor = make_cursor(call, units[-1]["seq"], listed)
+        elif call.store.recent(call.tenant, limit=1, before_seq=units[-1]["seq"]):
+            meta = {LIST_META_KEY: {"truncated": True, "max_units": cap,
+                                    "older": "read context://units/{cid}, or search with context://search/{query}"}}
     return types.ListResourcesResult(resources=[unit_resource(u) for u in units], next_cursor=next_cursor,
-                                     ttl_ms=LIST_TTL_MS, cache_scope="private")
+                                     meta=meta, ttl_ms=LIST_TTL_MS, cache_scope="private")
 
 
 def list_templates(call: Call, req: types.ListResourceTemplatesRequest) -> types.ListResourceTemplatesResult:

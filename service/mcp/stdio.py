@@ -5,16 +5,21 @@ HTTP endpoint; each JSON response becomes one line on stdout. Nothing but protoc
 stdout (logs go to stderr) and the bridge exits 0 when stdin closes. The HTTP headers a
 server checks are derived from each message: for 2026-07-28 the revision, method and name
 mirrored from the body; for the handshake era the revision ``initialize`` negotiated.
+
+``--url`` is the service's base URL (as for ``context-mode push``) or its ``/mcp`` endpoint;
+the variables are the CLI's: ``CONTEXT_URL`` and ``CONTEXT_API_KEY`` (issue 14, item 3).
 """
 from __future__ import annotations
 
 import base64
 import json
 import logging
+import os
 import re
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 import requests
@@ -26,6 +31,31 @@ NAME_BEARING = {"tools/call": "name", "prompts/get": "name", "resources/read": "
 _HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
 INTERNAL_ERROR = -32603
 PARSE_ERROR = -32700
+DEFAULT_URL = "http://127.0.0.1:5000"
+# (canonical, deprecated) names: the bridge once had its own; they still work, with a warning.
+URL_VARS = ("CONTEXT_URL", "CONTEXT_MODE_MCP_URL")
+KEY_VARS = ("CONTEXT_API_KEY", "CONTEXT_MODE_API_KEY")
+
+
+def mcp_endpoint(url: str) -> str:
+    """The MCP endpoint for a base URL or an endpoint URL: ``/mcp`` appended unless already there."""
+    parts = urlsplit(url.strip())
+    path = parts.path.rstrip("/")
+    if not path.endswith("/mcp"):
+        path += "/mcp"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def from_env(names: tuple[str, str], environ=None) -> str | None:
+    """The canonical variable, else the deprecated one (with a warning on stderr), else None."""
+    environ = os.environ if environ is None else environ
+    canonical, old = names
+    if environ.get(canonical):
+        return environ[canonical]
+    if environ.get(old):
+        log.warning("%s is deprecated; set %s instead (the CLI's name)", old, canonical)
+        return environ[old]
+    return None
 
 
 def header_value(value: str) -> str:
@@ -104,7 +134,7 @@ class Bridge:
             ctype = rv.headers.get("Content-Type", "").split(";")[0].strip().lower()
             if ctype == "text/event-stream":
                 for reply in _sse_messages(rv):
-                    self._reply(reply, rid, msg)
+                    self._reply(reply, rid, msg, rv.status_code)
                 return
             try:
                 reply = rv.json()
@@ -112,9 +142,18 @@ class Bridge:
                 log.error("HTTP %s from %s without a JSON-RPC body", rv.status_code, self.url)
                 self.write(_error(rid, f"HTTP {rv.status_code} from the MCP server"))
                 return
-            self._reply(reply, rid, msg)
+            self._reply(reply, rid, msg, rv.status_code)
 
-    def _reply(self, reply, rid, msg) -> None:
+    def _reply(self, reply, rid, msg, status: int = 200) -> None:
+        if not _is_jsonrpc(reply):
+            # e.g. a REST error body from a wrong URL: stdout carries only JSON-RPC, so wrap it.
+            detail = reply.get("error") if isinstance(reply, dict) else None
+            text = f"HTTP {status} from {self.url} without a JSON-RPC answer"
+            if isinstance(detail, str):
+                text += f": {detail}"
+            log.error("%s (is --url the service's base URL or its /mcp endpoint?)", text)
+            self.write(_error(rid, text))
+            return
         if isinstance(reply, dict) and ("result" in reply or "error" in reply):
             if reply.get("id") is None:
                 reply["id"] = rid        # errors raised before the server could read the id
@@ -141,6 +180,11 @@ class Bridge:
             self.close()
 
 
+def _is_jsonrpc(reply) -> bool:
+    return isinstance(reply, dict) and reply.get("jsonrpc") == "2.0" and ("result" in reply or "error" in reply
+                                                                          or "method" in reply)
+
+
 def _error(rid, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": rid, "error": {"code": INTERNAL_ERROR, "message": message}}
 
@@ -165,15 +209,17 @@ def _sse_messages(rv):
 
 def register_cli(main: click.Group) -> None:
     @main.command("mcp-stdio")
-    @click.option("--url", default="http://127.0.0.1:5000/mcp", show_default=True, envvar="CONTEXT_MODE_MCP_URL",
-                  help="The service's MCP endpoint.")
-    @click.option("--api-key", default=None, envvar="CONTEXT_MODE_API_KEY",
-                  help="API key (Bearer); also read from CONTEXT_MODE_API_KEY.")
+    @click.option("--url", default=None,
+                  help=f"The service's base URL or its /mcp endpoint [env var: CONTEXT_URL; default: {DEFAULT_URL}].")
+    @click.option("--api-key", default=None, help="API key (Bearer) [env var: CONTEXT_API_KEY].")
     @click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait for one response.")
     def mcp_stdio(url, api_key, timeout):
         """Bridge MCP over stdio (newline-delimited JSON-RPC) to the HTTP endpoint."""
         logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        url = mcp_endpoint(url or from_env(URL_VARS) or DEFAULT_URL)
+        if api_key is None:
+            api_key = from_env(KEY_VARS)
         log.info("forwarding stdio to %s", url)
         bridge = Bridge(url, api_key, sys.stdout.buffer, timeout=timeout)
         try:

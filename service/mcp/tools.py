@@ -15,6 +15,7 @@ import mcp_types as types
 
 from ..errors import ApiError
 from ..search import parse_search
+from ..units import ttl_limit
 from . import uris
 from .context import Call
 from .protocol import invalid_params
@@ -89,13 +90,14 @@ def push_input(config) -> dict:
             "source": {"type": "string", "minLength": 1, "maxLength": config.max_source_chars,
                        "description": "Convention {tool}_{version}_{env}."},
             "content": {"type": "string", "description": "Text; serialize JSON before pushing."},
-            "ttl": {"type": "integer", "minimum": 1, "maximum": config.max_ttl, "description": "Seconds to live."},
+            "ttl": {"type": "integer", "minimum": 1, "maximum": ttl_limit(config),
+                    "description": "Seconds to live; default: the server's default."},
             "timestamp": {"type": "integer", "minimum": 0, "description": "Unix seconds; default: now."},
             "metadata": {"type": "object"},
             "parent_cid": _CID,
             "cid": {**_CID, "description": "Optional; must equal sha256(content + str(timestamp) + source)[:12]."},
         },
-        "required": ["type", "source", "content", "ttl"],
+        "required": ["type", "source", "content"],
         "additionalProperties": False,
     }
 
