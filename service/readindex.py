@@ -378,6 +378,11 @@ def _snapshot(conn, limit: int):
     return rows, deletes
 
 
+def _page(conn, after: int, limit: int):
+    """A rebuild's next page of indexed rows (any sync state) of one shard."""
+    return conn.execute(sql("sync_page"), {"after": after, "limit": limit}).fetchall()
+
+
 def _mark_sent(conn, rows, last_delete: int | None) -> None:
     # Rows read as 1 that a push changed meanwhile are 3 now (unit_upsert) and stay so; rows read as
     # 3 (rare) are compared field by field, since a second change leaves them 3.
@@ -387,11 +392,6 @@ def _mark_sent(conn, rows, last_delete: int | None) -> None:
                                          "parent_cid": r["parent_cid"]} for r in rows if r["indexed"] == 3))
     if last_delete is not None:
         conn.execute(sql("sync_deletes_done"), {"n": last_delete})
-
-
-def _reset(conn) -> None:
-    conn.execute(sql("sync_reset"))
-    conn.execute(sql("sync_reset_deletes"))
 
 
 class Writer:
@@ -410,6 +410,7 @@ class Writer:
         self.last_commit = 0.0
         self.sent_total = 0
         self.building = False       # a rebuild whose first full pass has not finished
+        self._streamed: dict[str, int] = {}   # while building: the last rowid sent per day
         self.gen: str | None = None
 
     # --- opening and rebuilding ---------------------------------------------------------------
@@ -435,15 +436,16 @@ class Writer:
         return True
 
     def _rebuild(self) -> None:
-        """Start an empty index and send every indexed row of every shard again. Readers use the
-        primaries until the first full pass marks the new index ready."""
+        """Start an empty index; the next pass streams every indexed row of every shard into it.
+        Readers use the primaries until that pass marks the new index ready."""
         log.info("building the read index of tenant %s", self.t.name)
         self.close()
-        # Flags first: a crash from here on leaves no usable index, so the next leader starts over.
+        # Tombstones so far name rows already gone (not streamed); a reused rowid must not lose
+        # its new document to one of them.
         for day in self.t.primary_days():
             db = self.t.shard(day, create=False)
             if db is not None:
-                db.write(_reset)
+                db.write(lambda c: c.execute(sql("sync_reset_deletes")))
         if self.path.exists():
             old = self.path.with_name(f"index.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
             os.replace(self.path, old)
@@ -453,6 +455,7 @@ class Writer:
         self._write_format(ready=False)
         self.index = tantivy.Index(build_schema(), path=str(self.path), reuse=False)
         self.building = True
+        self._streamed = {}
         self.replacing = False      # the index is empty: nothing to replace
 
     def _write_format(self, ready: bool) -> None:
@@ -484,6 +487,9 @@ class Writer:
             return self._sync()
         except BaseException:
             self.replacing = True
+            if self.building:
+                self.close()        # not ready: the next pass builds it again from the start
+                raise
             try:
                 self.writer.rollback()
             except (RuntimeError, ValueError):
@@ -504,7 +510,14 @@ class Writer:
                 db = self.t.shard(day, create=False)
                 if db is None:
                     continue
-                rows, deletes = db.read(_snapshot, SYNC_BATCH)
+                if self.building:
+                    # every indexed row, in pages: rows sent before (2) need no flag change
+                    after = self._streamed.get(day, 0)
+                    rows, deletes = db.read(_page, after, SYNC_BATCH), []
+                    if rows:
+                        self._streamed[day] = rows[-1]["id"]
+                else:
+                    rows, deletes = db.read(_snapshot, SYNC_BATCH)
                 if not rows and not deletes:
                     continue
                 base = day_key(day, 0)
@@ -517,7 +530,7 @@ class Writer:
                         w.delete_documents_by_term("key", key)
                     if r["tokens"]:
                         w.add_document(_document(day, key, r))
-                pending.append((db, rows, deletes[-1]["n"] if deletes else None))
+                pending.append((db, [r for r in rows if r["indexed"] != 2], deletes[-1]["n"] if deletes else None))
                 sent += len(rows) + len(deletes)
                 if sent - committed >= COMMIT_EVERY:
                     self._commit(pending)
@@ -529,6 +542,7 @@ class Writer:
             if self.building:
                 self._write_format(ready=True)
                 self.building = False
+                self._streamed.clear()
                 log.info("read index of tenant %s is ready", self.t.name)
         self.sent_total += sent
         return sent

@@ -162,9 +162,10 @@ UPDATE units SET indexed = 2 WHERE indexed = 1 AND id IN (SELECT value FROM json
 -- name: sync_deletes_done
 DELETE FROM read_deletes WHERE n <= :n;
 
--- name: sync_reset
--- The read index was rebuilt from nothing: every indexed row must be sent again.
-UPDATE units SET indexed = 1 WHERE indexed > 1;
+-- name: sync_page
+-- A rebuild streams every indexed row, in id order.
+SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid
+FROM units WHERE indexed > 0 AND id > :after ORDER BY id LIMIT :limit;
 
 -- name: sync_reset_deletes
 DELETE FROM read_deletes;
