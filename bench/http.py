@@ -105,6 +105,7 @@ class RssSampler(threading.Thread):
         self.root = psutil.Process(pid)
         self.peak: dict[int, int] = {}
         self.peak_pss: dict[int, int] = {}
+        self.peak_anon: dict[int, int] = {}    # RssAnon: private memory, without mapped index files
         self.stop = threading.Event()
 
     def run(self):
@@ -121,6 +122,9 @@ class RssSampler(threading.Thread):
                     rss = p.memory_info().rss
                     if tick % 8 == 0:
                         self.peak_pss[p.pid] = max(self.peak_pss.get(p.pid, 0), p.memory_full_info().pss)
+                        with open(f"/proc/{p.pid}/status") as fh:
+                            anon = next(int(x.split()[1]) * 1024 for x in fh if x.startswith("RssAnon:"))
+                        self.peak_anon[p.pid] = max(self.peak_anon.get(p.pid, 0), anon)
                 except psutil.Error:
                     continue
                 self.peak[p.pid] = max(self.peak.get(p.pid, 0), rss)
@@ -247,6 +251,7 @@ def run_system(name: str, start, port: int, cells: list, scripts: dict, duration
             rss.setdefault(role, []).append(round(peak / 2**20, 1))
             if pid in sampler.peak_pss:
                 rss.setdefault(role + "_pss", []).append(round(sampler.peak_pss[pid] / 2**20, 1))
+                rss.setdefault(role + "_anon", []).append(round(sampler.peak_anon[pid] / 2**20, 1))
         return out, rss
     finally:
         stop(proc)

@@ -125,5 +125,33 @@ def main() -> None:
     print("\n".join(out))
 
 
+def plot_scale() -> None:
+    """results/search-scale.png: p50 and p99 against corpus size, log-log, for the service, the naive
+    baseline and tantivy alone (from search-100k.json and search-1m.json)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    runs = {100_000: load("search-100k"), 1_000_000: load("search-1m")}
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for system, color in (("service", "tab:blue"), ("baseline", "tab:red"), ("tantivy", "tab:green")):
+        for pct, ls in (("p50_ms", "-"), ("p99_ms", "--")):
+            pts = [(size, run["sizes"][str(size)][system][pct]) for size, run in runs.items()
+                   if run and system in run["sizes"].get(str(size), {})]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ls=ls, color=color, label=f"{system} {pct[:3]}")
+    for size, (p50, p99) in ((100_000, (2, 10)), (1_000_000, (5, 25))):
+        ax.scatter([size, size], [p50, p99], marker="_", s=300, color="grey")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("units (log)")
+    ax.set_ylabel("in-process search latency, ms (log)")
+    ax.set_title("search latency vs corpus size (grey: targets)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "search-scale.png", dpi=110)
+
+
 if __name__ == "__main__":
+    if "--plot" in sys.argv:
+        plot_scale()
     sys.exit(main())
