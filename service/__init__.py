@@ -14,9 +14,10 @@ log = logging.getLogger("service")
 
 def create_app(test_config: dict | Config | None = None) -> Flask:
     """Application factory: configuration, store, background maintenance, blueprints."""
-    from . import adapters, errors, limits, mcp, metrics
+    from . import adapters, doors, errors, limits, mcp, metrics
     from .api import health, search, units
     from .auth import KeyRing
+    from .doors import is_loopback_bind
     from .indexer import Maintenance
     from .shards import check_fts5
     from .store import Store
@@ -34,6 +35,12 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.json.sort_keys = False
 
     keys = KeyRing.from_config(config)
+    if keys.open and not config.allow_open and not is_loopback_bind(config.bind):
+        raise RuntimeError(
+            f"Refusing to start: no API keys are configured and CONTEXT_BIND={config.bind} is not loopback, "
+            "so anyone who can reach it could read and write everything. Configure keys "
+            "(CONTEXT_API_KEYS_FILE, see `context-mode keys add`), bind 127.0.0.1, or set "
+            "CONTEXT_ALLOW_OPEN=1 if a proxy in front authenticates callers.")
     if keys.open:
         log.warning("=" * 72)
         log.warning("NO API KEYS CONFIGURED: every caller is the single 'default' tenant with all scopes.")
@@ -49,6 +56,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
         maintenance.start()
 
     errors.init_app(app)
+    doors.init_app(app)
     metrics.init_app(app)
     app.register_blueprint(units.bp)
     app.register_blueprint(search.bp)

@@ -22,7 +22,9 @@ def serve(bind):
     """Run the development server (use `make run` for gunicorn)."""
     from . import create_app
     config = Config.from_env()
-    host, _, port = (bind or config.bind).rpartition(":")
+    if bind:
+        config = config.replace(bind=bind)
+    host, _, port = config.bind.rpartition(":")
     app = create_app(config)
     app.run(host=host or "127.0.0.1", port=int(port), threaded=True, use_reloader=False)
 

@@ -39,7 +39,9 @@ class Config:
     max_ttl: int = 31_536_000
     future_skew_s: int = 300
     max_batch: int = 1000
-    max_body_bytes: int = 32 * 1024 * 1024
+    max_body_bytes: int = 32 * 1024 * 1024       # POST /mcp/push (batches); checked before parsing
+    max_request_bytes: int = 1024 * 1024         # every other route's body (search, MCP, retrieval, ...)
+    max_metadata_depth: int = 32
     # Tokenizer (DESIGN.md section 6).
     segmenter: str = "auto"          # auto | rjieba | jieba
     user_dict: str | None = None
@@ -68,10 +70,15 @@ class Config:
     shard_readers: int = 2            # pooled read connections kept per day-shard file
     # Front doors (DESIGN.md sections 7 and 8).
     public_url: str = "http://context-mode:5000"
-    mcp_allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]", "::1")
+    # Host/Origin check on every door (DESIGN.md section 9); the host of public_url is always allowed.
+    allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]", "::1")
+    allowed_origins: tuple[str, ...] = ()
+    mcp_allowed_hosts: tuple[str, ...] = ()     # older names of the two above; added to them
     mcp_allowed_origins: tuple[str, ...] = ()
+    allow_open: bool = False          # no-keys mode on a non-loopback bind only when this is set
     mcp_cursor_secret: str | None = None   # HMAC key for MCP list cursors (default: a key file in data_dir)
-    rate_limit: str | None = None     # e.g. "600/minute" per key
+    rate_limit: str | None = "1200/minute"   # per key (or client address without one); "" or "off" disables
+    max_concurrent_searches: int = 4  # per worker; more wait briefly, then 503 + Retry-After
     read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)
     background: bool = True          # start indexer/janitor threads (tests may turn off)
 

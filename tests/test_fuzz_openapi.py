@@ -11,7 +11,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
-KEY = "fuzz-key"
+KEY = "fuzz-key-0123456789abcdef"
 COUNTS = {"requests": 0, "4xx": 0}
 
 
