@@ -77,7 +77,9 @@ class Config:
     mcp_allowed_origins: tuple[str, ...] = ()
     allow_open: bool = False          # no-keys mode on a non-loopback bind only when this is set
     mcp_cursor_secret: str | None = None   # HMAC key for MCP list cursors (default: a key file in data_dir)
-    rate_limit: str | None = "1200/minute"   # per key (or client address without one); "" or "off" disables
+    # Per key (client address for requests without one). "auto": 1200/minute when keys are
+    # configured, off in no-keys mode (loopback only, one user); "off" disables it everywhere.
+    rate_limit: str | None = "auto"
     max_concurrent_searches: int = 4  # per worker; more wait briefly, then 503 + Retry-After
     read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)
     background: bool = True          # start indexer/janitor threads (tests may turn off)

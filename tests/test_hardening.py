@@ -151,3 +151,32 @@ def test_keys_add_refuses_nothing_it_wrote(tmp_path):
 def test_rest_errors_use_the_shape_for_door_refusals(client):
     assert_error(client.post("/mcp/search", data=b'{"query": "x"}', content_type="text/plain"), 415,
                  "unsupported_media_type")
+
+
+# --- finding 7: the rate limit keys on the parsed key, and is on by default ---------------------
+def test_rate_limit_cannot_be_dodged_by_spelling_the_scheme_differently(tmp_path):
+    from service import create_app
+    key = "ka-0123456789abcdef"
+    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "rate_limit": "4/minute",
+                      "api_keys": f"{key}:team-a:push+search"})
+    try:
+        c = app.test_client()
+        spellings = [f"Bearer {key}", f"bearer {key}", f"BEARER {key}", f"Bearer   {key}  ", f"  bEaReR {key}",
+                     f"Bearer {key}"]
+        codes = [c.post("/mcp/search", json={"query": "x"}, headers={"Authorization": h}).status_code
+                 for h in spellings]
+        assert codes == [200] * 4 + [429] * 2
+    finally:
+        app.extensions["context_shutdown"]()
+
+
+def test_a_rate_limit_is_on_by_default_when_keys_are_configured(tmp_path):
+    from service import create_app
+    app = create_app({"data_dir": str(tmp_path / "d"), "background": False,
+                      "api_keys": "ka-0123456789abcdef:team-a:push+search"})
+    try:
+        rv = app.test_client().post("/mcp/search", json={"query": "x"},
+                                    headers={"Authorization": "Bearer ka-0123456789abcdef"})
+        assert rv.status_code == 200 and rv.headers["X-RateLimit-Limit"] == "1200"
+    finally:
+        app.extensions["context_shutdown"]()
