@@ -6,6 +6,7 @@ import logging
 import sys
 
 from flask import Flask
+from flask.json.provider import DefaultJSONProvider
 
 from .config import Config, from_mapping
 
@@ -29,6 +30,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
         raise RuntimeError(problem)
 
     app = Flask(__name__)
+    app.json = StrictJSONProvider(app)
     app.config["CONTEXT"] = config
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.json.ensure_ascii = False
@@ -71,6 +73,14 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.extensions["context_shutdown"] = shutdown
     atexit.register(shutdown)
     return app
+
+
+class StrictJSONProvider(DefaultJSONProvider):
+    """Responses are JSON every reader accepts: never NaN or Infinity (issue 12, finding 5)."""
+
+    def dumps(self, obj, **kwargs):
+        kwargs.setdefault("allow_nan", False)
+        return super().dumps(obj, **kwargs)
 
 
 def _setup_logging() -> None:

@@ -180,3 +180,56 @@ def test_a_rate_limit_is_on_by_default_when_keys_are_configured(tmp_path):
         assert rv.status_code == 200 and rv.headers["X-RateLimit-Limit"] == "1200"
     finally:
         app.extensions["context_shutdown"]()
+
+
+# --- findings 5 and 6: metadata is finite and at most 32 levels deep; responses are strict JSON ---
+def nested(levels: int) -> dict:
+    doc: dict = {}
+    node = doc
+    for _ in range(levels - 1):
+        node["a"] = {}
+        node = node["a"]
+    return doc
+
+
+@pytest.mark.parametrize("body,code", [
+    (b'{"a": 1e400}', "invalid_number"), (b'{"a": [1, {"b": -1e999}]}', "invalid_number"),
+    (json.dumps(nested(33)).encode(), "metadata_too_deep"), (json.dumps(nested(300)).encode(), "metadata_too_deep"),
+    (b'{"l": ' + b"[" * 32 + b"1" + b"]" * 32 + b"}", "metadata_too_deep"),
+])
+def test_metadata_that_breaks_readers_is_refused_at_push(client, body, code):
+    unit = json.dumps(make_unit("metadata attack")).encode()
+    raw = unit[:-1] + b', "metadata": ' + body + b"}"
+    assert_error(client.post("/mcp/push", data=raw, content_type="application/json"), 400, code, "metadata")
+    # Also inside a batch: that item fails, nothing is stored.
+    rv = client.post("/mcp/push", data=b"[" + raw + b"]", content_type="application/json")
+    assert rv.status_code == 200 and rv.get_json()["results"][0]["code"] == code
+    rv = client.post("/mcp/search", json={"query": "metadata attack", "consistency": "strong"})
+    assert rv.get_json()["results"] == []
+
+
+def test_metadata_at_the_depth_limit_round_trips_through_every_reader(live_server):
+    from test_mcp_support import rpc
+    url = live_server.url
+    unit = make_unit("deep metadata ORD-5150", metadata={"deep": nested(31), "big": 1.5e308, "neg": -0.0})
+    rv = requests.post(url + "/mcp/push", json=unit, timeout=10)
+    assert rv.status_code == 200, rv.text
+    cid = rv.json()["cid"]
+    assert json.loads(requests.get(f"{url}/mcp/units/{cid}", timeout=10).text)["metadata"]["big"] == 1.5e308
+    rv = requests.post(url + "/mcp/search", json={"query": "ORD-5150", "consistency": "strong"}, timeout=10)
+    assert [r["cid"] for r in rv.json()["results"]] == [cid]
+
+    class Srv:
+        mcp = url + "/mcp"
+    for method, params in [("resources/read", {"uri": f"context://units/{cid}"}),
+                           ("tools/call", {"name": "context_search", "arguments": {"query": "ORD-5150"}}),
+                           ("prompts/get", {"name": "answer-with-context", "arguments": {"question": "ORD-5150"}})]:
+        rv = rpc(Srv, method, params)
+        assert rv.status_code == 200 and "result" in rv.json(), (method, rv.text[:300])
+
+
+def test_responses_never_carry_nan_or_infinity(app):
+    from flask import json as fjson
+    with app.app_context():
+        with pytest.raises(ValueError):
+            fjson.dumps({"x": float("inf")})

@@ -39,7 +39,7 @@ def _rpc_response(id_, status: int, *, result=None, error: p.RpcError | None = N
         body["error"] = error.error()
     else:
         body["result"] = result
-    rv = Response(json.dumps(body, ensure_ascii=False, separators=(",", ":")), status=status,
+    rv = Response(json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False), status=status,
                   mimetype="application/json")
     rv.headers.update(headers or {})
     return rv
