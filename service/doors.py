@@ -14,6 +14,7 @@ import ipaddress
 from urllib.parse import urlsplit
 
 from flask import Flask, current_app, request
+from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 
 from .errors import ApiError
 
@@ -108,11 +109,22 @@ def check_request() -> None:
     if request.content_length is not None and request.content_length > limit:
         raise ApiError(f"Request body too large: at most {limit} bytes on this route.", code="payload_too_large",
                        status=413)
-    # A chunked body has no length up front: werkzeug stops reading at this limit with a 413.
-    request.max_content_length = limit
     if not is_json_type(request.mimetype):
         raise ApiError("Send the body as JSON with 'Content-Type: application/json'.",
                        code="unsupported_media_type", status=415)
+    if request.content_length is None:
+        # Chunked: no length up front. werkzeug stops reading at max_content_length but hands back the
+        # truncated body (a 400 "invalid JSON" instead of 413, finding 14), so read one byte more here.
+        request.max_content_length = limit + 1
+        try:
+            size = len(request.get_data(cache=True))
+        except (OSError, ClientDisconnected):
+            raise ApiError("The request body did not arrive in time.", code="request_timeout", status=408) from None
+        except RequestEntityTooLarge:
+            size = limit + 1
+        if size > limit:
+            raise ApiError(f"Request body too large: at most {limit} bytes on this route.",
+                           code="payload_too_large", status=413)
 
 
 def is_loopback_bind(bind: str) -> bool:

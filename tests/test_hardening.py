@@ -233,3 +233,84 @@ def test_responses_never_carry_nan_or_infinity(app):
     with app.app_context():
         with pytest.raises(ValueError):
             fjson.dumps({"x": float("inf")})
+
+
+# --- findings 8 and 14: body limits per route, before parsing; batch length checked cheaply -------
+def _raw_request(port: int, head: bytes, body: bytes = b"", timeout: float = 30) -> bytes:
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(head + body)
+        out = b""
+        try:
+            while b"\r\n\r\n" not in out or len(out) < 200:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                out += chunk
+        except OSError:
+            pass
+        return out
+
+
+def test_body_limits_are_per_route_and_checked_before_reading(live_server_factory):
+    server = live_server_factory(workers=1, env={"CONTEXT_MAX_BODY_BYTES": "3000000"})
+    # A declared 32 MiB body is refused from its headers alone: the server answers without waiting for it.
+    for path in ("/mcp/search", "/mcp/context", "/mcp", "/retrieval", "/adapters/continue", "/mcp/push"):
+        head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {32 * 1024 * 1024}\r\n\r\n").encode()
+        answer = _raw_request(server.port, head, b'{"query": ')
+        assert answer.startswith(b"HTTP/1.1 413"), (path, answer[:200])
+    # Search, context and retrieval take about 1 MiB; a push batch takes more.
+    big = json.dumps({"query": "x" * (1024 * 1024 + 10)})
+    for path in ("/mcp/search", "/mcp/context", "/adapters/continue"):
+        rv = requests.post(server.url + path, data=big, headers={"Content-Type": "application/json"}, timeout=30)
+        assert rv.status_code == 413 and rv.json()["code"] == "payload_too_large", path
+    rv = requests.post(server.url + "/retrieval", data=big, headers={"Content-Type": "application/json"}, timeout=30)
+    assert rv.status_code == 413 and rv.json()["error_code"] == 3002
+    batch = [make_unit(f"unit {i} " + "y" * 1000) for i in range(1500)]     # ~1.6 MB
+    rv = requests.post(server.url + "/mcp/push", json=batch[:1000], timeout=60)
+    assert rv.status_code == 200 and len(rv.json()["results"]) == 1000
+
+
+def test_chunked_bodies_over_the_limit_are_413_not_400(live_server_factory):
+    server = live_server_factory(workers=1, env={"CONTEXT_MAX_BODY_BYTES": "2000000"})
+
+    def chunks(total: int, piece: bytes = b"[" + b"{}," * 20000):
+        sent = 0
+        while sent < total:
+            yield piece
+            sent += len(piece)
+    for path, total in (("/mcp/push", 2_100_000), ("/mcp/search", 1_100_000)):
+        rv = requests.post(server.url + path, data=chunks(total), headers={"Content-Type": "application/json"},
+                           timeout=60)
+        assert rv.status_code == 413 and rv.json()["code"] == "payload_too_large", (path, rv.text[:200])
+    # Under the limit, chunked works as before.
+    body = json.dumps(make_unit("chunked but small")).encode()
+    rv = requests.post(server.url + "/mcp/push", data=iter([body[:10], body[10:]]),
+                       headers={"Content-Type": "application/json"}, timeout=30)
+    assert rv.status_code == 200 and rv.json()["status"] == "ok"
+
+
+def test_a_long_batch_is_refused_before_the_rest_is_decoded(client):
+    # Item 1001 is where it stops: whatever follows (here, not even JSON) is never decoded.
+    body = b"[" + b"{}," * 1001 + b"this is not json"
+    assert_error(client.post("/mcp/push", data=body, content_type="application/json"), 400, "batch_too_large",
+                 "units")
+    body = b'{"units": [' + b"{}," * 1001 + b"garbage"
+    assert_error(client.post("/mcp/push", data=body, content_type="application/json"), 400, "batch_too_large",
+                 "units")
+    # A well-formed short batch still reports each item.
+    rv = client.post("/mcp/push", data=b' { "units" : [ {} , {"type": 1} ] } ', content_type="application/json")
+    assert rv.status_code == 200 and [r["status"] for r in rv.get_json()["results"]] == ["error", "error"]
+    assert_error(client.post("/mcp/push", data=b'{"units": [{}], "x": 1}', content_type="application/json"), 400,
+                 "unknown_field", "units")
+
+
+@pytest.mark.parametrize("body", [b'{"query": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+                                  b'{"query": "x", "top_k": ' + b"9" * 5000 + b"}"])
+def test_error_texts_carry_no_python_internals(client, body):
+    rv = client.post("/mcp/search", data=body, content_type="application/json")
+    assert rv.status_code == 400
+    text = rv.get_json()["error"]
+    for leak in ("recursion", "sys.", "set_int_max_str_digits", "Traceback", "Python"):
+        assert leak not in text, text

@@ -14,7 +14,7 @@ bp = Blueprint("units", __name__)
 @require("push")
 def push(tenant):
     """Store one unit, or a batch ({"units": [...]} or a JSON array); ack after it is durable."""
-    body = json_body()
+    body = json_body(batch_limit=config().max_batch)
     if isinstance(body, dict) and "units" in body and set(body) == {"units"}:
         body = body["units"]
         if not isinstance(body, list):
