@@ -82,6 +82,7 @@ class Config:
     rate_limit: str | None = "auto"
     max_concurrent_searches: int = 4  # per worker; more wait briefly, then 503 + Retry-After
     read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)
+    request_deadline_s: float = 30.0  # ... and one whose headers and body take longer than this in total
     background: bool = True          # start indexer/janitor threads (tests may turn off)
 
     @property

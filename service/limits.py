@@ -1,5 +1,5 @@
 """Per-key rate limiting (DESIGN.md section 9) with flask-limiter: 429 + Retry-After.
-(Slow clients are bounded by the read timeout in service/gunicorn_conf.py.)
+(Slow clients are bounded by service/gunicorn_guard.py.)
 
 The key is a hash of the presented credential (or the client address when there is none),
 so limiting happens before authentication work and never logs a key. Counters live in each

@@ -314,3 +314,90 @@ def test_error_texts_carry_no_python_internals(client, body):
     text = rv.get_json()["error"]
     for leak in ("recursion", "sys.", "set_int_max_str_digits", "Traceback", "Python"):
         assert leak not in text, text
+
+
+# --- finding 3: slow clients cannot hold the worker threads --------------------------------------
+def test_slowloris_headers_and_bodies_do_not_starve_healthz(live_server_factory):
+    import socket
+    import threading
+    import time
+    # One worker with 4 threads: 24 trickling sockets would hold every thread without the guard.
+    server = live_server_factory(workers=1, env={"CONTEXT_THREADS": "4", "CONTEXT_REQUEST_DEADLINE_S": "8"})
+    host = f"Host: 127.0.0.1:{server.port}\r\n".encode()
+    heads, bodies = [], []
+    for _ in range(24):
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        s.sendall(b"GET /healthz HTTP/1.1\r\n" + host)
+        heads.append(s)
+    for _ in range(20):
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        s.sendall(b"POST /mcp/search HTTP/1.1\r\n" + host + b"Content-Type: application/json\r\n"
+                  b"Content-Length: 200\r\n\r\n{")
+        bodies.append(s)
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.wait(1.0):
+            for s in heads:
+                try:
+                    s.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    pass
+            for s in bodies:
+                try:
+                    s.sendall(b" ")
+                except OSError:
+                    pass
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        answered = 0
+        for _ in range(6):
+            rv = requests.get(server.url + "/healthz", timeout=5)
+            answered += rv.status_code == 200
+            time.sleep(1)
+        assert answered == 6
+        # Past the deadline every slow socket is answered 408 (or closed) rather than kept.
+        for s in heads + bodies:
+            s.settimeout(30)
+            data = b""
+            try:
+                while True:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+            except OSError:
+                pass
+            assert data == b"" or data.startswith(b"HTTP/1.1 408"), data[:100]
+    finally:
+        stop.set()
+        t.join(timeout=5)
+        for s in heads + bodies:
+            s.close()
+    assert "Traceback" not in server.log()
+
+
+def test_gunicorn_errors_are_json_and_the_control_socket_is_off(live_server_factory, tmp_path):
+    import socket
+    runtime = tmp_path / "xdg"
+    runtime.mkdir()
+    live_server = live_server_factory(workers=1, env={"XDG_RUNTIME_DIR": str(runtime)})
+    for request, status in [(b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
+                            (b"NOT A REQUEST\r\n\r\n", 400),
+                            (b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 20000 + b"\r\n\r\n", 431)]:
+        with socket.create_connection(("127.0.0.1", live_server.port), timeout=30) as s:
+            s.sendall(request)
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(f"HTTP/1.1 {status}".encode()), head
+        assert b"application/json" in head
+        doc = json.loads(body)
+        assert set(doc) == {"error", "code"} and len(doc["error"]) <= 200
+    # gunicorn >= 25 would bind $XDG_RUNTIME_DIR/gunicorn.ctl (else ~/.gunicorn/, shared by every instance).
+    assert list(runtime.iterdir()) == []
