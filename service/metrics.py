@@ -22,8 +22,9 @@ INDEX_LAG_SECONDS = Histogram("context_index_lag_seconds", "Push ack to indexed,
 
 
 class StoreCollector:
-    def __init__(self, app: Flask):
+    def __init__(self, app: Flask, tenants: list[str] | None = None):
         self.app = app
+        self.tenants = tenants          # None: every tenant (no-keys mode, loopback only)
 
     def collect(self):
         from .shards import sql
@@ -33,7 +34,10 @@ class StoreCollector:
                                 labels=["tenant"])
         stored = GaugeMetricFamily("context_units_stored", "Live units in the catalog.", labels=["tenant"])
         now = time.time()
-        for name in store.tenant_names():
+        names = store.tenant_names()
+        if self.tenants is not None:
+            names = [n for n in names if n in self.tenants]
+        for name in names:
             t = store.tenant(name)
             pending, lag_ms = store.searcher.freshness(t, store.live_days(t), not store.config.replicas)
             depth.add_metric([name], pending)
@@ -60,7 +64,15 @@ def init_app(app: Flask) -> None:
 
     @app.get("/metrics")
     def metrics():
-        """Prometheus metrics."""
+        """Prometheus metrics. With keys configured: an admin key, and only its tenant's series (issue 12)."""
+        from .auth import current_principal
+        from .errors import Forbidden
+        tenants = None
+        if not app.extensions["context_keys"].open:
+            principal = current_principal()
+            if "admin" not in principal.scopes:
+                raise Forbidden("/metrics needs a key with the 'admin' scope.", code="missing_scope")
+            tenants = [principal.tenant]
         registry = CollectorRegistry()
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             from prometheus_client import multiprocess
@@ -68,5 +80,5 @@ def init_app(app: Flask) -> None:
         else:
             registry.register(REQUEST_SECONDS)
             registry.register(INDEX_LAG_SECONDS)
-        registry.register(StoreCollector(app))
+        registry.register(StoreCollector(app, tenants))
         return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)

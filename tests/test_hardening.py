@@ -401,3 +401,25 @@ def test_gunicorn_errors_are_json_and_the_control_socket_is_off(live_server_fact
         assert set(doc) == {"error", "code"} and len(doc["error"]) <= 200
     # gunicorn >= 25 would bind $XDG_RUNTIME_DIR/gunicorn.ctl (else ~/.gunicorn/, shared by every instance).
     assert list(runtime.iterdir()) == []
+
+
+# --- finding 10: /metrics needs an admin key when keys are configured, and shows only its tenant --
+def test_metrics_do_not_list_tenants_to_the_anonymous(tmp_path):
+    from service import create_app
+    keys = ("acme-admin-0123456789:acme:push+search+admin;acme-reader-0123456789:acme:search;"
+            "globex-writer-0123456789:globex:push+search")
+    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "api_keys": keys})
+    try:
+        c = app.test_client()
+        for key in ("acme-admin-0123456789", "globex-writer-0123456789"):
+            assert c.post("/mcp/push", json=make_unit(f"unit of {key}"),
+                          headers={"Authorization": f"Bearer {key}"}).status_code == 200
+        assert_error(c.get("/metrics"), 401, "missing_api_key")
+        assert_error(c.get("/metrics", headers={"Authorization": "Bearer acme-reader-0123456789"}), 403,
+                     "missing_scope")
+        rv = c.get("/metrics", headers={"Authorization": "Bearer acme-admin-0123456789"})
+        text = rv.get_data(as_text=True)
+        assert rv.status_code == 200 and 'context_units_stored{tenant="acme"} 1.0' in text
+        assert "globex" not in text
+    finally:
+        app.extensions["context_shutdown"]()
