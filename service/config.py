@@ -42,6 +42,7 @@ class Config:
     max_body_bytes: int = 32 * 1024 * 1024       # POST /mcp/push (batches); checked before parsing
     max_request_bytes: int = 1024 * 1024         # every other route's body (search, MCP, retrieval, ...)
     max_metadata_depth: int = 32
+    max_lineage_bytes: int = 4 * 1024 * 1024     # content in one lineage answer (REST and review-lineage)
     # Tokenizer (DESIGN.md section 6).
     segmenter: str = "auto"          # auto | rjieba | jieba
     user_dict: str | None = None

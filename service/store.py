@@ -280,23 +280,35 @@ class Store:
             raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
         return unit
 
-    def lineage(self, tenant: str, cid: str) -> dict:
-        """Ancestors (nearest first, root last) and direct children of a live unit."""
+    def lineage(self, tenant: str, cid: str, max_bytes: int | None = None) -> dict:
+        """Ancestors (nearest first, root last) and direct children of a live unit. With ``max_bytes``,
+        units whose content would pass that total are left out and named in ``omitted`` (issue 12)."""
         unit = self.require(tenant, cid)
+        used = [len(unit["content"])]
+        omitted: list[str] = []
+
+        def fits(u: dict) -> bool:
+            if max_bytes is not None and used[0] + len(u["content"]) > max_bytes:
+                omitted.append(u["cid"])
+                return False
+            used[0] += len(u["content"])
+            return True
         ancestors, seen = [], {cid}
         parent = unit["parent_cid"]
-        while parent and parent not in seen and len(ancestors) < MAX_LINEAGE_DEPTH:
+        while parent and parent not in seen and len(ancestors) + len(omitted) < MAX_LINEAGE_DEPTH:
             seen.add(parent)
             p = self.get(tenant, parent)
             if p is None:
                 break
-            ancestors.append(p)
+            if fits(p):
+                ancestors.append(p)
             parent = p["parent_cid"]
         t = self.tenant(tenant)
         rows = t.catalog.read(lambda c: c.execute(
             sql("catalog_children"), {"cid": cid, "now": int(time.time()), "limit": 1000}).fetchall())
-        children = [u for u in (self.get(tenant, r["cid"]) for r in rows) if u is not None]
-        return {"unit": unit, "ancestors": ancestors, "children": children}
+        children = [u for u in (self.get(tenant, r["cid"]) for r in rows) if u is not None and fits(u)]
+        return {"unit": unit, "ancestors": ancestors, "children": children,
+                "truncated": bool(omitted), "omitted": omitted}
 
     def recent(self, tenant: str, limit: int = 50, before_seq: int | None = None) -> list[dict]:
         """Live units, newest (highest seq) first, strictly below ``before_seq``."""

@@ -446,3 +446,29 @@ def test_packed_context_fences_every_item_and_ends_with_a_marker(client):
     assert body == forged
     again = client.post("/mcp/context", json={"query": "ORD-1", "consistency": "strong"}).get_json()["context"]
     assert nonce not in again                      # a fresh nonce per answer
+
+
+# --- finding 12: lineage answers are bounded, and say so -----------------------------------------
+def test_lineage_and_review_lineage_are_bounded_and_marked(tmp_path):
+    from service import create_app
+    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "max_lineage_bytes": 5000})
+    try:
+        c = app.test_client()
+        root = c.post("/mcp/push", json=make_unit("root " + "r" * 995)).get_json()["cid"]
+        kids = [c.post("/mcp/push", json=make_unit(f"child {i} " + "c" * 992, parent_cid=root)).get_json()["cid"]
+                for i in range(8)]
+        lin = c.get(f"/mcp/units/{root}/lineage").get_json()
+        shown = [u["cid"] for u in lin["children"]]
+        assert lin["truncated"] is True and len(shown) == 4
+        assert sorted(shown + lin["omitted"]) == sorted(kids)
+        assert sum(len(u["content"]) for u in [lin["unit"], *lin["children"]]) <= 5000
+        small = c.get(f"/mcp/units/{kids[0]}/lineage").get_json()
+        assert small["truncated"] is False and small["omitted"] == [] and small["ancestors"][0]["cid"] == root
+        rv = c.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "prompts/get",
+                                  "params": {"name": "review-lineage", "arguments": {"cid": root}}},
+                    headers={"MCP-Protocol-Version": "2025-11-25"})
+        messages = rv.get_json()["result"]["messages"]
+        assert len(messages) == 1 + 1 + 4               # instruction, the unit, the children that fit
+        assert messages[0]["content"]["text"].count("not embedded") == 4
+    finally:
+        app.extensions["context_shutdown"]()

@@ -50,8 +50,8 @@ def get_unit(tenant, cid):
 @bp.get("/mcp/units/<cid>/lineage")
 @require("search")
 def lineage(tenant, cid):
-    """Ancestors (root last) and children of a unit."""
-    return jsonify(store().lineage(tenant, cid))
+    """Ancestors (root last) and children of a unit, at most max_lineage_bytes of content (``truncated``)."""
+    return jsonify(store().lineage(tenant, cid, max_bytes=config().max_lineage_bytes))
 
 
 @bp.delete("/mcp/units/<cid>")
