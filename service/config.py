@@ -81,7 +81,8 @@ class Config:
     # Per key (client address for requests without one). "auto": 1200/minute when keys are
     # configured, off in no-keys mode (loopback only, one user); "off" disables it everywhere.
     rate_limit: str | None = "auto"
-    max_concurrent_searches: int = 4  # per worker; more wait briefly, then 503 + Retry-After
+    max_concurrent_searches: int = 4  # per worker (0: no cap); more wait up to search_wait_s, then 503 + Retry-After
+    search_wait_s: float = 2.0
     read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)
     request_deadline_s: float = 30.0  # ... and one whose headers and body take longer than this in total
     background: bool = True          # start indexer/janitor threads (tests may turn off)

@@ -65,6 +65,15 @@ class StorageUnavailable(ApiError):
         super().__init__(message, **kw)
 
 
+class Busy(ApiError):
+    """Every search slot of this worker is taken (issue 12, finding 9): retry shortly."""
+    status, code = 503, "search_busy"
+
+    def __init__(self, message: str = "Too many searches at once; retry shortly.", **kw):
+        kw.setdefault("headers", {"Retry-After": "1"})
+        super().__init__(message, **kw)
+
+
 def error_body(message: str, code: str, field: str | None = None) -> dict:
     body = {"error": message, "code": code}
     if field is not None:

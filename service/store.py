@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import units as unitmod
 from .config import Config
-from .errors import ApiError, Conflict, NotFound, Unprocessable
+from .errors import ApiError, Busy, Conflict, NotFound, Unprocessable
 from .shards import Db, schema, sql
 from .units import Unit, validate_unit
 
@@ -117,6 +117,8 @@ class Store:
         self._tenants: dict[str, Tenant] = {}
         self._lock = threading.Lock()
         self.listeners: list = []   # callables(tenant, days) told about new pending rows
+        n = config.max_concurrent_searches
+        self._search_slots = threading.BoundedSemaphore(n) if n > 0 else None
         from .search import Searcher
         self.searcher = Searcher(self)
 
@@ -342,7 +344,15 @@ class Store:
 
     # --- search -------------------------------------------------------------------------------
     def search(self, tenant: str, params) -> dict:
-        return self.searcher.search(self.tenant(tenant), params)
+        # A cap on concurrent searches per worker keeps threads free for everything else (issue 12, finding 9).
+        slots = self._search_slots
+        if slots is not None and not slots.acquire(timeout=self.config.search_wait_s):
+            raise Busy()
+        try:
+            return self.searcher.search(self.tenant(tenant), params)
+        finally:
+            if slots is not None:
+                slots.release()
 
     def live_days(self, t: Tenant, first: str = "0000-00-00", last: str = "9999-99-99") -> list[str]:
         return [r[0] for r in t.catalog.read(lambda c: c.execute(

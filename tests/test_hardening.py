@@ -472,3 +472,74 @@ def test_lineage_and_review_lineage_are_bounded_and_marked(tmp_path):
         assert messages[0]["content"]["text"].count("not embedded") == 4
     finally:
         app.extensions["context_shutdown"]()
+
+
+# --- finding 9 (the HTTP part): a cap on concurrent searches, answered in every door's shape ------
+def test_concurrent_searches_are_capped_per_worker(tmp_path):
+    import threading
+    from service import create_app
+    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "max_concurrent_searches": 1,
+                      "search_wait_s": 0.2})
+    store = app.extensions["context_store"]
+    entered, release = threading.Event(), threading.Event()
+    real = store.searcher.search
+
+    def slow(*args, **kw):
+        entered.set()
+        release.wait(30)
+        return real(*args, **kw)
+    store.searcher.search = slow
+    holder = threading.Thread(target=lambda: app.test_client().post("/mcp/search", json={"query": "x"}))
+    holder.start()
+    try:
+        assert entered.wait(30)
+        c = app.test_client()
+        rv = c.post("/mcp/search", json={"query": "y"})
+        assert_error(rv, 503, "search_busy")
+        assert rv.headers["Retry-After"] == "1"
+        rv = c.post("/retrieval", json={"knowledge_id": "", "query": "y"})
+        assert rv.status_code == 503 and rv.get_json()["error_code"] == 5001 and "Retry-After" in rv.headers
+        rv = c.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                  "params": {"name": "context_search", "arguments": {"query": "y"}}},
+                    headers={"MCP-Protocol-Version": "2025-11-25"})
+        assert rv.status_code == 503 and rv.get_json()["error"]["code"] == -32603
+        assert c.get("/healthz").status_code == 200
+    finally:
+        release.set()
+        holder.join(30)
+    try:
+        assert app.test_client().post("/mcp/search", json={"query": "y"}).status_code == 200
+    finally:
+        app.extensions["context_shutdown"]()
+
+
+# --- finding 15: 429 and 413 in each door's own shape; short 404 echoes -------------------------
+def test_rate_limit_and_size_errors_use_each_doors_shape(tmp_path):
+    from service import create_app
+    key = "kd-0123456789abcdef"
+    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "rate_limit": "1/minute",
+                      "api_keys": f"{key}:acme:push+search", "max_request_bytes": 1000})
+    try:
+        c = app.test_client()
+        auth = {"Authorization": f"Bearer {key}"}
+        big = {"knowledge_id": "", "query": "x" * 2000}
+        rv = c.post("/retrieval", json=big, headers=auth)
+        assert rv.status_code == 413 and rv.get_json()["error_code"] == 3002
+        rpc = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x" * 2000000}}
+        rv = c.post("/mcp", json=rpc, headers=auth)
+        assert rv.status_code == 413 and rv.get_json()["jsonrpc"] == "2.0" and rv.get_json()["error"]["code"] == -32600
+        assert c.post("/retrieval", json={"knowledge_id": "", "query": "x"}, headers=auth).status_code == 200
+        rv = c.post("/retrieval", json={"knowledge_id": "", "query": "x"}, headers=auth)
+        assert rv.status_code == 429 and rv.get_json()["error_code"] == 3003 and "Retry-After" in rv.headers
+        rv = c.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=auth)
+        assert rv.status_code == 429 and rv.get_json()["error"]["code"] == -32600 and "Retry-After" in rv.headers
+    finally:
+        app.extensions["context_shutdown"]()
+
+
+@pytest.mark.parametrize("path", ["/" + "A" * 8000, "/mcp/units/" + "A" * 8000, "/mcp/units/" + "a" * 8000 + "/lineage"])
+@pytest.mark.parametrize("method", ["GET", "DELETE"])
+def test_404_echoes_no_long_path(client, path, method):
+    rv = client.open(path, method=method)
+    assert rv.status_code in (404, 405) and "A" * 64 not in rv.get_data(as_text=True).upper()
+    assert len(rv.get_data()) < 300
