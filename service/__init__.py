@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import sys
 
 from flask import Flask
@@ -25,6 +26,10 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
 
     _setup_logging()
     config = test_config if isinstance(test_config, Config) else from_mapping(test_config)
+    # Tenant content is private to the service's user: files 0600, folders 0700 (SQLite's WAL and
+    # SHM files take the database's mode). Descriptors: one per open day file and connection.
+    os.umask(0o077)
+    raise_open_files_limit()
     problem = check_fts5()
     if problem:
         raise RuntimeError(problem)
@@ -73,6 +78,24 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.extensions["context_shutdown"] = shutdown
     atexit.register(shutdown)
     return app
+
+
+def open_files_needed(config) -> int:
+    """Descriptors one process may need: each open primary day keeps a writer and up to
+    ``shard_readers`` readers (database and WAL each), plus replicas, catalogs and sockets."""
+    return config.max_open_shards * (1 + config.shard_readers) * 2 * 2 + 256
+
+
+def raise_open_files_limit() -> None:
+    """Lift the soft RLIMIT_NOFILE to the hard one (many systems start at 1,024)."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = hard if hard != resource.RLIM_INFINITY else 65536
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(target, 65536), hard))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 class StrictJSONProvider(DefaultJSONProvider):

@@ -5,6 +5,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import secrets
 from dataclasses import dataclass
 from functools import wraps
@@ -152,7 +153,7 @@ def add_key(path: str, tenant: str, scopes: list[str]) -> str:
     except FileNotFoundError:
         data = {"keys": []}
     data.setdefault("keys", []).append(entry)
-    with open(path, "w", encoding="utf-8") as fh:
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=2)
         fh.write("\n")
     return key

@@ -69,6 +69,9 @@ class Config:
     cache_size_kib: int = 8192        # catalog connections
     shard_cache_kib: int = 512        # per connection to a day shard (there are many: keep RSS bounded)
     shard_readers: int = 2            # pooled read connections kept per day-shard file
+    max_open_shards: int = 64         # primary day files kept open per process (least recently used closed)
+    max_days_per_request: int = 100   # distinct days one push may touch (each is a file); 0: no limit
+    max_days_per_tenant: int = 400    # day files per tenant (at the default max_ttl live units span ~366)
     # Front doors (DESIGN.md sections 7 and 8).
     public_url: str = "http://context-mode:5000"
     # Host/Origin check on every door (DESIGN.md section 9); the host of public_url is always allowed.

@@ -18,11 +18,12 @@ import re
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 from . import units as unitmod
 from .config import Config
-from .errors import ApiError, Busy, Conflict, NotFound, Unprocessable
+from .errors import ApiError, BadRequest, Busy, Conflict, NotFound, Unprocessable
 from .shards import Db, schema, sql
 from .units import Unit, validate_unit
 
@@ -72,9 +73,10 @@ class Tenant:
         return self.dir / "replica" / f"{day}.db"
 
     def shard(self, day: str, create: bool = True) -> Db | None:
-        """The primary Db of one day (opened once per process)."""
+        """The primary Db of one day (opened once per process, closed when least recently used)."""
         db = self._shards.get(day)
         if db is not None:
+            self.store.opened(self, day)
             return db
         if not create and not self.primary_path(day).exists():
             return None
@@ -85,7 +87,8 @@ class Tenant:
                         cache_size_kib=self.store.config.shard_cache_kib, pool_size=self.store.config.shard_readers)
                 db.write(migrate_shard)
                 self._shards[day] = db
-            return db
+        self.store.opened(self, day)
+        return db
 
     def forget_shard(self, day: str) -> None:
         with self._lock:
@@ -117,10 +120,26 @@ class Store:
         self._tenants: dict[str, Tenant] = {}
         self._lock = threading.Lock()
         self.listeners: list = []   # callables(tenant, days) told about new pending rows
+        self._lru: OrderedDict[tuple[str, str], Tenant] = OrderedDict()
+        self._lru_lock = threading.Lock()
         n = config.max_concurrent_searches
         self._search_slots = threading.BoundedSemaphore(n) if n > 0 else None
         from .search import Searcher
         self.searcher = Searcher(self)
+
+    def opened(self, t: Tenant, day: str) -> None:
+        """Note a use of a primary shard; past max_open_shards close the least recently used one
+        (issue 12, finding 4: 365 days in one push reached ~2,250 descriptors per worker). A closed
+        Db reopens its connections if a request still holding it writes again."""
+        evict = []
+        with self._lru_lock:
+            self._lru[(t.name, day)] = t
+            self._lru.move_to_end((t.name, day))
+            while len(self._lru) > max(1, self.config.max_open_shards):
+                (_, old_day), owner = self._lru.popitem(last=False)
+                evict.append((owner, old_day))
+        for owner, old_day in evict:
+            owner.forget_shard(old_day)
 
     # --- tenants ------------------------------------------------------------------------------
     def tenant(self, name: str) -> Tenant:
@@ -162,9 +181,23 @@ class Store:
                 results[i] = e
         if valid:
             t = self.tenant(tenant)
+            self._check_days(t, {u.day for _, u in valid})
             planned = t.catalog.write(self._reserve, t, valid, now, results)
             self._store_rows(t, planned, results)
         return results  # type: ignore[return-value]
+
+    def _check_days(self, t: Tenant, days: set[str]) -> None:
+        """Each day is a file (and its replica and WAL): one request may not create hundreds of them
+        (issue 12, finding 4). Refuse before anything is stored."""
+        limit = self.config.max_days_per_request
+        if limit and len(days) > limit:
+            raise BadRequest(f"One push may touch at most {limit} distinct days (this one touches {len(days)}); "
+                             "split it by timestamp.", code="too_many_days", field="units")
+        cap = self.config.max_days_per_tenant
+        new = [d for d in days if d not in t._shards and not t.primary_path(d).exists()]
+        if cap and new and len(t.primary_days()) + len(new) > cap:
+            raise Unprocessable(f"This tenant may keep at most {cap} day files.", code="too_many_days",
+                                field="timestamp")
 
     def _reserve(self, conn: sqlite3.Connection, t: Tenant, valid, now: float, results) -> list:
         """Catalog transaction: assign seqs, detect duplicates and collisions, check parents."""

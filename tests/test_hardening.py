@@ -543,3 +543,92 @@ def test_404_echoes_no_long_path(client, path, method):
     rv = client.open(path, method=method)
     assert rv.status_code in (404, 405) and "A" * 64 not in rv.get_data(as_text=True).upper()
     assert len(rv.get_data()) < 300
+
+
+# --- finding 4: bounded day files per request and tenant, bounded open shard handles --------------
+def test_one_push_cannot_create_hundreds_of_day_files(tmp_path):
+    import time
+    from service import create_app
+    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "max_days_per_tenant": 120})
+    try:
+        c = app.test_client()
+        now = int(time.time())
+        year = [make_unit(f"day {i}", timestamp=now - i * 86_400, ttl=31_000_000) for i in range(365)]
+        assert_error(c.post("/mcp/push", json=year), 400, "too_many_days", "units")
+        assert list((tmp_path / "d" / "tenants").glob("*/primary/*.db")) == []
+        rv = c.post("/mcp/push", json=year[:100])
+        assert rv.status_code == 200 and all(r["status"] == "ok" for r in rv.get_json()["results"])
+        rv = c.post("/mcp/push", json=year[100:125])
+        assert_error(rv, 422, "too_many_days", "timestamp")
+        assert len(list((tmp_path / "d" / "tenants").glob("*/primary/*.db"))) == 100
+        # Days the tenant already has stay open to pushes.
+        assert c.post("/mcp/push", json=make_unit("again", timestamp=now - 5 * 86_400, ttl=31_000_000)).status_code == 200
+    finally:
+        app.extensions["context_shutdown"]()
+
+
+def _open_primary_files(pid: int, data_dir) -> set:
+    import os
+    found = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(data_dir)) and "/primary/" in target:
+            found.add(target.split("/primary/")[1].split(".db")[0])
+    return found
+
+
+def test_open_shard_handles_are_bounded_in_a_real_worker(live_server_factory, tmp_path):
+    import os
+    import time
+    server = live_server_factory(workers=1, data_dir=tmp_path / "lru", env={"CONTEXT_MAX_OPEN_SHARDS": "8"})
+    now = int(time.time())
+    cids = []
+    for batch in range(4):
+        units = [make_unit(f"lru day {batch * 25 + i}", timestamp=now - (batch * 25 + i) * 86_400, ttl=31_000_000)
+                 for i in range(25)]
+        rv = requests.post(server.url + "/mcp/push", json=units, timeout=60)
+        assert rv.status_code == 200, rv.text
+        cids += [r["cid"] for r in rv.json()["results"]]
+    workers = [int(p) for p in os.listdir("/proc") if p.isdigit()
+               and open(f"/proc/{p}/stat").read().split(") ")[1].split()[1] == str(server.proc.pid)]
+    assert workers
+    data_dir = (tmp_path / "lru").resolve()
+    for pid in workers:
+        assert len(_open_primary_files(pid, data_dir)) <= 8 + 2
+    # Every day is still there: a closed day file reopens on demand.
+    for cid in (cids[0], cids[50], cids[-1]):
+        assert requests.get(f"{server.url}/mcp/units/{cid}", timeout=30).status_code == 200
+
+
+def test_data_files_and_folders_are_private(client, app):
+    import os
+    import stat
+    assert client.post("/mcp/push", json=make_unit("private")).status_code == 200
+    root = app.config["CONTEXT"].data_dir
+    paths = [root] + [os.path.join(d, n) for d, ds, fs in os.walk(root) for n in ds + fs]
+    assert any(p.endswith(".db") for p in paths)
+    for p in paths:
+        assert stat.S_IMODE(os.stat(p).st_mode) & 0o077 == 0, (p, oct(os.stat(p).st_mode))
+
+
+def test_keys_file_is_written_private(tmp_path):
+    import os
+    import stat
+    from service.auth import add_key
+    add_key(str(tmp_path / "keys.json"), "acme", ["push"])
+    assert stat.S_IMODE(os.stat(tmp_path / "keys.json").st_mode) == 0o600
+
+
+def test_doctor_checks_the_open_files_limit(tmp_path):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, CONTEXT_DATA_DIR=str(tmp_path / "dd"))
+    out = subprocess.run([sys.executable, "-m", "service.cli", "doctor"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and "open files limit" in out.stdout
+    env["CONTEXT_MAX_OPEN_SHARDS"] = "100000000"
+    out = subprocess.run([sys.executable, "-m", "service.cli", "doctor"], capture_output=True, text=True, env=env)
+    assert out.returncode == 1 and "open files limit" in out.stderr
