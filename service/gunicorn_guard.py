@@ -25,6 +25,7 @@ import time
 PREBUFFER_BYTES = 256 * 1024
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*(\d{1,12})[ \t]*\r\n", re.I)
 _CHUNKED = re.compile(rb"\r\ntransfer-encoding[ \t]*:[^\r\n]*chunked", re.I)
+_EXPECT = re.compile(rb"\r\nexpect[ \t]*:", re.I)     # the client waits for "100 Continue" before its body
 _CODES = {400: "bad_request", 403: "forbidden", 408: "request_timeout", 414: "uri_too_long",
           417: "expectation_failed", 431: "headers_too_large", 500: "internal_error", 501: "not_implemented"}
 
@@ -85,7 +86,7 @@ def request_complete(data: bytes) -> bool:
     if end < 0:
         return False
     head = data[:end + 2]
-    if _CHUNKED.search(head):
+    if _CHUNKED.search(head) or _EXPECT.search(head):
         return True
     m = _CONTENT_LENGTH.search(head)
     if not m:

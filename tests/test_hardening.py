@@ -632,3 +632,27 @@ def test_doctor_checks_the_open_files_limit(tmp_path):
     env["CONTEXT_MAX_OPEN_SHARDS"] = "100000000"
     out = subprocess.run([sys.executable, "-m", "service.cli", "doctor"], capture_output=True, text=True, env=env)
     assert out.returncode == 1 and "open files limit" in out.stderr
+
+
+def test_request_buffering_rules():
+    from service.gunicorn_guard import PREBUFFER_BYTES, request_complete
+    head = b"POST /mcp/search HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n"
+    assert not request_complete(b"GET / HTTP/1.1\r\nHost: x\r\n")
+    assert request_complete(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert not request_complete(head + b"\r\n{\"q\":")
+    assert request_complete(head + b"\r\n0123456789")
+    # Clients that wait for "100 Continue", chunked and large bodies are read on a thread (under the deadline).
+    assert request_complete(head + b"Expect: 100-continue\r\n\r\n")
+    assert request_complete(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab")
+    assert request_complete(b"POST / HTTP/1.1\r\nContent-Length: %d\r\n\r\n{" % (PREBUFFER_BYTES * 4))
+
+
+def test_expect_100_continue_is_answered(live_server):
+    import socket
+    body = json.dumps(make_unit("expect continue")).encode()
+    with socket.create_connection(("127.0.0.1", live_server.port), timeout=30) as s:
+        s.sendall(f"POST /mcp/push HTTP/1.1\r\nHost: 127.0.0.1:{live_server.port}\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n".encode())
+        assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue")
+        s.sendall(body)
+        assert s.recv(65536).startswith(b"HTTP/1.1 200")
