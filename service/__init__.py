@@ -63,8 +63,8 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
         maintenance.start()
 
     errors.init_app(app)
+    metrics.init_app(app)     # first: times and logs every request, also those the doors refuse
     doors.init_app(app)
-    metrics.init_app(app)
     app.register_blueprint(units.bp)
     app.register_blueprint(search.bp)
     app.register_blueprint(health.bp)

@@ -88,6 +88,7 @@ class Config:
     search_wait_s: float = 2.0
     read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)
     request_deadline_s: float = 30.0  # ... and one whose headers and body take longer than this in total
+    access_log: bool = True           # one stderr line per request: tenant, method, route, status, ms
     background: bool = True          # start indexer/janitor threads (tests may turn off)
 
     @property

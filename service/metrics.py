@@ -7,6 +7,7 @@ so every worker reports the same numbers.
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -19,6 +20,9 @@ REQUEST_SECONDS = Histogram("context_request_seconds", "HTTP request latency by 
                             buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
 INDEX_LAG_SECONDS = Histogram("context_index_lag_seconds", "Push ack to indexed, per unit.",
                               buckets=(.01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60))
+
+
+ACCESS_LOG = logging.getLogger("service.access")
 
 
 class StoreCollector:
@@ -54,12 +58,21 @@ def init_app(app: Flask) -> None:
     def _start():
         g._t0 = time.perf_counter()
 
+    access = app.config["CONTEXT"].access_log
+
     @app.after_request
     def _observe(response):
         t0 = g.pop("_t0", None)
         if t0 is not None:
             route = request.url_rule.rule if request.url_rule is not None else "unmatched"
-            REQUEST_SECONDS.labels(route, request.method, str(response.status_code)).observe(time.perf_counter() - t0)
+            seconds = time.perf_counter() - t0
+            REQUEST_SECONDS.labels(route, request.method, str(response.status_code)).observe(seconds)
+            if access:
+                # One line per request (DESIGN.md section 9): the route pattern, never the path, content or key.
+                principal = g.get("principal")
+                ACCESS_LOG.info("tenant=%s method=%s route=%s status=%d ms=%.1f",
+                                principal.tenant if principal else "-", request.method, route,
+                                response.status_code, seconds * 1000)
         return response
 
     @app.get("/metrics")

@@ -656,3 +656,23 @@ def test_expect_100_continue_is_answered(live_server):
         assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue")
         s.sendall(body)
         assert s.recv(65536).startswith(b"HTTP/1.1 200")
+
+
+def test_access_log_has_one_line_per_request_without_content_or_key(tmp_path, caplog):
+    from service import create_app
+    key = "acme-writer-0123456789"
+    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "api_keys": f"{key}:acme:push+search"})
+    try:
+        c = app.test_client()
+        with caplog.at_level("INFO", logger="service.access"):
+            cid = c.post("/mcp/push", json=make_unit("secret content ORD-42"),
+                         headers={"Authorization": f"Bearer {key}"}).get_json()["cid"]
+            c.get(f"/mcp/units/{cid}")
+            c.get(f"/mcp/units/{cid}", headers={"Host": "evil.example"})
+        lines = [r.getMessage() for r in caplog.records if r.name == "service.access"]
+        assert lines[0].startswith("tenant=acme method=POST route=/mcp/push status=200 ms=")
+        assert lines[1].startswith("tenant=- method=GET route=/mcp/units/<cid> status=401 ms=")
+        assert lines[2].startswith("tenant=- method=GET route=/mcp/units/<cid> status=403 ms=")
+        assert not any(key in line or "secret" in line or cid in line for line in lines)
+    finally:
+        app.extensions["context_shutdown"]()
