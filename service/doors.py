@@ -18,7 +18,6 @@ from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 
 from .errors import ApiError
 
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")
 # Routes whose body may be a batch of units (up to config.max_body_bytes); all others get max_request_bytes.
 BATCH_ROUTES = ("/mcp/push",)
 
