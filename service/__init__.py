@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import sys
 
 from flask import Flask
+from flask.json.provider import DefaultJSONProvider
 
 from .config import Config, from_mapping
 
@@ -14,26 +16,38 @@ log = logging.getLogger("service")
 
 def create_app(test_config: dict | Config | None = None) -> Flask:
     """Application factory: configuration, store, background maintenance, blueprints."""
-    from . import adapters, errors, limits, mcp, metrics
+    from . import adapters, doors, errors, limits, mcp, metrics
     from .api import health, search, units
     from .auth import KeyRing
+    from .doors import is_loopback_bind
     from .indexer import Maintenance
     from .shards import check_fts5
     from .store import Store
 
     _setup_logging()
     config = test_config if isinstance(test_config, Config) else from_mapping(test_config)
+    # Tenant content is private to the service's user: files 0600, folders 0700 (SQLite's WAL and
+    # SHM files take the database's mode). Descriptors: one per open day file and connection.
+    os.umask(0o077)
+    raise_open_files_limit()
     problem = check_fts5()
     if problem:
         raise RuntimeError(problem)
 
     app = Flask(__name__)
+    app.json = StrictJSONProvider(app)
     app.config["CONTEXT"] = config
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.json.ensure_ascii = False
     app.json.sort_keys = False
 
     keys = KeyRing.from_config(config)
+    if keys.open and not config.allow_open and not is_loopback_bind(config.bind):
+        raise RuntimeError(
+            f"Refusing to start: no API keys are configured and CONTEXT_BIND={config.bind} is not loopback, "
+            "so anyone who can reach it could read and write everything. Configure keys "
+            "(CONTEXT_API_KEYS_FILE, see `context-mode keys add`), bind 127.0.0.1, or set "
+            "CONTEXT_ALLOW_OPEN=1 if a proxy in front authenticates callers.")
     if keys.open:
         log.warning("=" * 72)
         log.warning("NO API KEYS CONFIGURED: every caller is the single 'default' tenant with all scopes.")
@@ -49,7 +63,8 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
         maintenance.start()
 
     errors.init_app(app)
-    metrics.init_app(app)
+    metrics.init_app(app)     # first: times and logs every request, also those the doors refuse
+    doors.init_app(app)
     app.register_blueprint(units.bp)
     app.register_blueprint(search.bp)
     app.register_blueprint(health.bp)
@@ -63,6 +78,32 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.extensions["context_shutdown"] = shutdown
     atexit.register(shutdown)
     return app
+
+
+def open_files_needed(config) -> int:
+    """Descriptors one process may need: each open primary day keeps a writer and up to
+    ``shard_readers`` readers (database and WAL each), plus replicas, catalogs and sockets."""
+    return config.max_open_shards * (1 + config.shard_readers) * 2 * 2 + 256
+
+
+def raise_open_files_limit() -> None:
+    """Lift the soft RLIMIT_NOFILE to the hard one (many systems start at 1,024)."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = hard if hard != resource.RLIM_INFINITY else 65536
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(target, 65536), hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+class StrictJSONProvider(DefaultJSONProvider):
+    """Responses are JSON every reader accepts: never NaN or Infinity (issue 12, finding 5)."""
+
+    def dumps(self, obj, **kwargs):
+        kwargs.setdefault("allow_nan", False)
+        return super().dumps(obj, **kwargs)
 
 
 def _setup_logging() -> None:

@@ -46,10 +46,7 @@ class KeyRing:
     def from_config(cls, config) -> "KeyRing":
         entries = []
         if config.api_keys_file:
-            with open(config.api_keys_file, encoding="utf-8") as fh:
-                data = json.load(fh)
-            for item in data.get("keys", []):
-                entries.append(_entry(item))
+            entries += _read_keys_file(config.api_keys_file)
         if config.api_keys:
             # Development form: "key:tenant:push+search;key2:tenant2:search"
             for part in config.api_keys.split(";"):
@@ -58,6 +55,8 @@ class KeyRing:
                 key, tenant, scopes = (part.strip().split(":") + ["", ""])[:3]
                 scope_list = [s for s in scopes.replace(",", "+").split("+") if s] or list(SCOPES[:2])
                 entries.append(_entry({"key": key, "tenant": tenant, "scopes": scope_list}))
+            if not entries:
+                raise ValueError("CONTEXT_API_KEYS is set but names no key; unset it to run without keys.")
         return cls(entries)
 
     def authenticate(self, presented: str | None) -> Principal | None:
@@ -72,6 +71,49 @@ class KeyRing:
         return found
 
 
+ENTRY_FIELDS = {"key", "key_sha256", "tenant", "scopes", "label", "created_at"}
+MIN_KEY_CHARS = 16
+# Words that mark a key copied from an example rather than generated (.env.example's "change-me").
+PLACEHOLDERS = ("change-me", "changeme", "change_me", "replace-me", "replaceme", "your-key", "your_key",
+                "your-api-key", "placeholder", "example", "secret", "password", "xxxx")
+
+
+def _read_keys_file(path: str) -> list[tuple[str, str, frozenset[str]]]:
+    """Every entry of a keys file; ValueError (the start stops) when it yields no key or has
+    unknown fields: a typo must never turn authentication off (issue 12, finding 2)."""
+    with open(path, encoding="utf-8") as fh:
+        try:
+            data = json.load(fh)
+        except ValueError as e:
+            raise ValueError(f"keys file {path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict) or set(data) != {"keys"} or not isinstance(data["keys"], list):
+        found = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f'keys file {path}: expected {{"keys": [...]}} and nothing else, found {found}')
+    if not data["keys"]:
+        raise ValueError(f"keys file {path} holds no keys; add one with `context-mode keys add`, "
+                         "or unset CONTEXT_API_KEYS_FILE to run without keys (loopback only)")
+    entries = []
+    for i, item in enumerate(data["keys"]):
+        if not isinstance(item, dict):
+            raise ValueError(f"keys file {path}: entry {i} is not an object")
+        unknown = sorted(set(item) - ENTRY_FIELDS)
+        if unknown:
+            raise ValueError(f"keys file {path}: entry {i} has unknown field(s) {unknown}; "
+                             f"known: {sorted(ENTRY_FIELDS)}")
+        entries.append(_entry(item))
+    return entries
+
+
+def weak_key_problem(key: str) -> str | None:
+    """Why a plain key must not be used, or None: too short, or a placeholder from an example."""
+    if len(key) < MIN_KEY_CHARS:
+        return f"a key must be at least {MIN_KEY_CHARS} characters (generate one with `context-mode keys add`)"
+    lowered = key.lower()
+    if any(word in lowered for word in PLACEHOLDERS):
+        return "this key is a placeholder from an example; generate a real one with `context-mode keys add`"
+    return None
+
+
 def _entry(item: dict) -> tuple[str, str, frozenset[str]]:
     tenant = item.get("tenant", "")
     if not TENANT_RE.match(tenant or ""):
@@ -81,10 +123,15 @@ def _entry(item: dict) -> tuple[str, str, frozenset[str]]:
     if unknown:
         raise ValueError(f"keys file: unknown scope(s) {sorted(unknown)}; known: {SCOPES}")
     if "key_sha256" in item:
-        key_hash = item["key_sha256"].lower()
-        if len(key_hash) != 64:
+        key_hash = item["key_sha256"].lower() if isinstance(item["key_sha256"], str) else ""
+        if len(key_hash) != 64 or not all(c in "0123456789abcdef" for c in key_hash):
             raise ValueError("keys file: key_sha256 must be 64 hex digits")
     elif item.get("key"):
+        if not isinstance(item["key"], str):
+            raise ValueError("keys file: 'key' must be a string")
+        problem = weak_key_problem(item["key"])
+        if problem:
+            raise ValueError(f"keys: refused key for tenant {tenant!r}: {problem}")
         key_hash = hash_key(item["key"])
     else:
         raise ValueError("keys file: each key needs 'key_sha256' (or 'key' for development)")
@@ -106,7 +153,7 @@ def add_key(path: str, tenant: str, scopes: list[str]) -> str:
     except FileNotFoundError:
         data = {"keys": []}
     data.setdefault("keys", []).append(entry)
-    with open(path, "w", encoding="utf-8") as fh:
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=2)
         fh.write("\n")
     return key

@@ -22,7 +22,9 @@ def serve(bind):
     """Run the development server (use `make run` for gunicorn)."""
     from . import create_app
     config = Config.from_env()
-    host, _, port = (bind or config.bind).rpartition(":")
+    if bind:
+        config = config.replace(bind=bind)
+    host, _, port = config.bind.rpartition(":")
     app = create_app(config)
     app.run(host=host or "127.0.0.1", port=int(port), threaded=True, use_reloader=False)
 
@@ -45,7 +47,7 @@ def doctor(quiet):
     problem = check_fts5()
     report(problem is None, problem or "FTS5 and fts5vocab available")
     try:
-        os.makedirs(config.data_dir, exist_ok=True)
+        os.makedirs(config.data_dir, mode=0o700, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=config.data_dir):
             pass
         report(True, f"data directory {os.path.abspath(config.data_dir)} writable")
@@ -58,6 +60,26 @@ def doctor(quiet):
         report("订单" in tokens, f"jieba dictionary loads ({tok.segmenter}): {' '.join(tokens)}")
     except Exception as e:  # noqa: BLE001 - doctor reports whatever breaks
         report(False, f"tokenizer failed: {e}")
+    try:
+        import resource
+
+        from . import open_files_needed
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        need = open_files_needed(config)
+        usable = hard if hard != resource.RLIM_INFINITY else need
+        report(usable >= need, f"open files limit {soft} (hard {hard}); a worker may need {need} "
+               f"with CONTEXT_MAX_OPEN_SHARDS={config.max_open_shards}"
+               + ("" if usable >= need else ": raise it (ulimit -n, or the container's nofile ulimit) "
+                  "or lower CONTEXT_MAX_OPEN_SHARDS"))
+    except ImportError:
+        pass
+    data = os.path.abspath(config.data_dir)
+    loose = [p for p in [data, *(os.path.join(d, n) for d, ds, fs in os.walk(data) for n in ds + fs)]
+             if os.path.exists(p) and os.stat(p).st_mode & 0o077][:3]
+    if loose:   # a warning: data written before this check existed must not stop the start
+        click.echo(f"warn  group/other may read {', '.join(loose)}: chmod -R go-rwx {data}", err=True)
+    elif not quiet:
+        click.echo("ok    data files are private to this user (0600/0700)")
     if not config.api_keys_file and not config.api_keys:
         if not quiet:
             click.echo("warn  no API keys configured: single 'default' tenant, no authentication")

@@ -40,7 +40,10 @@ class Config:
     default_ttl: int = 2_592_000      # ttl of a unit pushed without one (30 days); 0: kept for good (needs max_ttl 0)
     future_skew_s: int = 300
     max_batch: int = 1000
-    max_body_bytes: int = 32 * 1024 * 1024
+    max_body_bytes: int = 32 * 1024 * 1024       # POST /mcp/push (batches); checked before parsing
+    max_request_bytes: int = 1024 * 1024         # every other route's body (search, MCP, retrieval, ...)
+    max_metadata_depth: int = 32
+    max_lineage_bytes: int = 4 * 1024 * 1024     # content in one lineage answer (REST and review-lineage)
     # Tokenizer (DESIGN.md section 6).
     segmenter: str = "auto"          # auto | rjieba | jieba
     user_dict: str | None = None
@@ -66,14 +69,27 @@ class Config:
     cache_size_kib: int = 8192        # catalog connections
     shard_cache_kib: int = 512        # per connection to a day shard (there are many: keep RSS bounded)
     shard_readers: int = 2            # pooled read connections kept per day-shard file
+    max_open_shards: int = 64         # primary day files kept open per process (least recently used closed)
+    max_days_per_request: int = 100   # distinct days one push may touch (each is a file); 0: no limit
+    max_days_per_tenant: int = 400    # day files per tenant (at the default max_ttl live units span ~366)
     # Front doors (DESIGN.md sections 7 and 8).
     public_url: str = "http://context-mode:5000"
-    mcp_allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]", "::1")
+    # Host/Origin check on every door (DESIGN.md section 9); the host of public_url is always allowed.
+    allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]", "::1")
+    allowed_origins: tuple[str, ...] = ()
+    mcp_allowed_hosts: tuple[str, ...] = ()     # older names of the two above; added to them
     mcp_allowed_origins: tuple[str, ...] = ()
+    allow_open: bool = False          # no-keys mode on a non-loopback bind only when this is set
     mcp_cursor_secret: str | None = None   # HMAC key for MCP list cursors (default: a key file in data_dir)
     mcp_list_max_units: int = 500     # resources/list stops after this many recent units (issue 14: clients cap pages)
-    rate_limit: str | None = None     # e.g. "600/minute" per key
+    # Per key (client address for requests without one). "auto": 1200/minute when keys are
+    # configured, off in no-keys mode (loopback only, one user); "off" disables it everywhere.
+    rate_limit: str | None = "auto"
+    max_concurrent_searches: int = 4  # per worker (0: no cap); more wait up to search_wait_s, then 503 + Retry-After
+    search_wait_s: float = 2.0
     read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)
+    request_deadline_s: float = 30.0  # ... and one whose headers and body take longer than this in total
+    access_log: bool = True           # one stderr line per request: tenant, method, route, status, ms
     background: bool = True          # start indexer/janitor threads (tests may turn off)
 
     def __post_init__(self):

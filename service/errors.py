@@ -65,6 +65,15 @@ class StorageUnavailable(ApiError):
         super().__init__(message, **kw)
 
 
+class Busy(ApiError):
+    """Every search slot of this worker is taken (issue 12, finding 9): retry shortly."""
+    status, code = 503, "search_busy"
+
+    def __init__(self, message: str = "Too many searches at once; retry shortly.", **kw):
+        kw.setdefault("headers", {"Retry-After": "1"})
+        super().__init__(message, **kw)
+
+
 def error_body(message: str, code: str, field: str | None = None) -> dict:
     body = {"error": message, "code": code}
     if field is not None:
@@ -81,28 +90,60 @@ _HTTP_CODES = {
 }
 
 
+# Error codes in a JSON-RPC body for failures the /mcp door answers before JSON-RPC starts.
+_RPC_CODES = {401: -32010, 403: -32011}
+# Dify's suggested codes (service/adapters/dify.py) for the same failures on /retrieval.
+_DIFY_CODES = {400: 3001, 401: 1002, 403: 1002, 404: 2001, 413: 3002, 415: 3001, 429: 3003}
+
+
+def door() -> str:
+    """Which front door the current request came through: 'mcp', 'dify' or 'rest'."""
+    from flask import request
+    path = request.path
+    if path == "/mcp":
+        return "mcp"
+    if path in ("/retrieval", "//retrieval"):
+        return "dify"
+    return "rest"
+
+
+def respond(status: int, code: str, message: str, field: str | None = None, headers: dict | None = None):
+    """One error response in the shape of the door it answers: JSON-RPC for /mcp, Dify's for
+    /retrieval, {"error", "code", "field"?} (DESIGN.md section 4) everywhere else."""
+    which = door()
+    if which == "mcp":
+        body = {"jsonrpc": "2.0", "id": None,
+                "error": {"code": _RPC_CODES.get(status, -32600 if status < 500 else -32603), "message": message,
+                          "data": {"code": code}}}
+    elif which == "dify":
+        body = {"error_code": _DIFY_CODES.get(status, 3001 if status < 500 else 5001), "error_msg": message}
+    else:
+        body = error_body(message, code, field)
+    rv = jsonify(body)
+    rv.status_code = status
+    rv.headers.update(headers or {})
+    return rv
+
+
 def init_app(app: Flask) -> None:
     @app.errorhandler(ApiError)
     def _api_error(e: ApiError):
-        rv = jsonify(e.body())
-        rv.status_code = e.status
-        rv.headers.update(e.headers)
-        return rv
+        return respond(e.status, e.code, e.message, e.field, e.headers)
 
     @app.errorhandler(HTTPException)
     def _http_error(e: HTTPException):
-        code = _HTTP_CODES.get(e.code or 500, "http_error")
+        status = e.code or 500
+        code = _HTTP_CODES.get(status, "http_error")
         message = {
             404: "No such route.",
             405: "Method not allowed for this route.",
             413: "Request body too large.",
             429: f"Rate limit exceeded ({e.description}); retry after the Retry-After interval.",
-        }.get(e.code, e.description or e.name)
-        rv = jsonify(error_body(message, code))
-        rv.status_code = e.code or 500
-        if e.code == 405 and hasattr(e, "valid_methods") and e.valid_methods:
-            rv.headers["Allow"] = ", ".join(e.valid_methods)
-        return rv
+        }.get(status, e.name)
+        headers = {}
+        if status == 405 and getattr(e, "valid_methods", None):
+            headers["Allow"] = ", ".join(e.valid_methods)
+        return respond(status, code, message, headers=headers)
 
     @app.errorhandler(Exception)
     def _unexpected(e: Exception):
@@ -111,6 +152,4 @@ def init_app(app: Flask) -> None:
         if mapped is not None:
             return _api_error(mapped)
         log.exception("unhandled error")
-        rv = jsonify(error_body("Internal server error.", "internal_error"))
-        rv.status_code = 500
-        return rv
+        return respond(500, "internal_error", "Internal server error.")

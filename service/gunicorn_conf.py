@@ -7,6 +7,7 @@ import os
 import tempfile
 
 from service.config import Config
+from service.gunicorn_guard import install as install_guard
 
 _config = Config.from_env()
 
@@ -24,27 +25,14 @@ accesslog = None
 errorlog = "-"
 loglevel = "info"
 preload_app = False     # each worker opens its own SQLite connections and threads after fork
+# No shared ~/.gunicorn/gunicorn.ctl: every instance on a host would bind the same path (issue 12).
+control_socket_disable = True
 
 
-def _bound_socket_reads(seconds: float) -> None:
-    """gthread reads a request's headers and body on a worker thread with no deadline, so a
-    client that stops sending mid-request (slowloris) holds that thread forever. Give every
-    connection's socket a read timeout once gunicorn makes it blocking."""
-    from gunicorn.workers import gthread
-
-    original = gthread.TConn.init
-    if getattr(original, "_bounded", False):
-        return
-
-    def init(self):
-        original(self)
-        self.sock.settimeout(seconds)
-    init._bounded = True
-    gthread.TConn.init = init
-
-
-if _config.read_timeout_s > 0:
-    _bound_socket_reads(_config.read_timeout_s)   # in the master, so every forked worker has it
+# Slow clients: headers and small bodies are buffered without a thread, every request has a
+# total deadline, gunicorn's own errors are JSON (service/gunicorn_guard.py). In the master, so
+# every forked worker has it.
+install_guard(_config.read_timeout_s, _config.request_deadline_s)
 
 
 def on_starting(server):

@@ -7,6 +7,7 @@ so every worker reports the same numbers.
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -21,9 +22,13 @@ INDEX_LAG_SECONDS = Histogram("context_index_lag_seconds", "Push ack to indexed,
                               buckets=(.01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60))
 
 
+ACCESS_LOG = logging.getLogger("service.access")
+
+
 class StoreCollector:
-    def __init__(self, app: Flask):
+    def __init__(self, app: Flask, tenants: list[str] | None = None):
         self.app = app
+        self.tenants = tenants          # None: every tenant (no-keys mode, loopback only)
 
     def collect(self):
         from .shards import sql
@@ -33,7 +38,10 @@ class StoreCollector:
                                 labels=["tenant"])
         stored = GaugeMetricFamily("context_units_stored", "Live units in the catalog.", labels=["tenant"])
         now = time.time()
-        for name in store.tenant_names():
+        names = store.tenant_names()
+        if self.tenants is not None:
+            names = [n for n in names if n in self.tenants]
+        for name in names:
             t = store.tenant(name)
             pending, lag_ms = store.searcher.freshness(t, store.live_days(t), store.searcher.view(t), exact=True)
             depth.add_metric([name], pending)
@@ -50,17 +58,34 @@ def init_app(app: Flask) -> None:
     def _start():
         g._t0 = time.perf_counter()
 
+    access = app.config["CONTEXT"].access_log
+
     @app.after_request
     def _observe(response):
         t0 = g.pop("_t0", None)
         if t0 is not None:
             route = request.url_rule.rule if request.url_rule is not None else "unmatched"
-            REQUEST_SECONDS.labels(route, request.method, str(response.status_code)).observe(time.perf_counter() - t0)
+            seconds = time.perf_counter() - t0
+            REQUEST_SECONDS.labels(route, request.method, str(response.status_code)).observe(seconds)
+            if access:
+                # One line per request (DESIGN.md section 9): the route pattern, never the path, content or key.
+                principal = g.get("principal")
+                ACCESS_LOG.info("tenant=%s method=%s route=%s status=%d ms=%.1f",
+                                principal.tenant if principal else "-", request.method, route,
+                                response.status_code, seconds * 1000)
         return response
 
     @app.get("/metrics")
     def metrics():
-        """Prometheus metrics."""
+        """Prometheus metrics. With keys configured: an admin key, and only its tenant's series (issue 12)."""
+        from .auth import current_principal
+        from .errors import Forbidden
+        tenants = None
+        if not app.extensions["context_keys"].open:
+            principal = current_principal()
+            if "admin" not in principal.scopes:
+                raise Forbidden("/metrics needs a key with the 'admin' scope.", code="missing_scope")
+            tenants = [principal.tenant]
         registry = CollectorRegistry()
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             from prometheus_client import multiprocess
@@ -68,5 +93,5 @@ def init_app(app: Flask) -> None:
         else:
             registry.register(REQUEST_SECONDS)
             registry.register(INDEX_LAG_SECONDS)
-        registry.register(StoreCollector(app))
+        registry.register(StoreCollector(app, tenants))
         return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)

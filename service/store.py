@@ -18,11 +18,12 @@ import re
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 from . import units as unitmod
 from .config import Config
-from .errors import ApiError, Conflict, NotFound, Unprocessable
+from .errors import ApiError, BadRequest, Busy, Conflict, NotFound, Unprocessable
 from .shards import Db, schema, sql
 from .units import Unit, validate_unit
 
@@ -70,9 +71,10 @@ class Tenant:
         return self.dir / "primary" / f"{day}.db"
 
     def shard(self, day: str, create: bool = True) -> Db | None:
-        """The primary Db of one day (opened once per process)."""
+        """The primary Db of one day (opened once per process, closed when least recently used)."""
         db = self._shards.get(day)
         if db is not None:
+            self.store.opened(self, day)
             return db
         if not create and not self.primary_path(day).exists():
             return None
@@ -83,7 +85,8 @@ class Tenant:
                         cache_size_kib=self.store.config.shard_cache_kib, pool_size=self.store.config.shard_readers)
                 db.write(migrate_shard)
                 self._shards[day] = db
-            return db
+        self.store.opened(self, day)
+        return db
 
     def forget_shard(self, day: str) -> None:
         with self._lock:
@@ -115,8 +118,26 @@ class Store:
         self._tenants: dict[str, Tenant] = {}
         self._lock = threading.Lock()
         self.listeners: list = []   # callables(tenant, days) told about new pending rows
+        self._lru: OrderedDict[tuple[str, str], Tenant] = OrderedDict()
+        self._lru_lock = threading.Lock()
+        n = config.max_concurrent_searches
+        self._search_slots = threading.BoundedSemaphore(n) if n > 0 else None
         from .search import Searcher
         self.searcher = Searcher(self)
+
+    def opened(self, t: Tenant, day: str) -> None:
+        """Note a use of a primary shard; past max_open_shards close the least recently used one
+        (issue 12, finding 4: 365 days in one push reached ~2,250 descriptors per worker). A closed
+        Db reopens its connections if a request still holding it writes again."""
+        evict = []
+        with self._lru_lock:
+            self._lru[(t.name, day)] = t
+            self._lru.move_to_end((t.name, day))
+            while len(self._lru) > max(1, self.config.max_open_shards):
+                (_, old_day), owner = self._lru.popitem(last=False)
+                evict.append((owner, old_day))
+        for owner, old_day in evict:
+            owner.forget_shard(old_day)
 
     # --- tenants ------------------------------------------------------------------------------
     def tenant(self, name: str) -> Tenant:
@@ -158,9 +179,23 @@ class Store:
                 results[i] = e
         if valid:
             t = self.tenant(tenant)
+            self._check_days(t, {u.day for _, u in valid})
             planned = t.catalog.write(self._reserve, t, valid, now, results)
             self._store_rows(t, planned, results)
         return results  # type: ignore[return-value]
+
+    def _check_days(self, t: Tenant, days: set[str]) -> None:
+        """Each day is a file (and its replica and WAL): one request may not create hundreds of them
+        (issue 12, finding 4). Refuse before anything is stored."""
+        limit = self.config.max_days_per_request
+        if limit and len(days) > limit:
+            raise BadRequest(f"One push may touch at most {limit} distinct days (this one touches {len(days)}); "
+                             "split it by timestamp.", code="too_many_days", field="units")
+        cap = self.config.max_days_per_tenant
+        new = [d for d in days if d not in t._shards and not t.primary_path(d).exists()]
+        if cap and new and len(t.primary_days()) + len(new) > cap:
+            raise Unprocessable(f"This tenant may keep at most {cap} day files.", code="too_many_days",
+                                field="timestamp")
 
     def _reserve(self, conn: sqlite3.Connection, t: Tenant, valid, now: float, results) -> list:
         """Catalog transaction: assign seqs, detect duplicates and collisions, check parents."""
@@ -278,23 +313,35 @@ class Store:
             raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
         return unit
 
-    def lineage(self, tenant: str, cid: str) -> dict:
-        """Ancestors (nearest first, root last) and direct children of a live unit."""
+    def lineage(self, tenant: str, cid: str, max_bytes: int | None = None) -> dict:
+        """Ancestors (nearest first, root last) and direct children of a live unit. With ``max_bytes``,
+        units whose content would pass that total are left out and named in ``omitted`` (issue 12)."""
         unit = self.require(tenant, cid)
+        used = [len(unit["content"])]
+        omitted: list[str] = []
+
+        def fits(u: dict) -> bool:
+            if max_bytes is not None and used[0] + len(u["content"]) > max_bytes:
+                omitted.append(u["cid"])
+                return False
+            used[0] += len(u["content"])
+            return True
         ancestors, seen = [], {cid}
         parent = unit["parent_cid"]
-        while parent and parent not in seen and len(ancestors) < MAX_LINEAGE_DEPTH:
+        while parent and parent not in seen and len(ancestors) + len(omitted) < MAX_LINEAGE_DEPTH:
             seen.add(parent)
             p = self.get(tenant, parent)
             if p is None:
                 break
-            ancestors.append(p)
+            if fits(p):
+                ancestors.append(p)
             parent = p["parent_cid"]
         t = self.tenant(tenant)
         rows = t.catalog.read(lambda c: c.execute(
             sql("catalog_children"), {"cid": cid, "now": int(time.time()), "limit": 1000}).fetchall())
-        children = [u for u in (self.get(tenant, r["cid"]) for r in rows) if u is not None]
-        return {"unit": unit, "ancestors": ancestors, "children": children}
+        children = [u for u in (self.get(tenant, r["cid"]) for r in rows) if u is not None and fits(u)]
+        return {"unit": unit, "ancestors": ancestors, "children": children,
+                "truncated": bool(omitted), "omitted": omitted}
 
     def recent(self, tenant: str, limit: int = 50, before_seq: int | None = None) -> list[dict]:
         """Live units, newest (highest seq) first, strictly below ``before_seq``."""
@@ -328,7 +375,15 @@ class Store:
 
     # --- search -------------------------------------------------------------------------------
     def search(self, tenant: str, params) -> dict:
-        return self.searcher.search(self.tenant(tenant), params)
+        # A cap on concurrent searches per worker keeps threads free for everything else (issue 12, finding 9).
+        slots = self._search_slots
+        if slots is not None and not slots.acquire(timeout=self.config.search_wait_s):
+            raise Busy()
+        try:
+            return self.searcher.search(self.tenant(tenant), params)
+        finally:
+            if slots is not None:
+                slots.release()
 
     def live_days(self, t: Tenant, first: str = "0000-00-00", last: str = "9999-99-99") -> list[str]:
         return [r[0] for r in t.catalog.read(lambda c: c.execute(

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -71,7 +72,7 @@ class Unit:
     def metadata_json(self) -> str | None:
         if self.metadata is None:
             return None
-        return json.dumps(self.metadata, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(self.metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def _is_int(v) -> bool:
@@ -89,6 +90,23 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _check_metadata_values(metadata: dict, max_depth: int) -> None:
+    """Finite numbers only (1e400 parses as inf, which no JSON reader accepts back) and nesting at
+    most ``max_depth`` levels (deeper ones break recursive readers): issue 12, findings 5 and 6."""
+    stack = [(metadata, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadRequest("Field 'metadata' holds a number too large for JSON (or NaN); "
+                             "send finite numbers only.", code="invalid_number", field="metadata")
+        if isinstance(value, (dict, list)):
+            if depth > max_depth:
+                raise BadRequest(f"Field 'metadata' is nested more than {max_depth} levels deep.",
+                                 code="metadata_too_deep", field="metadata")
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children)
 
 
 def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
@@ -162,8 +180,9 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
     if metadata is not None:
         if not isinstance(metadata, dict):
             raise BadRequest("Field 'metadata' must be a JSON object.", field="metadata")
+        _check_metadata_values(metadata, config.max_metadata_depth)
         try:
-            encoded = json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            encoded = json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
         except (ValueError, UnicodeEncodeError):
             raise BadRequest("Field 'metadata' is not serializable JSON.", field="metadata") from None
         if len(encoded) > config.max_metadata_bytes:

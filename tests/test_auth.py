@@ -17,7 +17,7 @@ def keyed(tmp_path):
     keys.write_text(json.dumps({"keys": [
         {"key_sha256": hash_key("acme-writer"), "tenant": "acme", "scopes": ["push", "search"]},
         {"key_sha256": hash_key("acme-reader"), "tenant": "acme", "scopes": ["search"]},
-        {"key": "globex-dev", "tenant": "globex", "scopes": ["push", "search", "admin"]},
+        {"key": "globex-dev-0123456789abcdef", "tenant": "globex", "scopes": ["push", "search", "admin"]},
     ]}))
     app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "api_keys_file": str(keys)})
     yield app.test_client()
@@ -49,14 +49,14 @@ def test_missing_scope_is_403(keyed):
 def test_tenants_are_isolated(keyed):
     unit = make_unit("shared text 共享")
     a = keyed.post("/mcp/push", json=unit, headers=bearer("acme-writer")).get_json()
-    b = keyed.post("/mcp/push", json=unit, headers=bearer("globex-dev")).get_json()
+    b = keyed.post("/mcp/push", json=unit, headers=bearer("globex-dev-0123456789abcdef")).get_json()
     assert a["cid"] == b["cid"] and a["status"] == b["status"] == "ok"   # same unit, two tenants, both new
     only_acme = keyed.post("/mcp/push", json=make_unit("acme secret 机密"), headers=bearer("acme-writer")).get_json()
-    assert_error(keyed.get(f"/mcp/units/{only_acme['cid']}", headers=bearer("globex-dev")), 404, "not_found")
-    assert_error(keyed.delete(f"/mcp/units/{only_acme['cid']}", headers=bearer("globex-dev")), 404, "not_found")
+    assert_error(keyed.get(f"/mcp/units/{only_acme['cid']}", headers=bearer("globex-dev-0123456789abcdef")), 404, "not_found")
+    assert_error(keyed.delete(f"/mcp/units/{only_acme['cid']}", headers=bearer("globex-dev-0123456789abcdef")), 404, "not_found")
     assert_error(keyed.post("/mcp/push", json=make_unit("child", parent_cid=only_acme["cid"]),
-                            headers=bearer("globex-dev")), 422, "parent_not_found")
-    rv = keyed.post("/mcp/search", json={"query": "机密", "consistency": "strong"}, headers=bearer("globex-dev"))
+                            headers=bearer("globex-dev-0123456789abcdef")), 422, "parent_not_found")
+    rv = keyed.post("/mcp/search", json={"query": "机密", "consistency": "strong"}, headers=bearer("globex-dev-0123456789abcdef"))
     assert rv.get_json()["results"] == []
     rv = keyed.post("/mcp/search", json={"query": "机密", "consistency": "strong"}, headers=bearer("acme-reader"))
     assert [r["cid"] for r in rv.get_json()["results"]] == [only_acme["cid"]]
@@ -76,11 +76,11 @@ def test_keys_file_rejects_bad_entries(tmp_path):
 def test_inline_keys_from_environment_form(tmp_path):
     from service import create_app
     app = create_app({"data_dir": str(tmp_path / "d"), "background": False,
-                      "api_keys": "k1:team-a:push+search;k2:team-b:search"})
+                      "api_keys": "k1-0123456789abcdef:team-a:push+search;k2-0123456789abcdef:team-b:search"})
     try:
         c = app.test_client()
-        assert c.post("/mcp/push", json=make_unit("x"), headers=bearer("k1")).status_code == 200
-        assert_error(c.post("/mcp/push", json=make_unit("x"), headers=bearer("k2")), 403, "missing_scope")
+        assert c.post("/mcp/push", json=make_unit("x"), headers=bearer("k1-0123456789abcdef")).status_code == 200
+        assert_error(c.post("/mcp/push", json=make_unit("x"), headers=bearer("k2-0123456789abcdef")), 403, "missing_scope")
     finally:
         app.extensions["context_shutdown"]()
 
@@ -118,16 +118,16 @@ def test_doctor_reports_checks(tmp_path):
 def test_rate_limit_per_key_is_429_with_retry_after(tmp_path):
     from service import create_app
     app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "rate_limit": "5/minute",
-                      "api_keys": "ka:team-a:push+search;kb:team-b:push+search"})
+                      "api_keys": "ka-0123456789abcdef:team-a:push+search;kb-0123456789abcdef:team-b:push+search"})
     try:
         c = app.test_client()
-        codes = [c.post("/mcp/search", json={"query": "x"}, headers=bearer("ka")).status_code for _ in range(6)]
+        codes = [c.post("/mcp/search", json={"query": "x"}, headers=bearer("ka-0123456789abcdef")).status_code for _ in range(6)]
         assert codes == [200] * 5 + [429]
-        rv = c.post("/mcp/push", json=make_unit("x"), headers=bearer("ka"))
+        rv = c.post("/mcp/push", json=make_unit("x"), headers=bearer("ka-0123456789abcdef"))
         assert_error(rv, 429, "rate_limited")
         assert int(rv.headers["Retry-After"]) > 0
         # Another key has its own budget; probes are never limited.
-        assert c.post("/mcp/search", json={"query": "x"}, headers=bearer("kb")).status_code == 200
+        assert c.post("/mcp/search", json={"query": "x"}, headers=bearer("kb-0123456789abcdef")).status_code == 200
         assert all(c.get("/healthz").status_code == 200 for _ in range(10))
     finally:
         app.extensions["context_shutdown"]()

@@ -16,7 +16,7 @@ CLI = Path(sys.executable).parent / "context-mode"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     from conftest import LiveServer
-    s = LiveServer(tmp_path_factory.mktemp("cli") / "data", workers=1, keys={"clikey": ("acme", ["push", "search"])})
+    s = LiveServer(tmp_path_factory.mktemp("cli") / "data", workers=1, keys={"clikey-0123456789abcdef": ("acme", ["push", "search"])})
     try:
         s.start()
         yield s
@@ -24,7 +24,7 @@ def server(tmp_path_factory):
         s.stop()
 
 
-def run(server, *args, key="clikey", stdin=None):
+def run(server, *args, key="clikey-0123456789abcdef", stdin=None):
     env = dict(os.environ, CONTEXT_URL=server.url, CONTEXT_API_KEY=key)
     return subprocess.run([str(CLI), *args], env=env, input=stdin, capture_output=True, text=True, timeout=60)
 

@@ -94,18 +94,19 @@ def test_bad_bodies_are_400_rest_shape(seeded, data, field):
 
 def test_auth_like_rest(live_server_factory):
     import requests
-    server = live_server_factory(workers=1, keys={"ck": ("dev", ["push", "search"]), "po": ("dev", ["push"])})
+    server = live_server_factory(workers=1, keys={"ck-0123456789abcdef": ("dev", ["push", "search"]), "po-0123456789abcdef": ("dev", ["push"])})
     url = server.url + "/adapters/continue"
     rv = requests.post(url, data=continue_body("x"), headers={"Content-Type": "application/json"}, timeout=5)
     assert rv.status_code == 401 and rv.json()["code"] == "missing_api_key"
-    rv = requests.post(url, data=continue_body("x"), headers=server.headers("po"), timeout=5)
+    rv = requests.post(url, data=continue_body("x"),
+                       headers={"Content-Type": "application/json", **server.headers("po-0123456789abcdef")}, timeout=5)
     assert rv.status_code == 403 and rv.json()["code"] == "missing_scope"
-    requests.post(server.url + "/mcp/push", json=make_unit("continue live ORD-1"), headers=server.headers("ck"),
+    requests.post(server.url + "/mcp/push", json=make_unit("continue live ORD-1"), headers=server.headers("ck-0123456789abcdef"),
                   timeout=5)
     requests.post(server.url + "/mcp/search", json={"query": "ORD-1", "consistency": "strong"},
-                  headers=server.headers("ck"), timeout=5)
+                  headers=server.headers("ck-0123456789abcdef"), timeout=5)
     # Continue sends options.headers as request headers; consistency from options for read-your-writes.
     rv = requests.post(url, data=continue_body("ORD-1", options={"consistency": "strong"}),
-                       headers={"Content-Type": "application/json", **server.headers("ck")}, timeout=5)
+                       headers={"Content-Type": "application/json", **server.headers("ck-0123456789abcdef")}, timeout=5)
     assert rv.status_code == 200
     assert len(rv.json()) == 1 and "continue live ORD-1" in rv.json()[0]["content"]

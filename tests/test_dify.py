@@ -14,7 +14,7 @@ import requests
 
 from conftest import make_unit
 
-KEYS = "difykey:acme:search+push;pushonly:acme:push;betakey:beta:search+push"
+KEYS = "difykey-0123456789abcdef:acme:search+push;pushonly-0123456789abcdef:acme:push;betakey-0123456789abcdef:beta:search+push"
 NOW = int(time.time())
 QUERY = "ORD-7890 order"
 
@@ -25,7 +25,7 @@ def dify_request(query=QUERY, *, knowledge_id="acme", top_k=None, score_threshol
             "knowledge_id": knowledge_id, "metadata_condition": metadata_condition}
 
 
-def auth(key="difykey"):
+def auth(key="difykey-0123456789abcdef"):
     return {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
 
 
@@ -51,10 +51,10 @@ def seeded(tmp_path_factory):
         "ORD-7890 reasoning about the order", type="model_thinking", source="agent_v3_dev", timestamp=NOW - 10,
         parent_cid=cids["u2"]))
     cids["u3"] = rv.get_json()["cid"]
-    rv = client.post("/mcp/push", headers=auth("betakey"), json=make_unit("ORD-7890 order beta secret"))
+    rv = client.post("/mcp/push", headers=auth("betakey-0123456789abcdef"), json=make_unit("ORD-7890 order beta secret"))
     assert rv.status_code == 200
     # Index now (read-your-writes); without background threads there is no replica, reads use the primary.
-    for key in ("difykey", "betakey"):
+    for key in ("difykey-0123456789abcdef", "betakey-0123456789abcdef"):
         rv = client.post("/mcp/search", headers=auth(key), json={"query": QUERY, "consistency": "strong"})
         assert rv.status_code == 200
     yield client, cids
@@ -95,7 +95,7 @@ def test_exact_dify_request_returns_records(seeded):
 
 def test_registration_probe_without_body(seeded):
     client, _ = seeded
-    rv = client.post("/retrieval", headers={"Authorization": "Bearer difykey"})
+    rv = client.post("/retrieval", headers={"Authorization": "Bearer difykey-0123456789abcdef"})
     assert rv.status_code == 200
     assert rv.get_json() == {"records": []}
 
@@ -229,8 +229,8 @@ def test_empty_query_and_huge_query(seeded):
 
 
 @pytest.mark.parametrize("header,code", [
-    (None, 1001), ("Basic ZGlmeTprZXk=", 1001), ("Bearer", 1001), ("Bearer a b", 1001), ("difykey", 1001),
-    ("Bearer wrongkey", 1002), ("Bearer pushonly", 1002),
+    (None, 1001), ("Basic ZGlmeTprZXk=", 1001), ("Bearer", 1001), ("Bearer a b", 1001), ("difykey-0123456789abcdef", 1001),
+    ("Bearer wrongkey", 1002), ("Bearer pushonly-0123456789abcdef", 1002),
 ])
 @pytest.mark.parametrize("with_body", [True, False])
 def test_bad_authorization_is_401_never_403(seeded, header, code, with_body):
@@ -258,22 +258,22 @@ def test_open_mode_default_tenant(client):
     for kid in ("", "default"):
         rv = post(client, dify_request(knowledge_id=kid), headers={"Content-Type": "application/json"})
         assert rv.status_code == 200 and len(rv.get_json()["records"]) == 1
-    rv = post(client, dify_request(knowledge_id="acme"), headers={})
+    rv = post(client, dify_request(knowledge_id="acme"), headers={"Content-Type": "application/json"})
     assert rv.status_code == 404 and rv.get_json()["error_code"] == 2001
 
 
 def test_live_gunicorn_as_dify_calls_it(live_server_factory):
     """Registration probe and retrieval over real HTTP: the same requests Dify's httpx makes."""
-    server = live_server_factory(workers=1, keys={"difykey": ("acme", ["push", "search"])})
+    server = live_server_factory(workers=1, keys={"difykey-0123456789abcdef": ("acme", ["push", "search"])})
     rv = requests.post(server.url + "/mcp/push", json=make_unit("库存 ORD-4242 restocked"),
-                       headers=server.headers("difykey"), timeout=10)
+                       headers=server.headers("difykey-0123456789abcdef"), timeout=10)
     assert rv.status_code == 200
     cid = rv.json()["cid"]
-    probe = requests.post(server.url + "/retrieval", headers={"Authorization": "Bearer difykey"}, timeout=5)
+    probe = requests.post(server.url + "/retrieval", headers={"Authorization": "Bearer difykey-0123456789abcdef"}, timeout=5)
     assert probe.status_code == 200 and probe.json() == {"records": []}
     assert requests.post(server.url + "/retrieval", headers={"Authorization": "Bearer nope"}, timeout=5).status_code == 401
     params = dify_request("ORD-4242 库存", knowledge_id="acme")
-    headers = {"Content-Type": "application/json", "Authorization": "Bearer difykey"}
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer difykey-0123456789abcdef"}
     deadline = time.monotonic() + 15
     records = []
     while time.monotonic() < deadline:   # default searches read the replica: wait out its lag

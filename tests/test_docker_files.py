@@ -209,10 +209,10 @@ def test_api_keys_format_matches_the_service(tmp_path):
     from service.auth import KeyRing
     from service.config import Config
     value = COMPOSE["services"]["context-mode"]["environment"]["CONTEXT_API_KEYS"]
-    value = re.sub(r"\$\{CONTEXT_API_KEY:\?[^}]*\}", "cms_abc-123", value)
+    value = re.sub(r"\$\{CONTEXT_API_KEY:\?[^}]*\}", "cms_abc-123-0123456789abcdef", value)
     value = value.replace("${CONTEXT_TENANT:-default}", "acme").replace("${CONTEXT_API_SCOPES:-push+search}",
                                                                        "push+search")
-    principal = KeyRing.from_config(Config(api_keys=value)).authenticate("cms_abc-123")
+    principal = KeyRing.from_config(Config(api_keys=value)).authenticate("cms_abc-123-0123456789abcdef")
     assert principal is not None and principal.tenant == "acme" and principal.scopes == {"push", "search"}
 
 

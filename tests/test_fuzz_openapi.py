@@ -11,7 +11,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
-KEY = "fuzz-key"
+KEY = "fuzz-key-0123456789abcdef"
 COUNTS = {"requests": 0, "4xx": 0}
 
 
@@ -19,7 +19,8 @@ COUNTS = {"requests": 0, "4xx": 0}
 def fuzz_server(tmp_path_factory):
     from conftest import LiveServer, make_unit
     server = LiveServer(tmp_path_factory.mktemp("fuzz") / "data", workers=2,
-                        keys={KEY: ("fuzz", ["push", "search", "admin"])}).start()
+                        keys={KEY: ("fuzz", ["push", "search", "admin"])},
+                        env={"CONTEXT_RATE_LIMIT": "off"}).start()   # thousands of requests from one key
     # Some real data, so searches and unit reads have something to find.
     for i in range(20):
         requests.post(server.url + "/mcp/push", json=make_unit(f"fuzz seed {i} 订单 ORD-{i}"),

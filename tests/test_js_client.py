@@ -13,8 +13,8 @@ JS_TESTS = ROOT / "clients" / "js" / "test"
 
 @pytest.mark.skipif(NODE is None, reason="node is not installed: the JS client was not tested")
 def test_js_client_against_live_server(live_server_factory):
-    server = live_server_factory(workers=1, keys={"jskey": ("jsteam", ["push", "search", "admin"])})
-    env = dict(os.environ, CONTEXT_URL=server.url, CONTEXT_API_KEY="jskey")
+    server = live_server_factory(workers=1, keys={"jskey-0123456789abcdef": ("jsteam", ["push", "search", "admin"])})
+    env = dict(os.environ, CONTEXT_URL=server.url, CONTEXT_API_KEY="jskey-0123456789abcdef")
     files = sorted(str(p) for p in JS_TESTS.glob("*.test.mjs"))
     assert files, "no clients/js/test/*.test.mjs found"
     rv = subprocess.run([NODE, "--test", *files], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

@@ -47,9 +47,14 @@ def test_dns_rebinding_is_refused(server):
     rv = rpc(server, "resources/list", era=LEGACY, key=KEY, headers={"Host": f"localhost.evil.example.com:{server.port}"})
     assert rv.status_code == 403
     for host, origin in [(f"localhost:{server.port}", f"http://localhost:{server.port}"),
-                         (f"127.0.0.1:{server.port}", None), (f"[::1]:{server.port}", "http://[::1]:3000")]:
+                         (f"127.0.0.1:{server.port}", None), (f"[::1]:{server.port}", f"http://[::1]:{server.port}")]:
         h = {"Host": host, **({"Origin": origin} if origin else {})}
         assert rpc(server, "resources/list", era=LEGACY, key=KEY, headers=h).status_code == 200, h
+    # Another port on localhost is another site (a dev server's page): refused (issue 12, finding 15).
+    for origin in ("http://localhost:3000", "http://127.0.0.1:1", f"http://127.0.0.1:{server.port}"):
+        h = {"Host": f"localhost:{server.port}", "Origin": origin}
+        rv = rpc(server, "resources/list", era=LEGACY, key=KEY, headers=h)
+        assert rv.status_code == 403 and rv.json()["error"]["code"] == -32011, origin
 
 
 def test_get_and_delete_are_405(server):

@@ -16,7 +16,7 @@ from conftest import VENV_BIN, LiveServer, free_port, make_unit
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
-KEY, OTHER_KEY, PUSH_ONLY_KEY = "mcp-test-key", "mcp-other-key", "mcp-push-only"
+KEY, OTHER_KEY, PUSH_ONLY_KEY = "mcp-test-key-0123456789abcdef", "mcp-other-key-0123456789abcdef", "mcp-push-only-0123456789abcdef"
 KEYS = {KEY: ("acme", ["push", "search"]), OTHER_KEY: ("globex", ["push", "search"]),
         PUSH_ONLY_KEY: ("acme", ["push"])}
 

@@ -119,7 +119,7 @@ def test_server_url_comes_from_configuration(tmp_path):
 
 def test_public_without_keys(live_server_factory):
     import requests
-    server = live_server_factory(workers=1, keys={"k": ("acme", ["search"])})
+    server = live_server_factory(workers=1, keys={"k-0123456789abcdef": ("acme", ["search"])})
     rv = requests.get(server.url + "/openapi.json", timeout=5)
     assert rv.status_code == 200
     assert rv.json()["servers"][0]["url"] == "http://context-mode.test:5000"   # CONTEXT_PUBLIC_URL

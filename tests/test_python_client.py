@@ -24,7 +24,7 @@ def server(tmp_path_factory):
     """One gunicorn for the live tests of this module (keys: a writer/reader and an admin)."""
     from conftest import LiveServer
     s = LiveServer(tmp_path_factory.mktemp("pyclient") / "data", workers=1,
-                   keys={"rw": ("acme", ["push", "search"]), "adm": ("acme", ["push", "search", "admin"])})
+                   keys={"rw-0123456789abcdef": ("acme", ["push", "search"]), "adm-0123456789abcdef": ("acme", ["push", "search", "admin"])})
     try:
         s.start()
         yield s
@@ -33,7 +33,7 @@ def server(tmp_path_factory):
 
 
 def test_push_search_context_get_lineage_delete(server):
-    cm = ContextModeClient(server.url, "rw")
+    cm = ContextModeClient(server.url, "rw-0123456789abcdef")
     parent = client_unit("用户问：订单 ORD-5555 到哪了？", type="user_input", source="pyclient_v1_ci")
     rv = cm.push(parent)
     assert (rv["status"], rv["cid"]) == ("ok", parent["cid"])
@@ -52,14 +52,14 @@ def test_push_search_context_get_lineage_delete(server):
     with pytest.raises(ContextModeError) as e:
         cm.delete(child["cid"])
     assert (e.value.status, e.value.code) == (403, "missing_scope")
-    assert ContextModeClient(server.url, "adm").delete(child["cid"])["status"] == "deleted"
+    assert ContextModeClient(server.url, "adm-0123456789abcdef").delete(child["cid"])["status"] == "deleted"
     with pytest.raises(ContextModeError) as e:
         cm.get(child["cid"])
     assert (e.value.status, e.value.code, e.value.field) == (404, "not_found", "cid")
 
 
 def test_push_many_in_batches_reports_each_unit(server):
-    cm = ContextModeClient(server.url, "rw")
+    cm = ContextModeClient(server.url, "rw-0123456789abcdef")
     units = [client_unit(f"batch item {i} BATCHTAG", source="pyclient_v1_ci") for i in range(5)]
     units[3] = dict(units[3], cid="000000000000")            # wrong CID
     units.append({"content": "no type"})                      # invalid unit
@@ -71,7 +71,7 @@ def test_push_many_in_batches_reports_each_unit(server):
 
 
 def test_recall_is_the_plugin_habit(server):
-    cm = ContextModeClient(server.url, "rw")
+    cm = ContextModeClient(server.url, "rw-0123456789abcdef")
     for i in range(5):
         cm.push(f"RECALLTAG note {i} " + "x" * 500, source="pyclient_v1_ci")
     cm.search("RECALLTAG", consistency="strong")
@@ -88,7 +88,7 @@ def test_errors_carry_the_servers_code(server):
     assert (e.value.status, e.value.code) == (401, "invalid_api_key")
     assert not e.value.retryable
     with pytest.raises(ContextModeError) as e:
-        ContextModeClient(server.url, "rw").push(make_unit("x", ttl=0))
+        ContextModeClient(server.url, "rw-0123456789abcdef").push(make_unit("x", ttl=0))
     assert (e.value.status, e.value.field) == (400, "ttl")
     assert "ttl" in str(e.value)
 

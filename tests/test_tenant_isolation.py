@@ -24,7 +24,7 @@ import requests
 
 from conftest import make_unit
 
-KEY_A, KEY_B = "keyA", "keyB"
+KEY_A, KEY_B = "keyA-0123456789abcdef", "keyB-0123456789abcdef"
 TENANT_A, TENANT_B = "tenant-a", "tenant-b"
 API_KEYS = f"{KEY_A}:{TENANT_A}:push+search+admin;{KEY_B}:{TENANT_B}:push+search+admin"
 LIVE_KEYS = {KEY_A: (TENANT_A, ["push", "search", "admin"]), KEY_B: (TENANT_B, ["push", "search", "admin"])}

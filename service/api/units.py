@@ -4,7 +4,8 @@ from __future__ import annotations
 from flask import Blueprint, jsonify
 
 from ..auth import require
-from ..errors import ApiError, BadRequest
+from ..errors import ApiError, BadRequest, NotFound
+from ..units import is_cid
 from . import config, json_body, store
 
 bp = Blueprint("units", __name__)
@@ -14,7 +15,7 @@ bp = Blueprint("units", __name__)
 @require("push")
 def push(tenant):
     """Store one unit, or a batch ({"units": [...]} or a JSON array); ack after it is durable."""
-    body = json_body()
+    body = json_body(batch_limit=config().max_batch)
     if isinstance(body, dict) and "units" in body and set(body) == {"units"}:
         body = body["units"]
         if not isinstance(body, list):
@@ -40,22 +41,30 @@ def push(tenant):
     return jsonify(store().push_one(tenant, body))
 
 
+def _checked(cid: str) -> str:
+    """A path segment that is no CID is simply not found; echo only a short prefix of it (issue 12)."""
+    if not is_cid(cid):
+        shown = cid[:24] + ("…" if len(cid) > 24 else "")
+        raise NotFound(f"No live unit with CID {shown!r}.", field="cid")
+    return cid
+
+
 @bp.get("/mcp/units/<cid>")
 @require("search")
 def get_unit(tenant, cid):
     """One live unit by CID."""
-    return jsonify(store().require(tenant, cid))
+    return jsonify(store().require(tenant, _checked(cid)))
 
 
 @bp.get("/mcp/units/<cid>/lineage")
 @require("search")
 def lineage(tenant, cid):
-    """Ancestors (root last) and children of a unit."""
-    return jsonify(store().lineage(tenant, cid))
+    """Ancestors (root last) and children of a unit, at most max_lineage_bytes of content (``truncated``)."""
+    return jsonify(store().lineage(tenant, _checked(cid), max_bytes=config().max_lineage_bytes))
 
 
 @bp.delete("/mcp/units/<cid>")
 @require("admin")
 def delete_unit(tenant, cid):
     """Remove a unit everywhere."""
-    return jsonify(store().delete(tenant, cid))
+    return jsonify(store().delete(tenant, _checked(cid)))

@@ -68,12 +68,18 @@ def _lineage(call: Call, args: dict) -> types.GetPromptResult:
     unit = call.store.get(call.tenant, cid)
     if unit is None:
         raise invalid_params(f"Argument 'cid': no live unit {cid}.")
-    lin = call.store.lineage(call.tenant, cid)
+    lin = call.store.lineage(call.tenant, cid, max_bytes=call.config.max_lineage_bytes)
     ancestors, children = lin["ancestors"], lin["children"]
     listing = [f"- the unit: {uris.unit_uri(cid)} ({unit['type']})"]
     listing += [f"- ancestor {i} (nearest first, root last): {uris.unit_uri(a['cid'])} ({a['type']})"
                 for i, a in enumerate(ancestors, 1)]
     listing += [f"- child: {uris.unit_uri(c['cid'])} ({c['type']})" for c in children]
+    if lin["omitted"]:
+        # Bounded answer (issue 12): name what did not fit, so it can be read one by one.
+        listing += [f"- not embedded (over the size limit; read it with resources/read): {uris.unit_uri(c)}"
+                    for c in lin["omitted"][:200]]
+        if len(lin["omitted"]) > 200:
+            listing.append(f"- ... and {len(lin['omitted']) - 200} more not embedded")
     text = (f"Review the lineage of context unit {uris.unit_uri(cid)}: the unit, its {len(ancestors)} "
             f"ancestor(s) and its {len(children)} direct child(ren) are embedded in the following messages:\n"
             + "\n".join(listing) + f"\n\n{UNTRUSTED} Explain how each unit led to the next, and point out "

@@ -108,7 +108,7 @@ def _error(message: str) -> types.CallToolResult:
 
 def _ok(structured: dict) -> types.CallToolResult:
     # Serialized JSON in a text block too, for clients that ignore structuredContent.
-    text = json.dumps(structured, ensure_ascii=False)
+    text = json.dumps(structured, ensure_ascii=False, allow_nan=False)
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structured_content=structured)
 
 

@@ -1,6 +1,7 @@
 """Streamable HTTP at ``POST /mcp``: one JSON-RPC message per request, JSON responses (DESIGN.md section 7).
 
-Order of checks: Host/Origin (DNS rebinding, 403) → method (405) → API key (401) → body
+Order of checks: Host/Origin (DNS rebinding, 403), JSON content type (415) and body size (413),
+all in service/doors.py → method (405) → API key (401) → body
 (-32700/-32600) → revision (header and ``_meta``) → dispatch. Every malformed input ends as a
 4xx or a JSON-RPC error; a 5xx only ever means storage or the server itself is broken.
 """
@@ -14,7 +15,6 @@ import os
 import secrets
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from flask import Blueprint, Response, current_app, request
 
@@ -31,7 +31,6 @@ bp = Blueprint("mcp", __name__)
 # JSON-RPC error code -> HTTP status on the 2026-07-28 wire (its transport spec assigns these).
 MODERN_STATUS = {p.PARSE_ERROR: 400, p.INVALID_REQUEST: 400, p.INVALID_PARAMS: 400, p.HEADER_MISMATCH: 400,
                  p.UNSUPPORTED_PROTOCOL_VERSION: 400, -32021: 400, p.METHOD_NOT_FOUND: 404}
-LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
 def _rpc_response(id_, status: int, *, result=None, error: p.RpcError | None = None, headers=None) -> Response:
@@ -40,7 +39,7 @@ def _rpc_response(id_, status: int, *, result=None, error: p.RpcError | None = N
         body["error"] = error.error()
     else:
         body["result"] = result
-    rv = Response(json.dumps(body, ensure_ascii=False, separators=(",", ":")), status=status,
+    rv = Response(json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False), status=status,
                   mimetype="application/json")
     rv.headers.update(headers or {})
     return rv
@@ -48,45 +47,6 @@ def _rpc_response(id_, status: int, *, result=None, error: p.RpcError | None = N
 
 def _accepted() -> Response:
     return Response(status=202)
-
-
-# --- DNS rebinding ------------------------------------------------------------------------------
-def _allowed_hosts(config) -> set[str]:
-    hosts = {h.strip().lower() for h in config.mcp_allowed_hosts if h.strip()}
-    public = urlsplit(config.public_url or "").hostname
-    if public:
-        hosts.add(public.lower())       # the operator's own service name (e.g. the docker-compose one)
-    return hosts
-
-
-def _host_ok(host: str | None, allowed: set[str]) -> bool:
-    if "*" in allowed:
-        return True
-    host = (host or "").strip().lower()
-    if not host:
-        return False
-    if host in allowed:                  # an exact "name:port" entry
-        return True
-    if host.startswith("["):
-        end = host.find("]")
-        name = host[:end + 1] if end > 0 else ""
-    else:
-        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    return bool(name) and (name in allowed or name.strip("[]") in allowed)
-
-
-def _origin_ok(origin: str | None, config) -> bool:
-    if origin is None:
-        return True                      # not a browser (or same-origin): nothing to rebind
-    origin = origin.strip().lower().rstrip("/")
-    allowed = {o.strip().lower().rstrip("/") for o in config.mcp_allowed_origins if o.strip()}
-    if allowed:
-        return "*" in allowed or origin in allowed
-    try:
-        parts = urlsplit(origin)
-        return parts.scheme in ("http", "https") and parts.hostname in LOOPBACK and not parts.path
-    except ValueError:
-        return False
 
 
 # --- revisions ----------------------------------------------------------------------------------
@@ -182,10 +142,7 @@ def _error_status(e: p.RpcError, era: p.Era | None, dispatched: bool) -> int:
 def endpoint():
     """MCP Streamable HTTP (2025-11-25 and 2026-07-28)."""
     config = current_app.config["CONTEXT"]
-    if not _host_ok(request.headers.get("Host"), _allowed_hosts(config)):
-        return _rpc_response(None, 403, error=p.RpcError(p.INVALID_REQUEST, "Forbidden: Host header not allowed."))
-    if not _origin_ok(request.headers.get("Origin"), config):
-        return _rpc_response(None, 403, error=p.RpcError(p.INVALID_REQUEST, "Forbidden: Origin not allowed."))
+    # Host and Origin (DNS rebinding), content type and body size: service/doors.py, before this view.
     if request.method != "POST":
         # No server-to-client stream and no sessions: only POST exists (spec: 405 for GET/DELETE).
         rv = Response(json.dumps(error_body("Use POST: this MCP endpoint has no GET stream and no sessions.",

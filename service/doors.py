@@ -1,0 +1,147 @@
+"""Checks every front door makes before its view runs (DESIGN.md section 9, issue 12).
+
+One rule for REST, ``/mcp``, ``/retrieval`` and the adapters, in every mode (keys or not):
+1. Host must name this service (DNS rebinding) and a browser's Origin must be this service
+   or one the operator listed (cross-site requests): 403 otherwise.
+2. A request body must be declared JSON (``application/json`` or ``*+json``): a web page can
+   send ``text/plain`` or a form without a CORS preflight, never JSON. 415 otherwise.
+3. The route's body limit is checked before anything reads the body: 413.
+Errors travel in the door's own shape (see ``errors.respond``).
+"""
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+from flask import Flask, current_app, request
+from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
+
+from .errors import ApiError
+
+# Routes whose body may be a batch of units (up to config.max_body_bytes); all others get max_request_bytes.
+BATCH_ROUTES = ("/mcp/push",)
+
+
+class DoorRefused(ApiError):
+    status, code = 403, "forbidden"
+
+
+def allowed_hosts(config) -> set[str]:
+    hosts = {h.strip().lower() for h in (*config.allowed_hosts, *config.mcp_allowed_hosts) if h.strip()}
+    public = urlsplit(config.public_url or "").hostname
+    if public:
+        hosts.add(public.lower())       # the operator's own service name (e.g. the docker-compose one)
+    return hosts
+
+
+def _host_name(host: str) -> str:
+    """``name`` of ``name:port``, ``[v6]:port``, ``name``; '' when it does not parse."""
+    if host.startswith("["):
+        end = host.find("]")
+        rest = host[end + 1:] if end > 0 else "?"
+        return host[:end + 1] if rest == "" or (rest[:1] == ":" and rest[1:].isdigit()) else ""
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def host_ok(host: str | None, allowed: set[str]) -> bool:
+    if "*" in allowed:
+        return True
+    host = (host or "").strip().lower()
+    if not host:
+        return False
+    if host in allowed:                  # an exact "name:port" entry
+        return True
+    name = _host_name(host)
+    return bool(name) and (name in allowed or name.strip("[]") in allowed)
+
+
+def origin_ok(origin: str | None, host: str | None, config) -> bool:
+    """No Origin: not a browser (or a same-origin GET). Else the exact origin of this service
+    (scheme://Host as the request names it: any other port on localhost is another site) or one
+    listed in ``allowed_origins``."""
+    if origin is None:
+        return True
+    origin = origin.strip().lower().rstrip("/")
+    listed = {o.strip().lower().rstrip("/") for o in (*config.allowed_origins, *config.mcp_allowed_origins)
+              if o.strip()}
+    if "*" in listed or origin in listed:
+        return True
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or parts.path or not parts.netloc:
+        return False
+    host = (host or "").strip().lower()
+    default_port = {"http": ":80", "https": ":443"}[parts.scheme]
+    return parts.netloc in (host, host.removesuffix(default_port)) or parts.netloc + default_port == host
+
+
+def is_json_type(mimetype: str) -> bool:
+    return mimetype == "application/json" or (mimetype.startswith("application/") and mimetype.endswith("+json"))
+
+
+def body_limit(config, path: str) -> int:
+    if path in BATCH_ROUTES:
+        return config.max_body_bytes
+    if path == "/mcp":
+        # A context_push call carries one whole unit: room for its largest content and metadata.
+        return config.max_request_bytes + config.max_content_bytes + config.max_metadata_bytes
+    return config.max_request_bytes
+
+
+def has_body() -> bool:
+    if request.content_length:
+        return True
+    return "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+
+
+def check_request() -> None:
+    config = current_app.config["CONTEXT"]
+    if not host_ok(request.headers.get("Host"), allowed_hosts(config)):
+        raise DoorRefused("Forbidden: Host header not allowed (DNS rebinding protection).", code="host_not_allowed")
+    if not origin_ok(request.headers.get("Origin"), request.headers.get("Host"), config):
+        raise DoorRefused("Forbidden: Origin not allowed (cross-site request).", code="origin_not_allowed")
+    if request.method in ("GET", "HEAD", "OPTIONS") or not has_body():
+        return
+    limit = body_limit(config, request.path)
+    if request.content_length is not None and request.content_length > limit:
+        raise ApiError(f"Request body too large: at most {limit} bytes on this route.", code="payload_too_large",
+                       status=413)
+    if not is_json_type(request.mimetype):
+        raise ApiError("Send the body as JSON with 'Content-Type: application/json'.",
+                       code="unsupported_media_type", status=415)
+    if request.content_length is None:
+        # Chunked: no length up front. werkzeug stops reading at max_content_length but hands back the
+        # truncated body (a 400 "invalid JSON" instead of 413, finding 14), so read one byte more here.
+        request.max_content_length = limit + 1
+        try:
+            size = len(request.get_data(cache=True))
+        except (OSError, ClientDisconnected):
+            raise ApiError("The request body did not arrive in time.", code="request_timeout", status=408) from None
+        except RequestEntityTooLarge:
+            size = limit + 1
+        if size > limit:
+            raise ApiError(f"Request body too large: at most {limit} bytes on this route.",
+                           code="payload_too_large", status=413)
+
+
+def is_loopback_bind(bind: str) -> bool:
+    """True when every address of a gunicorn-style bind ("host:port", "unix:path", comma list) is local."""
+    for part in (b.strip() for b in bind.split(",")):
+        if not part or part.startswith("unix:"):
+            continue
+        host = part.rsplit(":", 1)[0] if part.count(":") == 1 or part.startswith("[") else part
+        host = host.strip("[]").lower()
+        if host == "localhost":
+            continue
+        try:
+            if not ipaddress.ip_address(host).is_loopback:
+                return False
+        except ValueError:
+            return False                 # a name (or "") may resolve to any interface
+    return True
+
+
+def init_app(app: Flask) -> None:
+    app.before_request(check_request)
