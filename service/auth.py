@@ -159,7 +159,8 @@ def add_key(path: str, tenant: str, scopes: list[str]) -> str:
     return key
 
 
-def _read_keys_file(path: str) -> dict:
+def _keys_document(path: str) -> dict:
+    """The keys file as JSON, for listing and revoking (no checks: `keys list` must show a broken file's entries)."""
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
 
@@ -168,7 +169,7 @@ def list_keys(path: str) -> list[dict]:
     """Each entry's id (the first 12 hex digits of its hash, as logged), tenant, scopes, and whether
     the file holds it in plain text (development form); never the key itself."""
     out = []
-    for item in _read_keys_file(path).get("keys", []):
+    for item in _keys_document(path).get("keys", []):
         key_hash, tenant, scopes = _entry(item)
         out.append({"id": key_hash[:12], "tenant": tenant, "scopes": sorted(scopes), "plain": "key" in item
                     and "key_sha256" not in item})
@@ -180,7 +181,7 @@ def revoke_key(path: str, key_id: str) -> dict:
     key_id = key_id.strip().lower()
     if len(key_id) < 8 or any(c not in "0123456789abcdef" for c in key_id):
         raise ValueError("a key id is at least 8 hex digits, as `keys list` prints it")
-    data = _read_keys_file(path)
+    data = _keys_document(path)
     items = data.get("keys", [])
     matches = [i for i, item in enumerate(items) if _entry(item)[0].startswith(key_id)]
     if not matches:
@@ -190,7 +191,7 @@ def revoke_key(path: str, key_id: str) -> dict:
     item = items.pop(matches[0])
     key_hash, tenant, scopes = _entry(item)
     tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
         json.dump(data, fh, indent=2)
         fh.write("\n")
     os.replace(tmp, path)                  # atomic: a server starting meanwhile reads the old or new file

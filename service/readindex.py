@@ -499,7 +499,7 @@ class Writer:
     def _sync(self) -> int:
         w = self.writer
         sent = 0
-        pending: list = []        # (db, rows, last tombstone n) to flag once committed
+        pending: list = []        # (day, rows, last tombstone n) to flag once committed
         days = self.t.primary_days()
         dropped = self._drop_gone_days(w, set(days))
         committed = 0             # changes sent as of the last commit
@@ -530,7 +530,8 @@ class Writer:
                         w.delete_documents_by_term("key", key)
                     if r["tokens"]:
                         w.add_document(_document(day, key, r))
-                pending.append((db, [r for r in rows if r["indexed"] != 2], deletes[-1]["n"] if deletes else None))
+                # by day, not Db: the store may close a least recently used shard before the commit
+                pending.append((day, [r for r in rows if r["indexed"] != 2], deletes[-1]["n"] if deletes else None))
                 sent += len(rows) + len(deletes)
                 if sent - committed >= COMMIT_EVERY:
                     self._commit(pending)
@@ -550,8 +551,10 @@ class Writer:
     def _commit(self, pending) -> None:
         self.writer.commit()
         self.last_commit = time.monotonic()
-        for db, rows, last_delete in pending:
-            db.write(_mark_sent, rows, last_delete)
+        for day, rows, last_delete in pending:
+            db = self.t.shard(day, create=False)
+            if db is not None:
+                db.write(_mark_sent, rows, last_delete)
 
     def _drop_gone_days(self, w, days: set[str]) -> int:
         """Delete the documents of days whose files are gone: the janitor's unlinks, and whatever a
