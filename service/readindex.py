@@ -324,8 +324,7 @@ _FREE = 255 - _long_to_int4(2 ** 31 - 1)
 FIELDNORMS = [i if i < _FREE else _FREE + _int4_to_long(i - _FREE) for i in range(256)]
 
 
-def encoded_length(n: int) -> int:
-    """The document length tantivy scores with: the largest table value not above n."""
+def _encoded(n: int) -> int:
     lo, hi = 0, 255
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -334,6 +333,14 @@ def encoded_length(n: int) -> int:
         else:
             hi = mid - 1
     return FIELDNORMS[lo]
+
+
+_ENCODED = [_encoded(n) for n in range(4096)]
+
+
+def encoded_length(n: int) -> int:
+    """The document length tantivy scores with: the largest table value not above n."""
+    return _ENCODED[n] if n < 4096 else _encoded(n)
 
 
 class Readers:
