@@ -125,7 +125,7 @@ def test_import_progress_bar_shows_counts_on_a_terminal(server, tmp_path):
     path = tmp_path / "bar.jsonl"
     path.write_text("".join(json.dumps({"content": f"BARTAG {i}"}) + "\n" for i in range(5)) + "{bad\n")
     master, slave = pty.openpty()
-    env = dict(os.environ, CONTEXT_URL=server.url, CONTEXT_API_KEY="clikey")
+    env = dict(os.environ, CONTEXT_URL=server.url, CONTEXT_API_KEY="clikey-0123456789abcdef")
     proc = subprocess.run([str(CLI), "import", str(path), "--batch-size", "2"], env=env, stdout=subprocess.PIPE,
                           stderr=slave, text=True, timeout=60)
     os.close(slave)

@@ -122,13 +122,13 @@ def test_env_example_works_with_compose():
 @needs_compose
 def test_an_admin_key_is_one_setting_away(tmp_path):
     env_file = tmp_path / "admin.env"
-    env_file.write_text("CONTEXT_API_KEY=cms_admin-1\nCONTEXT_API_SCOPES=push+search+admin\n")
+    env_file.write_text("CONTEXT_API_KEY=cms_admin-1-0123456789abcdef\nCONTEXT_API_SCOPES=push+search+admin\n")
     rv = compose("config", env_file=env_file)
     assert rv.returncode == 0, rv.stderr
     from service.auth import KeyRing
     from service.config import Config
     value = yaml.safe_load(rv.stdout)["services"]["context-mode"]["environment"]["CONTEXT_API_KEYS"]
-    principal = KeyRing.from_config(Config(api_keys=value)).authenticate("cms_admin-1")
+    principal = KeyRing.from_config(Config(api_keys=value)).authenticate("cms_admin-1-0123456789abcdef")
     assert principal.scopes == {"push", "search", "admin"}
 
 

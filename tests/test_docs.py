@@ -13,7 +13,7 @@ from conftest import ROOT
 
 GUIDES = [ROOT / "README.md", ROOT / "clients" / "MCP.md", *sorted((ROOT / "clients").glob("*/README.md")),
           *sorted((ROOT / "docs").glob("*.md"))]
-KEY = "docs-key-123"
+KEY = "docs-key-0123456789abcdef"
 
 
 def blocks(path, lang: str) -> list[str]:

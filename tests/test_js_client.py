@@ -28,13 +28,13 @@ def test_js_readme_example_runs_and_finds_what_it_pushed(live_server_factory, tm
     """clients/js/README.md's example, verbatim but for the URL and the module path (issue 14)."""
     import json
     import re
-    server = live_server_factory(workers=1, keys={"jskey": ("jsteam", ["push", "search"])})
+    server = live_server_factory(workers=1, keys={"jskey-readme-0123456789": ("jsteam", ["push", "search"])})
     [code] = re.findall(r"```js\n(.*?)```", (ROOT / "clients" / "js" / "README.md").read_text(), flags=re.S)
     code = code.replace('"./context-mode.mjs"', json.dumps((ROOT / "clients" / "js" / "context-mode.mjs").as_uri()))
     code = code.replace('"http://localhost:5000"', json.dumps(server.url))
     script = tmp_path / "readme.mjs"
     script.write_text(code + "\nconsole.log(JSON.stringify({ results, context, hits }));\n")
-    env = dict(os.environ, CONTEXT_API_KEY="jskey")
+    env = dict(os.environ, CONTEXT_API_KEY="jskey-readme-0123456789")
     rv = subprocess.run([NODE, str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert rv.returncode == 0, rv.stderr
     out = json.loads(rv.stdout.strip().splitlines()[-1])
