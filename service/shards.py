@@ -119,9 +119,23 @@ class Db:
 
     def _open_writer(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = self._connect()
-        if self.schema_file:
-            conn.executescript(schema(self.schema_file))
+        # Two processes may create the same new file at once (a push in one worker, the maintenance
+        # leader in another): switching it to WAL or running the schema can then meet the other's
+        # lock without SQLite's busy handler, so retry within the busy timeout.
+        deadline = time.monotonic() + self.config.busy_timeout_ms / 1000
+        while True:
+            conn = None
+            try:
+                conn = self._connect()
+                if self.schema_file:
+                    conn.executescript(schema(self.schema_file))
+                break
+            except sqlite3.OperationalError as e:
+                if conn is not None:
+                    conn.close()
+                if ("locked" not in str(e) and "busy" not in str(e)) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005 + random.random() * 0.01)
         conn.execute("PRAGMA busy_timeout=0")   # write() polls for the lock itself (_begin_immediate)
         self._writer = conn
         self._ino = os.stat(self.path).st_ino

@@ -207,3 +207,33 @@ def test_metrics_exposes_latency_queue_lag_and_units(client, app):
     text = client.get("/metrics").get_data(as_text=True)
     assert 'context_index_queue_depth{tenant="default"} 0.0' in text
     assert "context_index_lag_seconds_count" in text
+
+
+def _open_new_shard(path, barrier, results):
+    from service.config import Config
+    from service.shards import Db
+    barrier.wait()
+    try:
+        Db(path, "shard_schema.sql", Config()).write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('x', 1) "
+                                                                         "ON CONFLICT(key) DO NOTHING"))
+        results.put("ok")
+    except Exception as e:   # noqa: BLE001 - reported below
+        results.put(repr(e))
+
+
+def test_processes_creating_the_same_new_shard_at_once_all_succeed(tmp_path):
+    """A push in one worker and the maintenance leader in another may create a day file together:
+    switching it to WAL or running its schema met the other's lock ("database is locked", a 503)."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    failures = []
+    for trial in range(12):
+        barrier, results = ctx.Barrier(5), ctx.Queue()
+        procs = [ctx.Process(target=_open_new_shard, args=(tmp_path / f"{trial}.db", barrier, results))
+                 for _ in range(5)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        failures += [r for r in (results.get(timeout=10) for _ in procs) if r != "ok"]
+    assert failures == []
