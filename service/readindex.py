@@ -247,7 +247,6 @@ def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float],
     exact = [K1 * (1 - B + B * n / avgdl) for n in lengths]
     low = sorted((min(h.score, h.score * (1 + u) / (1 + e)) for h, u, e in zip(hits, used, exact)), reverse=True)
     bound = low[k - 1] * (1 - 1e-9) if len(low) >= k else 0.0     # (1e-9: float rounding is not a win)
-    complete = bound >= hits[-1].score
     keep = [i for i, h in enumerate(hits) if h.score >= bound]
     count = collections.Counter(terms)
     weight_of = dict(zip(terms, weights))
@@ -275,6 +274,9 @@ def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float],
         tfs = [tf_of.get(term, 0) for term in terms]
         out.append(Scored(h, sum(w * tf / (tf + exact[i]) for w, tf in zip(weights, tfs)), lengths[i], tfs))
     out.sort(key=lambda x: -x.score)
+    # No document past the candidates scores more than the last one did in tantivy; once the k-th
+    # exact score reaches that, none can win.
+    complete = len(out) < k or out[k - 1].score * (1 + 1e-9) >= hits[-1].score
     return out[:k], complete
 
 
