@@ -239,7 +239,7 @@ def read_index_cost(size: int, seed: int, batch: int = 1000, rounds: int = 5) ->
     t = store.tenant("default")
     writer = maint.read_writer(t)
     maint.sync_read_index(writer)
-    idle, sends = [], []
+    idle, sends, sent_units = [], [], []
     now = int(time.time()) - 60
     units = list(Generator(seed + 991).units(batch * rounds))
     for k in range(rounds):
@@ -253,14 +253,13 @@ def read_index_cost(size: int, seed: int, batch: int = 1000, rounds: int = 5) ->
         store.push_many("default", part)
         drain_index(store, maint)
         t0 = time.perf_counter()
-        sent = maint.sync_read_index(writer)
+        sent_units.append(maint.sync_read_index(writer))   # a generated duplicate is stored once
         sends.append(time.perf_counter() - t0)
-        assert sent >= batch, sent
     app.extensions["context_shutdown"]()
     shutil.rmtree(run_dir, ignore_errors=True)
     return {"idle_pass_ms": summary([x * 1000 for x in idle]), "units_per_pass": batch,
             "pass_with_units_ms": summary([x * 1000 for x in sends]),
-            "units_per_s_in_passes": r(batch * rounds / sum(sends), 0)}
+            "units_per_s_in_passes": r(sum(sent_units) / sum(sends), 0)}
 
 
 def drain_index(store, maint) -> int:
