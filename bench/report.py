@@ -69,7 +69,8 @@ def main() -> None:
         s = ((src or {}).get("sizes") or {}).get(str(size))
         if not s:
             continue
-        s = {**full, **{k: v for k, v in s.items() if k not in ("read_index_build", "agreement_with_exact_lengths")}}
+        s = {**full, **{k: v for k, v in s.items()
+                        if k not in ("read_index_build", "agreement_with_exact_lengths", "tantivy_build_units_per_s")}}
         if "baseline" not in s and "baseline" in full:
             s["baseline"] = full["baseline"]
         label = "100k" if size < 1_000_000 else "1M"
