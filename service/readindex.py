@@ -16,9 +16,9 @@ every row after a leader change or a failed pass, so a crash between the commit 
 cannot leave a document twice); adds the rows; commits; then flips the flags. The index is derived
 data: when it is missing, damaged or of another format it is rebuilt from the shards.
 
-Scores are tantivy's BM25 with k1 1.2 and b 0.75 and Lucene's idf: the service's formula, with
-document lengths quantized to one byte as Lucene does, and statistics that count documents
-deleted but not yet merged away.
+tantivy ranks with BM25 (k1 1.2, b 0.75, Lucene's idf: the service's formula) but keeps document
+lengths in one byte; ``rescore`` scores its best candidates again with the exact lengths. The
+statistics count documents deleted but not yet merged away.
 """
 from __future__ import annotations
 
@@ -59,10 +59,6 @@ def day_key(day: str, rowid: int) -> int:
     return datetime.date.fromisoformat(day).toordinal() * DAY_SHIFT + rowid
 
 
-def split_key(key: int) -> tuple[str, int]:
-    return datetime.date.fromordinal(key // DAY_SHIFT).isoformat(), key % DAY_SHIFT
-
-
 def build_schema() -> tantivy.Schema:
     sb = tantivy.SchemaBuilder()
     sb.add_text_field("t", tokenizer_name=TOKENIZER, index_option="freq")
@@ -93,6 +89,11 @@ def _signature(path: Path):
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
+def idf_of(n: int, df: int) -> float:
+    """Lucene's idf: always positive, so small tenants (a term in most of few units) still rank sanely."""
+    return math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0
+
+
 def bm25_supported(config) -> bool:
     return (config.bm25_k1, config.bm25_b) == (K1, B)
 
@@ -106,9 +107,8 @@ class View:
     ndocs: int
     cache: dict = field(default_factory=dict, compare=False)   # avgdl, once known
 
-    def idf(self, term: str) -> tuple[int, float]:
-        df = self.searcher.doc_freq("t", term)
-        return df, (math.log(1 + (self.ndocs - df + 0.5) / (df + 0.5)) if df else 0.0)
+    def idf(self, term: str) -> float:
+        return idf_of(self.ndocs, self.searcher.doc_freq("t", term))
 
 
 @dataclass(frozen=True)
@@ -202,11 +202,6 @@ def search(view: View, p, terms: list[str], now: int, want: int | None = None) -
         limit *= 4
 
 
-def locate(view: View, hits: list[Hit]) -> list[tuple[str, int]]:
-    """(day, rowid) of each hit: where its row lives in the primaries."""
-    return [split_key(k) for k in view.searcher.fast_field_values("key", [h.address for h in hits])]
-
-
 def units(view: View, hits: list[Hit]) -> list[dict]:
     """The stored public fields of each hit, as they were when the leader last sent the row."""
     return [_unit(view.searcher.doc(h.address)) for h in hits]
@@ -281,31 +276,19 @@ def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float],
 
 
 def average_length(view: View, terms: list[str], hit: Hit) -> float:
-    """The average document length of this commit, as tantivy computes it (read from its explanation
-    of one hit, once per commit)."""
+    """The average document length of this commit as tantivy computes it, read from its explanation
+    of one hit (once per commit)."""
     if "avgdl" not in view.cache:
-        found = explain_stats(view, terms, hit)
-        view.cache["avgdl"] = found.get("avgdl") or 1.0
+        query = Query.boolean_query([(Occur.Should, Query.term_query(view.schema, "t", term)) for term in terms])
+        tree = json.loads(query.explain(view.searcher, hit.address).to_json(), strict=False)
+        stack, avgdl = [tree], None
+        while stack and avgdl is None:
+            node = stack.pop()
+            if node.get("description", "").startswith("avgdl"):
+                avgdl = node["value"]
+            stack.extend(node.get("details") or [])
+        view.cache["avgdl"] = avgdl or 1.0
     return view.cache["avgdl"]
-
-
-def explain_stats(view: View, query_terms: list[str], hit: Hit) -> dict:
-    """N and the average document length tantivy scored with, read from its own explanation."""
-    schema = view.schema
-    query = Query.boolean_query([(Occur.Should, Query.term_query(schema, "t", term)) for term in query_terms])
-    tree = json.loads(query.explain(view.searcher, hit.address).to_json(), strict=False)
-    found: dict = {}
-
-    def walk(node):
-        desc = node.get("description", "")
-        if desc.startswith("avgdl"):
-            found["avgdl"] = node["value"]
-        elif desc.startswith("N,"):
-            found["N"] = int(node["value"])
-        for child in node.get("details", []) or []:
-            walk(child)
-    walk(tree)
-    return found
 
 
 # Lucene's SmallFloat.intToByte4, which tantivy uses to store a document's length in one byte.
@@ -417,15 +400,14 @@ class Writer:
         self.dropped: set[str] = set()
         self.gone_done: set[str] = set()
         self.last_commit = 0.0
-        self.sent_total = 0
         self.building = False       # a rebuild whose first full pass has not finished
         self._streamed: dict[str, int] = {}   # while building: the last rowid sent per day
         self.gen: str | None = None
 
     # --- opening and rebuilding ---------------------------------------------------------------
-    def _open(self) -> bool:
+    def _open(self) -> None:
         if self.writer is not None:
-            return True
+            return
         try:
             info = json.loads((self.path / "format.json").read_text())
             # a build that never finished (the leader died) starts again from nothing
@@ -442,7 +424,6 @@ class Writer:
             self._rebuild()
         _register(self.index)
         self.writer = self.index.writer(self.config.read_index_heap_mb * 1_000_000, 1)
-        return True
 
     def _rebuild(self) -> None:
         """Start an empty index; the next pass streams every indexed row of every shard into it.
@@ -554,7 +535,6 @@ class Writer:
                 self.building = False
                 self._streamed.clear()
                 log.info("read index of tenant %s is ready", self.t.name)
-        self.sent_total += sent
         return sent
 
     def _commit(self, pending) -> None:

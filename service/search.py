@@ -6,12 +6,12 @@ comes from compiled block-max WAND, whatever the number of days or matches. Stro
 ``after_seq`` reads, and any tenant whose read index is not built yet, read the primary day shards'
 FTS5 tables: per shard the matches scored with the global statistics (all of them when few, else
 a generous local top-N by FTS5's own rank), merged. Both use FTS5's BM25 formula with Lucene's
-always-positive idf; the read index stores document lengths in one byte, as Lucene does.
+always-positive idf and exact document lengths (the read index's candidates are scored again
+with them: tantivy keeps a length in one byte).
 """
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -227,19 +227,13 @@ def _rows_by_id(conn, ids: list[int]) -> dict:
     return {r["id"]: r for r in conn.execute(sql("units_by_ids"), {"ids": json.dumps(ids)})}
 
 
-def idf_of(n: int, df: int) -> float:
-    """Lucene's idf: always positive, so small tenants (a term in most of few units) still rank sanely."""
-    return math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0
-
-
 @dataclass
 class Ranked:
     """One winning unit: its public fields, raw BM25 score, and what explain reports."""
     unit: dict
     score: float
-    doc_len: int | None = None      # the length BM25 used (the read index's encoding, or exact)
-    raw_len: int | None = None
-    tfs: list[int] | None = None
+    doc_len: int          # in tokens, exact on both paths
+    tfs: list[int]
 
 
 class Searcher:
@@ -332,7 +326,7 @@ class Searcher:
         """The read index's candidates (tantivy), scored again with exact lengths; the top k with the
         units' stored fields."""
         k1, b = readindex.K1, readindex.B
-        idf_by_term = {term: view.idf(term)[1] for term in dict.fromkeys(terms)}
+        idf_by_term = {term: view.idf(term) for term in dict.fromkeys(terms)}
         if p.operator == "and" and not all(idf_by_term.values()):
             return [], None
         idf = [idf_by_term[term] for term in terms]
@@ -344,15 +338,15 @@ class Searcher:
                 break
             want *= 4     # a document past these candidates could still win with its exact length
         units = readindex.units(view, [x.hit for x in scored])
-        ranked = [Ranked(unit, x.score, x.length, x.length, x.tfs) for unit, x in zip(units, scored)]
+        ranked = [Ranked(unit, x.score, x.length, x.tfs) for unit, x in zip(units, scored)]
         stats = {"idf": idf, "k1": k1, "b": b, "documents": view.ndocs,
                  "avgdl": view.cache.get("avgdl")}
         return ranked, stats
 
     def _search_shards(self, t, p: SearchParams, terms: list[str], days: list[str], now: int):
-        from .store import unit_dict
         """FTS5 over the primaries: global statistics summed over the shards, then each shard's best
         units under them (every match scored exactly when a shard has few), merged."""
+        from .store import unit_dict
         per_day = {}
         for day in days:
             db = t.shard(day, create=False)
@@ -363,7 +357,7 @@ class Searcher:
             return [], None
         avgdl = sum(st["ntokens"] for _, st in per_day.values()) / n
         k1, b = self.config.bm25_k1, self.config.bm25_b
-        idf = [idf_of(n, sum(st["df"][term] for _, st in per_day.values())) for term in terms]
+        idf = [readindex.idf_of(n, sum(st["df"][term] for _, st in per_day.values())) for term in terms]
         weights = [w * (k1 + 1) for w in idf]
         live = [term for term, w in zip(terms, idf) if w]
         if not live or (p.operator == "and" and len(live) < len(terms)):
@@ -387,7 +381,7 @@ class Searcher:
         ranked = []
         for db, group in _by_db(found[:p.top_k]):
             rows = db.read(_rows_by_id, [r[2] for r in group])
-            ranked += [Ranked(unit_dict(rows[r[2]]), r[0], r[3], r[3], list(r[4:])) for r in group if r[2] in rows]
+            ranked += [Ranked(unit_dict(rows[r[2]]), r[0], r[3], list(r[4:])) for r in group if r[2] in rows]
         return ranked, {"idf": idf, "k1": k1, "b": b, "avgdl": avgdl, "documents": n}
 
     def _map(self, fn, items):
@@ -428,14 +422,14 @@ def _by_db(found):
 
 def _explain(r: Ranked, terms: list[str], stats: dict, max_attainable: float) -> dict:
     k1, b, avgdl = stats["k1"], stats["b"], stats["avgdl"]
-    norm = k1 * (1 - b + b * r.doc_len / avgdl) if avgdl and r.doc_len is not None else None
+    norm = k1 * (1 - b + b * r.doc_len / avgdl) if avgdl else None
     return {
-        "doc_len": r.raw_len, "doc_len_scored": r.doc_len,
+        "doc_len": r.doc_len, "doc_len_scored": r.doc_len,
         "avg_doc_len": round(avgdl, 3) if avgdl else None, "documents": stats["documents"],
         "k1": k1, "b": b, "max_attainable": round(max_attainable, 6),
         "terms": [{"term": term, "idf": round(w, 6), "tf": tf,
                    "score": round(w * (k1 + 1) * tf / (tf + norm), 6) if norm else None}
-                  for term, w, tf in zip(terms, stats["idf"], r.tfs or [None] * len(terms))]}
+                  for term, w, tf in zip(terms, stats["idf"], r.tfs)]}
 
 
 _SNIPPET_WORD_RE = re.compile(r"[^\W_]+(?:[-_.][^\W_]+)*")
