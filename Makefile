@@ -65,8 +65,12 @@ soak: $(VENV)/.installed-bench
 	$(BIN)/python -m pytest -q -s tests/soak
 
 # A larger schemathesis run than CI's (~300 requests per operation).
+# Issue 12's fuzz run: schemathesis on every /openapi.json operation plus JSON-RPC on /mcp, Dify's
+# /retrieval and raw bytes on every route; the counts go to bench/results/fuzz.json.
 fuzz: $(VENV)/.installed-test
-	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-3000} $(BIN)/python -m pytest -q -s tests/test_fuzz_openapi.py
+	rm -f bench/results/fuzz.json
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-3000} FUZZ_RESULTS=bench/results/fuzz.json \
+		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_fuzz_openapi.py tests/test_fuzz_doors.py
 
 # Build the image and run it for real with podman (tools/container_smoke.py; not in CI: several minutes).
 container-smoke: $(VENV)/.installed
