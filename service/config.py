@@ -56,11 +56,20 @@ class Config:
     replicas: bool = True             # default searches read the read index (False: the primaries)
     read_index_heap_mb: int = 48      # tantivy writer's indexing memory in the leader
     strong_wait_ms: int = 5000
+    # Read-your-writes (docs/consistency-and-scores.md): a default search also reads, from the primary
+    # files, the units acknowledged before it that the read index lacks; it indexes those still
+    # pending for at most this long (0: off, default searches read the read index alone) ...
+    read_your_writes_ms: int = 500
+    # ... when they are at most this many (a bulk import's backlog is reported in freshness instead).
+    read_your_writes_max: int = 20_000
     janitor_interval_s: float = 30.0
     # Search (DESIGN.md section 6).
     search_threads: int = 4
     local_top_n: int = 50
     exact_match_limit: int = 120     # at most this many matches in a shard: score them all exactly (cheap when small)
+    # CPU one search may spend scoring on the primary files (strong reads, read-your-writes' tail);
+    # past it the search stops with 422 query_too_expensive (0: no cap). The read index needs none.
+    search_cpu_ms: int = 1000
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     # Storage.

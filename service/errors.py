@@ -52,6 +52,11 @@ class Unprocessable(ApiError):
     status, code = 422, "unprocessable"
 
 
+class TooCostly(Unprocessable):
+    """A search that did more work on the primary files than one request may (issue 12, finding 9)."""
+    code = "query_too_expensive"
+
+
 class RateLimited(ApiError):
     status, code = 429, "rate_limited"
 

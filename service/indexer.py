@@ -26,6 +26,11 @@ from .tokenize import Tokenizer
 
 log = logging.getLogger(__name__)
 
+# Read-your-writes (service/search.py): how long a push may sit between its catalog reservation and
+# its shard write (normally milliseconds; longer only when it waits for the shard's lock) and still
+# be read from the primaries by a default search. One that waited longer is found at the next pass.
+IN_FLIGHT_MS = 2000
+
 
 def index_pending(db: Db, tokenizer: Tokenizer, limit: int = 512, pool: ThreadPoolExecutor | None = None,
                   on_lags=None) -> int:
@@ -33,12 +38,14 @@ def index_pending(db: Db, tokenizer: Tokenizer, limit: int = 512, pool: ThreadPo
     rows = db.read(lambda c: c.execute(sql("pending_fetch"), {"limit": limit}).fetchall())
     if not rows:
         return 0
-    contents = [r["content"] for r in rows]
-    if pool is not None and len(rows) > 64:
-        chunks = [contents[i:i + 64] for i in range(0, len(contents), 64)]
-        token_lists = [tl for part in pool.map(lambda ch: [tokenizer.tokens(x) for x in ch], chunks) for tl in part]
+    # tokens a search already made (read-your-writes) are reused; the others are made here
+    todo = [r["content"] for r in rows if r["tokens"] is None]
+    if pool is not None and len(todo) > 64:
+        chunks = [todo[i:i + 64] for i in range(0, len(todo), 64)]
+        made = iter([tl for part in pool.map(lambda ch: [tokenizer.tokens(x) for x in ch], chunks) for tl in part])
     else:
-        token_lists = [tokenizer.tokens(x) for x in contents]
+        made = iter([tokenizer.tokens(x) for x in todo])
+    token_lists = [r["tokens"].split() if r["tokens"] is not None else next(made) for r in rows]
 
     def tx(conn):
         done = ndocs = ntokens = 0
@@ -185,9 +192,17 @@ class Maintenance:
     def sync_read_index(self, writer) -> int:
         """One read-index pass, then what it still lacks (a push may have landed meanwhile)."""
         t = writer.t
+        start_ms = int(time.time() * 1000)
         seq = t.catalog.read(lambda c: c.execute(sql("catalog_max_seq")).fetchone()[0])
         sent = writer.sync()
-        writer.write_state(seq, *readindex.backlog(t, seq))
+        backlog, oldest, low = readindex.backlog(t, seq)
+        # A push reserves its seq in the catalog, then writes its shard: one reserved before this pass
+        # may reach its shard only now, so the units reserved in the last IN_FLIGHT_MS stay at or
+        # past the low-water mark.
+        before_ms = start_ms - IN_FLIGHT_MS
+        settled = t.catalog.read(lambda c: c.execute(
+            sql("catalog_reserved_before"), {"seq": seq, "before_ms": before_ms}).fetchone())
+        writer.write_state(seq, backlog, oldest, min(low, settled[0] + 1 if settled else 0))
         return sent
 
     def index_tenant(self, t) -> int:

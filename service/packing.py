@@ -6,7 +6,7 @@ import re
 import secrets
 
 from .errors import BadRequest
-from .search import SearchParams, parse_search
+from .search import SearchParams, near_best, parse_search
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
@@ -63,8 +63,10 @@ def render_item(item: dict, max_chars: int, nonce: str) -> str:
 
 
 def pack(results: list[dict], budget: int, max_chars: int) -> dict:
-    """Keep the best items that fit the budget, dropping by type class then score (DESIGN.md section 4)."""
+    """Keep the best items that fit the budget, dropping by type class then score (DESIGN.md section 4);
+    results far below the best hit are left out first (reason ``far_below_best``)."""
     nonce = new_nonce()
+    results, far = near_best(results)
     preamble = PREAMBLE.format(nonce=nonce)
     closing = f"<<<end of context {nonce}>>>"
     entries = [{"item": r, "text": render_item(r, max_chars, nonce)} for r in results]
@@ -72,7 +74,8 @@ def pack(results: list[dict], budget: int, max_chars: int) -> dict:
         e["tokens"] = estimate_tokens(e["text"]) + 1
     overhead = estimate_tokens(preamble) + estimate_tokens(closing) + 3
     kept = list(entries)
-    dropped = []
+    dropped = [{"cid": r["cid"], "type": r["type"], "score": r["score"], "reason": "far_below_best",
+                "tokens": estimate_tokens(render_item(r, max_chars, nonce)) + 1} for r in far]
     # Candidates to drop: model_thinking first, then system_notice, then the rest; lowest score first.
     drop_queue = sorted(entries, key=lambda e: (DROP_ORDER.get(e["item"]["type"], 2), e["item"]["score"]))
     total = overhead + sum(e["tokens"] for e in kept)

@@ -94,6 +94,11 @@ def idf_of(n: int, df: int) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0
 
 
+def unknown_idf(n: int) -> float:
+    """The idf of a term the index does not hold yet, as it will have once the one unit holding it is in."""
+    return idf_of(n + 1, 1)
+
+
 def bm25_supported(config) -> bool:
     return (config.bm25_k1, config.bm25_b) == (K1, B)
 
@@ -105,6 +110,7 @@ class View:
     searcher: tantivy.Searcher
     schema: tantivy.Schema
     ndocs: int
+    sig: object = None        # meta.json's signature when loaded (see ``moved``)
     cache: dict = field(default_factory=dict, compare=False)   # avgdl, once known
 
     def idf(self, term: str) -> float:
@@ -155,7 +161,7 @@ class Reader:
             # every document has one day: the days' document frequencies add up to tantivy's N
             # (which, like them, counts documents deleted but not yet merged away)
             ndocs = sum(n for _, n in searcher.terms_with_prefix("day", ""))
-            self.view = View(searcher, self.index.schema, ndocs)
+            self.view = View(searcher, self.index.schema, ndocs, sig)
             self.sig = sig
         except (OSError, ValueError, RuntimeError) as e:
             # A commit or a rebuild under way (files replaced between our reads): keep the previous
@@ -272,7 +278,32 @@ def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float],
     # No document past the candidates scores more than the last one did in tantivy; once the k-th
     # exact score reaches that, none can win.
     complete = len(out) < k or out[k - 1].score * (1 + 1e-9) >= hits[-1].score
-    return out[:k], complete
+    # candidates tied with the k-th stay: the caller breaks ties by CID, as the primaries' path does
+    end = k
+    while end < len(out) and out[end].score == out[k - 1].score:
+        end += 1
+    return out[:end], complete
+
+
+def moved(t, view: View) -> bool:
+    """Whether the leader has committed since ``view`` was loaded."""
+    return _signature(index_dir(t) / "meta.json") != view.sig
+
+
+def mean_length(view: View, terms: list[str]) -> float:
+    """The average document length for scoring units the index does not hold yet: tantivy's own
+    (``average_length``, from any document matching a query term), else, when none matches, the
+    mean of the exact lengths."""
+    if "avgdl" not in view.cache:
+        query = Query.boolean_query([(Occur.Should, Query.term_query(view.schema, "t", term)) for term in terms])
+        hits = view.searcher.search(query, 1, count=False).hits
+        if hits:
+            return average_length(view, terms, Hit(*hits[0]))
+        if "mean_len" not in view.cache:
+            agg = view.searcher.aggregate(Query.all_query(), {"len": {"avg": {"field": "len"}}})
+            view.cache["mean_len"] = (agg.get("len") or {}).get("value") or 1.0
+        return view.cache["mean_len"]
+    return view.cache["avgdl"]
 
 
 def average_length(view: View, terms: list[str], hit: Hit) -> float:
@@ -558,10 +589,12 @@ class Writer:
         self.dropped.clear()
         return len(gone)
 
-    def write_state(self, seq: int, backlog: int, oldest_ms: int | None) -> None:
+    def write_state(self, seq: int, backlog: int, oldest_ms: int | None, low: int) -> None:
         """What the index lacked at the end of a pass among the units up to ``seq`` (the catalog's
-        newest when the pass began), for the freshness reports of every worker."""
-        state = {"ms": int(time.time() * 1000), "seq": seq, "backlog": backlog, "oldest_ms": oldest_ms}
+        newest when the pass began), for the freshness reports of every worker; ``low``: every unit
+        below this seq is in the index (read-your-writes reads the rest from the primaries)."""
+        state = {"ms": int(time.time() * 1000), "seq": seq, "backlog": backlog, "oldest_ms": oldest_ms,
+                 "low": low}
         tmp = self.path / f"state.json.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(state))
         os.replace(tmp, self.path / "state.json")
@@ -595,16 +628,18 @@ def _unit(doc: tantivy.Document) -> dict:
             "parent_cid": parent, "expires_at": expires_at}
 
 
-def backlog(t, seq: int = 2 ** 62) -> tuple[int, int | None]:
-    """(rows the read index lacks, oldest push among them in ms) over a tenant's shards, among the
-    units up to ``seq``."""
-    total, oldest = 0, None
+def backlog(t, seq: int = 2 ** 62) -> tuple[int, int | None, int]:
+    """(rows the read index lacks, oldest push among them in ms, lowest seq of a unit it lacks or
+    ``seq`` + 1) over a tenant's shards, among the units up to ``seq``."""
+    total, oldest, low = 0, None, seq + 1
     for day in t.primary_days():
         db = t.shard(day, create=False)
         if db is None:
             continue
-        n, first = db.read(lambda c: c.execute(sql("sync_backlog"), {"seq": seq}).fetchone())
+        n, first, lowest = db.read(lambda c: c.execute(sql("sync_backlog"), {"seq": seq}).fetchone())
         total += n
         if n and first < 1e18:
             oldest = int(first) if oldest is None else min(oldest, int(first))
-    return total, oldest
+        if lowest < 9e18:
+            low = min(low, int(lowest))
+    return total, oldest, low

@@ -196,6 +196,35 @@ class Db:
                     raise
             raise StorageUnavailable("Shard file keeps changing underneath the writer; retry.")
 
+    def try_write(self, fn, *args, **kwargs):
+        """``write`` only if the file's write lock is free right now; None (nothing done) otherwise.
+        For work that may be skipped (a search sharing what it computed), never worth a wait."""
+        if self.readonly or not self._write_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._writer is None:
+                self._open_writer()
+            conn = self._writer
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                if "locked" in str(e) or "busy" in str(e):
+                    return None
+                raise
+            if not self._same_file():
+                conn.rollback()
+                return None
+            try:
+                result = fn(conn, *args, **kwargs)
+                conn.execute("COMMIT")
+                return result
+            except BaseException:
+                if conn.in_transaction:
+                    conn.rollback()
+                raise
+        finally:
+            self._write_lock.release()
+
     def _begin_immediate(self, conn: sqlite3.Connection) -> None:
         """Take the file's write lock, polling every ~1 ms while another process holds it.
 

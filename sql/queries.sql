@@ -83,7 +83,8 @@ DELETE FROM units WHERE id = :id;
 INSERT INTO units_fts(units_fts, rowid, tokens) VALUES ('delete', :id, :tokens);
 
 -- name: pending_fetch
-SELECT id, content, pushed_ms FROM units WHERE indexed = 0 ORDER BY id LIMIT :limit;
+-- (tokens: set already when a search made them for read-your-writes)
+SELECT id, content, pushed_ms, tokens FROM units WHERE indexed = 0 ORDER BY id LIMIT :limit;
 
 -- name: pending_count
 SELECT count(*) FROM units WHERE indexed = 0;
@@ -172,11 +173,45 @@ DELETE FROM read_deletes;
 
 -- name: sync_backlog
 -- What the read index lacks in this shard among units up to :seq: rows not yet in FTS5 or not yet
--- sent, and the oldest push among them.
+-- sent, the oldest push among them, and the lowest seq of a unit it lacks (rows changed since they
+-- were sent, 3, are in it: they do not count for that).
 SELECT (SELECT count(*) FROM units WHERE indexed = 0 AND seq <= :seq)
        + (SELECT count(*) FROM units WHERE indexed IN (1, 3) AND seq <= :seq),
        min(coalesce((SELECT min(pushed_ms) FROM units WHERE indexed = 0 AND seq <= :seq), 1e18),
-           coalesce((SELECT min(pushed_ms) FROM units WHERE indexed IN (1, 3) AND seq <= :seq), 1e18));
+           coalesce((SELECT min(pushed_ms) FROM units WHERE indexed IN (1, 3) AND seq <= :seq), 1e18)),
+       min(coalesce((SELECT min(seq) FROM units WHERE indexed = 0 AND seq <= :seq), 9e18),
+           -- (IN (1, 3) lets SQLite use the partial index units_unsynced)
+           coalesce((SELECT min(seq) FROM units WHERE indexed IN (1, 3) AND indexed = 1 AND seq <= :seq), 9e18));
+
+-- name: catalog_reserved_before
+-- The newest unit reserved before :before_ms among those up to :seq (a scan back through the units
+-- reserved since, usually few): later ones may still be on their way to their shard.
+SELECT seq FROM catalog WHERE seq <= :seq AND reserved_ms < :before_ms ORDER BY seq DESC LIMIT 1;
+
+-- name: ryw_tail_days
+-- Read-your-writes: the days of the units at or after the read index's low-water mark.
+SELECT day, count(*) AS n FROM catalog WHERE seq >= :low AND day >= :first AND day <= :last GROUP BY day;
+
+-- name: ryw_gone
+-- Of these CIDs (the read index's answer), those deleted or expired since it was sent.
+SELECT j.value FROM json_each(:cids) AS j
+LEFT JOIN catalog c ON c.cid = j.value AND c.expires_at > :now
+WHERE c.cid IS NULL;
+
+-- name: ryw_store_tokens
+-- A search's tokens for a unit still waiting for the indexer (which then need not make them again).
+UPDATE units SET tokens = :tokens, ntok = :ntok WHERE id = :id AND indexed = 0 AND tokens IS NULL;
+
+-- name: units_content_by_ids
+SELECT id, content FROM units WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: ryw_unsent
+-- Rows in FTS5 the read index lacks or holds in an older version (its partial index only).
+SELECT count(*) FROM units WHERE indexed IN (1, 3);
+
+-- name: ryw_pending
+-- Units pushed before a search began and not yet in FTS5, and the oldest push among them.
+SELECT count(*), min(pushed_ms) FROM units WHERE indexed = 0 AND seq <= :seq;
 
 -- name: catalog_since_seq
 -- Units reserved after a read-index pass began: how many, and the oldest reservation.

@@ -105,8 +105,9 @@ def test_after_seq_gives_read_your_writes(client):
 
 def test_default_search_reads_replica_and_reports_freshness(client, app):
     push(client, "replicated walrus")
+    # read-your-writes (issue 14): before any indexing, a default search indexes it and finds it
     body = client.post("/mcp/search", json={"query": "walrus"}).get_json()
-    assert body["results"] == [] and body["freshness"]["index_pending"] == 1
+    assert len(body["results"]) == 1 and body["freshness"]["index_pending"] == 0
     app.extensions["context_maintenance"].run_once()
     body = client.post("/mcp/search", json={"query": "walrus"}).get_json()
     assert len(body["results"]) == 1
@@ -127,10 +128,42 @@ def test_result_fields_and_scores(client):
         term = r["explain"]["terms"][0]
         assert term["term"] == "fox" and term["idf"] > 0
         assert abs(term["score"] - r["bm25_score"]) < 1e-5
-        assert abs(r["score"] - r["bm25_score"] / r["explain"]["max_attainable"]) < 1e-5
+        ex = r["explain"]
+        best = body["results"][0]["bm25_score"]
+        assert ex["best_bm25"] == pytest.approx(best, rel=1e-5)
+        assert ex["best_coverage"] == pytest.approx(min(1.0, best / term["idf"]), rel=1e-5)
+        assert r["score"] == pytest.approx(r["bm25_score"] / best * ex["best_coverage"] ** 0.5, rel=1e-5)
     scores = [r["bm25_score"] for r in body["results"]]
     assert scores == sorted(scores, reverse=True)
     assert body["results"][0]["content"] == "fox fox fox den"
+
+
+def test_score_scale_exact_match_passes_a_half_threshold(client):
+    """Issue 14, item 9: the best match of a query it answers scores 1, so Dify's default threshold
+    of 0.5 keeps it; a weak match of the same query scores in proportion; a query the store only
+    half answers scores every result lower."""
+    exact = push(client, "deploy the payments service to staging")
+    weak = push(client, "the staging cluster " + "unrelated words here " * 12)
+    push(client, "grocery list: apples pears")
+    body = search(client, "deploy payments service staging")
+    by_cid = {r["cid"]: r for r in body["results"]}
+    assert body["results"][0]["cid"] == exact and by_cid[exact]["score"] == 1.0
+    assert 0 < by_cid[weak]["score"] < 0.5
+    assert by_cid[weak]["score"] == pytest.approx(by_cid[weak]["bm25_score"] / by_cid[exact]["bm25_score"], rel=1e-5)
+    # only "staging" matches anything: the best match covers a fraction of the query's weight
+    half = search(client, "staging kubernetes helm rollback", explain=True)["results"]
+    assert half and all(r["score"] < 0.75 for r in half)
+    assert half[0]["score"] == pytest.approx(half[0]["explain"]["best_coverage"] ** 0.5, rel=1e-5)
+
+
+def test_packed_context_leaves_out_results_far_below_the_best(client):
+    strong = push(client, "invoice 4471 was refunded to the customer on monday")
+    faint = push(client, "monday " + "standup notes and other chatter " * 20)
+    body = client.post("/mcp/context", json={"query": "invoice 4471 refunded monday",
+                                             "consistency": "strong"}).get_json()
+    assert [i["cid"] for i in body["items"]] == [strong]
+    assert [(d["cid"], d["reason"]) for d in body["dropped"]] == [(faint, "far_below_best")]
+    assert faint not in body["context"]
 
 
 def test_operator_and(client):
@@ -154,7 +187,10 @@ def test_filters_types_source_time_parent(client):
     assert set(cids(search(client, "kiwi", until=now - 60))) == {root}
     assert cids(search(client, "kiwi", since=now - 60, until=now - 20)) == [a]
     assert cids(search(client, "kiwi", parent_cid=root)) == [a]
-    assert search(client, "kiwi", min_score=1.0)["results"] == []
+    # every kiwi unit holds the term once at about average length: each scores 1, none passes 1.0 + ε
+    assert {r["score"] for r in search(client, "kiwi")["results"]} == {1.0}
+    assert len(search(client, "kiwi", min_score=1.0)["results"]) == 3
+    assert search(client, "kiwi banana", min_score=0.9)["results"] == []
     assert len(search(client, "kiwi", top_k=1)["results"]) == 1
 
 
@@ -223,3 +259,34 @@ def test_huge_times_are_not_a_500(client, qs):
     push(client, "a unit")
     rv = client.get("/mcp/search?" + qs)
     assert rv.status_code == 200
+
+
+def test_strong_search_cpu_is_capped(tmp_path):
+    """Issue 12, finding 9: many common terms on the primary files cost seconds of CPU; past
+    CONTEXT_SEARCH_CPU_MS the search stops with a clear 422 (the read index needs no cap)."""
+    from service import create_app
+    words = [f"common{i}" for i in range(40)]
+    app = create_app({"data_dir": str(tmp_path / "data"), "background": False, "replica_debounce_ms": 0,
+                      "search_cpu_ms": 5})
+    try:
+        client = app.test_client()
+        units = [make_unit(" ".join(words[j % 40] for j in range(i, i + 60)) + f" unit{i}") for i in range(3000)]
+        for start in range(0, len(units), 1000):
+            assert client.post("/mcp/push", json={"units": units[start:start + 1000]}).status_code == 200
+        while app.extensions["context_maintenance"].run_once():
+            pass
+        body = {"query": " ".join(words), "top_k": 100}
+        rv = client.post("/mcp/search", json=body | {"consistency": "strong"})
+        assert_error(rv, 422, "query_too_expensive", "query")
+        assert "CPU" in rv.get_json()["error"]
+        # the same query on the read index, and a cheap strong one, answer
+        assert len(client.post("/mcp/search", json=body).get_json()["results"]) == 100
+        assert client.post("/mcp/search", json={"query": "unit7", "consistency": "strong"}).status_code == 200
+    finally:
+        app.extensions["context_shutdown"]()
+    app = create_app({"data_dir": str(tmp_path / "data"), "background": False, "search_cpu_ms": 0})
+    try:
+        rv = app.test_client().post("/mcp/search", json=body | {"consistency": "strong"})
+        assert rv.status_code == 200 and len(rv.get_json()["results"]) == 100
+    finally:
+        app.extensions["context_shutdown"]()

@@ -127,7 +127,7 @@ export class ContextModeClient {
   async deleteUnit(cid) { return this.request("DELETE", `/mcp/units/${encodeURIComponent(cid)}`); }
 
   /** The plugin habit: the top `topK` results scoring above `threshold`, each cut to `maxChars` characters. */
-  async recall(query, { threshold = 0.3, topK = 3, maxChars = 200, ...params } = {}) {
+  async recall(query, { threshold = 0.5, topK = 3, maxChars = 200, ...params } = {}) {
     const { results } = await this.search(query, { top_k: topK, ...params });
     return results.filter((r) => r.score > threshold).slice(0, topK).map((r) => ({
       cid: r.cid, type: r.type, source: r.source, score: r.score,

@@ -12,7 +12,7 @@ from typing import Callable
 import mcp_types as types
 
 from ..errors import ApiError
-from ..search import parse_search
+from ..search import near_best, parse_search
 from . import uris
 from .context import Call
 from .protocol import invalid_params
@@ -47,7 +47,8 @@ def _answer(call: Call, args: dict) -> types.GetPromptResult:
         if e.status >= 500:
             raise
         raise invalid_params(f"Invalid argument {e.field or ''}: {e.message}".strip()) from None
-    units = [call.store.get(call.tenant, r["cid"]) for r in found["results"]]
+    # units far below the best hit would pad the prompt with noise (issue 14, item 9)
+    units = [call.store.get(call.tenant, r["cid"]) for r in near_best(found["results"])[0]]
     units = [u for u in units if u is not None]
     if units:
         listing = "\n".join(f"- {uris.unit_uri(u['cid'])} ({u['type']})" for u in units)

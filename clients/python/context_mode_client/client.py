@@ -145,7 +145,7 @@ class ContextModeClient:
     def delete(self, cid: str) -> dict:
         return self.request("DELETE", f"/mcp/units/{cid}")
 
-    def recall(self, query: str, threshold: float = 0.3, top_k: int = 3, max_chars: int = 200,
+    def recall(self, query: str, threshold: float = 0.5, top_k: int = 3, max_chars: int = 200,
                **params) -> list[dict]:
         """The plugin habit: the top ``top_k`` results scoring above ``threshold``, each cut to
         ``max_chars`` characters, ready to show or to prepend to a prompt."""
