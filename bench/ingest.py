@@ -165,8 +165,9 @@ def http_batch_ingest(port: int, units: list[dict], clients: int = 2) -> dict:
             "batch_latency": summary(lat), "errors": errors[0]}
 
 
-def index_lag(port: int, load_units: list[dict], rate: float, duration: float, strong_probe: bool = False) -> dict:
-    """Sustained push load at ``rate`` units/s (batches of 50, 2 threads) while probing freshness."""
+def push_load(port: int, load_units: list[dict], rate: float, tag: str = "L") -> tuple[threading.Event, list, list]:
+    """Start a sustained push load at ``rate`` units/s (batches of 50, 2 threads); returns (stop event,
+    [units pushed so far], threads). Each unit's content gets a unique suffix, so none is a duplicate."""
     stop = threading.Event()
     pushed = [0]
     now = int(time.time()) - 30
@@ -182,7 +183,7 @@ def index_lag(port: int, load_units: list[dict], rate: float, duration: float, s
                 u = dict(load_units[i % len(load_units)])
                 u.pop("cid", None), u.pop("parent_cid", None)
                 u["timestamp"] = now
-                u["content"] = f"{u['content']} L{offset}x{i}"
+                u["content"] = f"{u['content']} {tag}{offset}x{i}"
                 batch.append(u)
                 i += 2
             c.post("/mcp/push", json.dumps({"units": batch}, ensure_ascii=False).encode())
@@ -192,9 +193,15 @@ def index_lag(port: int, load_units: list[dict], rate: float, duration: float, s
             if delay > 0:
                 stop.wait(delay)
     loaders = [threading.Thread(target=loader, args=(k,), daemon=True) for k in range(2)]
-    t_start = time.perf_counter()
     for th in loaders:
         th.start()
+    return stop, pushed, loaders
+
+
+def index_lag(port: int, load_units: list[dict], rate: float, duration: float, strong_probe: bool = False) -> dict:
+    """Sustained push load at ``rate`` units/s (batches of 50, 2 threads) while probing freshness."""
+    t_start = time.perf_counter()
+    stop, pushed, loaders = push_load(port, load_units, rate)
     lags, misses = [], 0
     probe_c = Client(port)
     deadline = time.perf_counter() + duration

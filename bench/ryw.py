@@ -21,12 +21,11 @@ _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [
 import argparse
 import json
 import shutil
-import threading
 import time
 import uuid
 
 from common import TMP, machine, quiet_service_logs, service_rev, service_src, summary, write_json
-from ingest import Client, _http_bench, gen_units
+from ingest import Client, _http_bench, gen_units, push_load
 
 
 def searches(c: Client, qs: list[str]) -> list[float]:
@@ -40,31 +39,8 @@ def searches(c: Client, qs: list[str]) -> list[float]:
 
 
 def under_load(port: int, load_units: list[dict], qs: list[str], rate: float, duration: float) -> dict:
-    stop = threading.Event()
-    pushed = [0]
-    now = int(time.time()) - 30
-
-    def loader(offset: int):
-        c = Client(port)
-        i, period, nxt = offset, 50 / (rate / 2), time.perf_counter()
-        while not stop.is_set():
-            batch = []
-            for _ in range(50):
-                u = dict(load_units[i % len(load_units)])
-                u.pop("cid", None), u.pop("parent_cid", None)
-                u["timestamp"] = now
-                u["content"] = f"{u['content']} R{offset}x{i}"
-                batch.append(u)
-                i += 2
-            c.post("/mcp/push", json.dumps({"units": batch}, ensure_ascii=False).encode())
-            pushed[0] += 50
-            nxt += period
-            stop.wait(max(0.0, nxt - time.perf_counter()))
-
-    threads = [threading.Thread(target=loader, args=(k,), daemon=True) for k in range(2)]
     t_start = time.perf_counter()
-    for th in threads:
-        th.start()
+    stop, pushed, threads = push_load(port, load_units, rate, tag="R")
     c = Client(port)
     lat, lags, first, probes = [], [], 0, 0
     deadline = time.perf_counter() + duration

@@ -90,6 +90,18 @@ def connect(path: Path | str, *, busy_timeout_ms: int = 10_000, synchronous: str
     return conn
 
 
+def _commit(conn: sqlite3.Connection, fn, *args, **kwargs):
+    """``fn(conn, ...)`` inside the transaction just begun: commit, or roll back and re-raise."""
+    try:
+        result = fn(conn, *args, **kwargs)
+        conn.execute("COMMIT")
+        return result
+    except BaseException:
+        if conn.in_transaction:
+            conn.rollback()
+        raise
+
+
 class Db:
     """One SQLite file: a small pool of read connections and one writer connection."""
 
@@ -186,14 +198,7 @@ class Db:
                     conn.rollback()
                     self._reset()
                     continue
-                try:
-                    result = fn(conn, *args, **kwargs)
-                    conn.execute("COMMIT")
-                    return result
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.rollback()
-                    raise
+                return _commit(conn, fn, *args, **kwargs)
             raise StorageUnavailable("Shard file keeps changing underneath the writer; retry.")
 
     def try_write(self, fn, *args, **kwargs):
@@ -214,14 +219,7 @@ class Db:
             if not self._same_file():
                 conn.rollback()
                 return None
-            try:
-                result = fn(conn, *args, **kwargs)
-                conn.execute("COMMIT")
-                return result
-            except BaseException:
-                if conn.in_transaction:
-                    conn.rollback()
-                raise
+            return _commit(conn, fn, *args, **kwargs)
         finally:
             self._write_lock.release()
 

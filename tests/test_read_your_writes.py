@@ -1,6 +1,7 @@
 """Read-your-writes by default (issue 14, item 4): a unit acknowledged to a tenant is found by that
 tenant's next default search, without ``consistency: strong``, although the read index only gets it
 at the leader's next pass; a deleted unit leaves default searches at once."""
+import contextlib
 import json
 import time
 
@@ -10,9 +11,14 @@ import requests
 from conftest import make_unit
 
 
+@contextlib.contextmanager
 def app_for(tmp_path, **config):
     from service import create_app
-    return create_app({"data_dir": str(tmp_path / "data"), "background": False, "replica_debounce_ms": 0, **config})
+    app = create_app({"data_dir": str(tmp_path / "data"), "background": False, "replica_debounce_ms": 0, **config})
+    try:
+        yield app
+    finally:
+        app.extensions["context_shutdown"]()
 
 
 def drain(app) -> None:
@@ -45,9 +51,8 @@ def sent_to_index(app) -> None:
 
 @pytest.fixture
 def app(tmp_path):
-    app = app_for(tmp_path)
-    yield app
-    app.extensions["context_shutdown"]()
+    with app_for(tmp_path) as app:
+        yield app
 
 
 @pytest.fixture
@@ -76,8 +81,7 @@ def test_pushed_unit_is_found_by_the_next_default_search(app, client):
 def test_read_your_writes_off_misses_the_new_unit(tmp_path):
     """The same sequence with the feature off: the read index alone does not have it (the test above
     would fail without read-your-writes)."""
-    app = app_for(tmp_path, read_your_writes_ms=0)
-    try:
+    with app_for(tmp_path, read_your_writes_ms=0) as app:
         client = app.test_client()
         push(client, "an old harbour note")
         sent_to_index(app)
@@ -86,8 +90,6 @@ def test_read_your_writes_off_misses_the_new_unit(tmp_path):
         body = search(client, "walrus")
         assert cids(body) == [] and body["freshness"]["index_pending"] == 1
         assert body["freshness"]["replica_lag_ms"] >= 50
-    finally:
-        app.extensions["context_shutdown"]()
 
 
 def test_indexed_but_not_sent_and_changed_units(app, client):
@@ -138,8 +140,7 @@ def test_deleted_units_make_room_for_the_next_best(app, client):
 
 def test_large_backlog_is_reported_not_read(tmp_path):
     """Past read_your_writes_max units behind, a default search reads the index alone and says so."""
-    app = app_for(tmp_path, read_your_writes_max=3)
-    try:
+    with app_for(tmp_path, read_your_writes_max=3) as app:
         client = app.test_client()
         push(client, "osprey one")
         sent_to_index(app)
@@ -148,8 +149,6 @@ def test_large_backlog_is_reported_not_read(tmp_path):
         body = search(client, "osprey")
         assert len(body["results"]) == 1 and body["freshness"]["index_pending"] == 5
         assert len(search(client, "osprey", consistency="strong")["results"]) == 6
-    finally:
-        app.extensions["context_shutdown"]()
 
 
 def test_state_low_water_mark(app, client):
@@ -217,8 +216,7 @@ def test_default_search_reads_pending_units_without_indexing_them(app, client):
 
 
 def test_pending_units_past_the_time_budget_are_reported(tmp_path):
-    app = app_for(tmp_path, read_your_writes_ms=1)
-    try:
+    with app_for(tmp_path, read_your_writes_ms=1) as app:
         client = app.test_client()
         push(client, "plover")
         sent_to_index(app)
@@ -228,8 +226,6 @@ def test_pending_units_past_the_time_budget_are_reported(tmp_path):
         # what it had no time to read is said, not hidden
         assert body["freshness"]["index_pending"] > 0 and body["freshness"]["replica_lag_ms"] >= 0
         assert len(body["results"]) + body["freshness"]["index_pending"] >= 20
-    finally:
-        app.extensions["context_shutdown"]()
 
 
 def test_token_cache_is_bounded():
