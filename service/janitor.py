@@ -27,6 +27,7 @@ class Janitor:
         self.store = store
         self.purged = 0
         self.unlinked = 0
+        self.compacted = 0      # day files compacted after forgetting (issue 15)
 
     def run(self, t) -> dict:
         now = int(time.time())
@@ -50,10 +51,23 @@ class Janitor:
             purged += n
             t.catalog.write(self._purge_catalog, day, now, lo)
         self._remove_old_replicas(t)
+        compacted = self._compact(t)
         self._checkpoint(t)
         self.purged += purged
         self.unlinked += len(unlinked)
+        self.compacted += len(compacted)
         return {"purged": purged, "unlinked": len(unlinked), "unlinked_days": unlinked}
+
+    def _compact(self, t) -> list[str]:
+        """Day files a tenth of which was forgotten (DELETE, bulk forget): their space back (issue 15)."""
+        from .manage import compact, compact_due
+        done = []
+        for day in self.store.live_days(t):
+            db = t.shard(day, create=False)
+            if db is not None and compact_due(db) and compact(db):
+                log.info("compacted day %s of tenant %s after forgetting", day, t.name)
+                done.append(day)
+        return done
 
     @staticmethod
     def _forget_day(conn, day: str, now: int) -> None:

@@ -223,6 +223,27 @@ class Db:
         finally:
             self._write_lock.release()
 
+    def vacuum(self) -> bool:
+        """VACUUM the file (outside any transaction, on the writer), then truncate the WAL it grew.
+        False when another process holds the write lock past the busy timeout: try again later."""
+        with self._write_lock:
+            if self._writer is None:
+                self._open_writer()
+            conn = self._writer
+            if not self._same_file():
+                return False
+            conn.execute(f"PRAGMA busy_timeout={int(self.config.busy_timeout_ms)}")
+            try:
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e):
+                    raise
+                return False
+            finally:
+                conn.execute("PRAGMA busy_timeout=0")
+            return True
+
     def _begin_immediate(self, conn: sqlite3.Connection) -> None:
         """Take the file's write lock, polling every ~1 ms while another process holds it.
 

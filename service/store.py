@@ -366,10 +366,8 @@ class Store:
         if found is None:
             raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
         t, row = found
-        shard = t.shard(row["day"], create=False)
-        deleted = shard.write(_delete_rows, [cid]) if shard is not None else 0
-        t.catalog.write(lambda c: c.execute(sql("catalog_delete"), {"cid": cid}))
-        if not deleted:
+        from .manage import remove      # also leaves default searches at once (issue 15)
+        if not remove(self, tenant, {row["day"]: [cid]}):
             raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
         return {"status": "deleted", "cid": cid}
 

@@ -220,3 +220,33 @@ SELECT count(*), min(reserved_ms) FROM catalog WHERE seq > :seq;
 -- name: units_by_ids
 SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, ntok, tokens
 FROM units WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- ===== seeing and managing the memory (issue 15: service/manage.py) =====
+-- name: catalog_delete_many
+DELETE FROM catalog WHERE cid IN (SELECT value FROM json_each(:cids));
+
+-- name: units_delete_fetch_cids
+SELECT id, indexed, ntok, tokens FROM units WHERE cid IN (SELECT value FROM json_each(:cids));
+
+-- name: shard_stats
+-- Live units of one day by type: how many, their content's UTF-8 bytes, time range, next expiry.
+SELECT type, count(*) AS units, sum(length(CAST(content AS BLOB))) AS bytes, min(timestamp) AS oldest,
+       max(timestamp) AS newest, min(expires_at) AS next_expiry
+FROM units WHERE expires_at > :now GROUP BY type;
+
+-- name: shard_signature
+-- Changes whenever a row is added (max id) or removed or changed (remove_rows and duplicates touch meta).
+SELECT (SELECT max(id) FROM units), (SELECT value FROM meta WHERE key = 'index_version');
+
+-- name: meta_forgotten_add
+INSERT INTO meta(key, value) VALUES ('forgotten_rows', :n)
+ON CONFLICT(key) DO UPDATE SET value = value + excluded.value;
+
+-- name: meta_forgotten_get
+SELECT coalesce((SELECT value FROM meta WHERE key = 'forgotten_rows'), 0), (SELECT count(*) FROM units);
+
+-- name: meta_forgotten_reset
+UPDATE meta SET value = 0 WHERE key = 'forgotten_rows';
+
+-- name: fts_optimize
+INSERT INTO units_fts(units_fts) VALUES ('optimize');

@@ -3,7 +3,8 @@ import pytest
 
 REST_ROUTES = [("POST", "/mcp/push"), ("POST", "/mcp/search"), ("GET", "/mcp/search"), ("POST", "/mcp/context"),
                ("GET", "/mcp/units/0123456789ab"), ("GET", "/mcp/units/0123456789ab/lineage"),
-               ("DELETE", "/mcp/units/0123456789ab")]
+               ("DELETE", "/mcp/units/0123456789ab"), ("POST", "/mcp/forget"), ("GET", "/mcp/units"),
+               ("GET", "/mcp/stats"), ("GET", "/mcp/export")]
 BAD_BODIES = [b"", b"{", b"null", b"[]", b'"text"', b"\xff", b'{"query": {"nested": [1]}}', b"1e999999",
               b'{"type": ' * 2000]
 
@@ -41,6 +42,6 @@ def test_every_registered_rule_answers_wrong_methods_with_the_shape(app, client)
 
 
 def test_unknown_paths_get_the_shape(client):
-    for path in ("/", "/mcp/", "/mcp/units", "/mcp/units/", "/../../etc/passwd", "/mcp/units/x/y/z", "/%00"):
+    for path in ("/mcp/", "/mcp/units/", "/console/x", "/../../etc/passwd", "/mcp/units/x/y/z", "/%00"):
         rv = client.get(path)
         check_shape(rv)

@@ -11,6 +11,10 @@ NOT_DESCRIBED = {
     "/adapters/continue": "Continue's fixed protocol; duplicates searchUnits and would confuse an LLM picking tools",
     "/healthz": "operational", "/readyz": "operational", "/metrics": "operational (Prometheus text)",
     "/openapi.json": "the document itself",
+    "/": "redirects to the web console",
+    "/console": "the web console (HTML)", "/console/": "the web console (HTML)",
+    "/console/<name>": "the web console's script, style sheet and icon",
+    "/console/session": "the web console's sign-in check (tenant, scopes and types of the presented key)",
 }
 IGNORED_METHODS = {"HEAD", "OPTIONS"}
 
@@ -92,7 +96,7 @@ def test_every_operation_is_importable_as_a_tool(doc):
             assert "schema" in param and param["in"] in ("query", "path"), where
     assert len(ids) == len(set(ids)), "operationIds must be unique"
     expected = {"pushUnits", "searchUnits", "searchUnitsByQueryString", "packContext", "getUnit", "deleteUnit",
-                "getUnitLineage", "difyRetrieval"}
+                "getUnitLineage", "difyRetrieval", "listUnits", "getStats", "exportUnits", "forgetUnits"}
     assert set(ids) == expected
 
 
@@ -230,7 +234,7 @@ def openwebui_tools(doc: dict) -> list[dict]:
 
 def test_open_webui_loader_accepts_the_document(doc):
     tools = openwebui_tools(doc)
-    assert len(tools) == 8
+    assert len(tools) == 12
     for tool in tools:
         assert tool["description"]
         for name, prop in tool["parameters"]["properties"].items():

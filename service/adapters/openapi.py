@@ -252,6 +252,8 @@ def build(config) -> dict:
                     "content": {"type": "string"}, "score": {"type": "number"}, "title": {"type": "string"},
                     "metadata": {"type": "object"}}}}}}, "Matching records, best first."), **dify_error}}},
     }
+    from .openapi_manage import paths as manage_paths
+    paths.update(manage_paths(config))      # list, stats, export, forget (issue 15)
     return {
         "openapi": "3.1.0",
         "info": {"title": "Context Mode Service", "version": "1.0.0",
