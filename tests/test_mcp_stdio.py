@@ -165,6 +165,6 @@ def test_client_configs_point_at_the_endpoint_and_the_bridge(server):
                           input=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode() + b"\n")
     assert proc.returncode == 0, proc.stderr
     [reply] = replies(proc)
-    assert {t["name"] for t in reply["result"]["tools"]} == {"context_search", "context_push"}
+    assert {t["name"] for t in reply["result"]["tools"]} == {"context_search", "context_push", "context_forget"}
     assert _expand(claude["context-mode"]["url"], env) == server.mcp
     assert "CONTEXT_MODE_" not in json.dumps([cursor, vscode, claude])     # the CLI's names everywhere

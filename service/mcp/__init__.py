@@ -10,5 +10,7 @@ from flask import Flask
 
 
 def init_app(app: Flask) -> None:
+    from . import manage
     from .transport import bp
+    manage.register()         # context_forget and context://stats (issue 15)
     app.register_blueprint(bp)

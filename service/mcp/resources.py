@@ -133,6 +133,9 @@ def list_templates(call: Call, req: types.ListResourceTemplatesRequest) -> types
 def read_resource(call: Call, req: types.ReadResourceRequest) -> types.ReadResourceResult:
     """One unit (text/plain) or one search (text/markdown)."""
     uri = req.params.uri
+    if uri == uris.STATS_URI:
+        from .manage import read_stats
+        return read_stats(call)
     try:
         target = uris.parse(uri)
     except uris.BadUri as e:

@@ -16,6 +16,7 @@ SCHEME = "context://"
 UNITS_PREFIX = SCHEME + "units/"
 SEARCH_PREFIX = SCHEME + "search/"
 UNIT_TEMPLATE = UNITS_PREFIX + "{cid}"
+STATS_URI = SCHEME + "stats"        # what the memory holds (issue 15, service/mcp/manage.py)
 SEARCH_TEMPLATE = SEARCH_PREFIX + "{query}"
 
 MAX_URI_CHARS = 2048
