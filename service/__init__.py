@@ -68,6 +68,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.register_blueprint(units.bp)
     app.register_blueprint(search.bp)
     app.register_blueprint(health.bp)
+    register_manage(app)
     mcp.init_app(app)
     adapters.init_app(app)
     limits.init_app(app)
@@ -78,6 +79,14 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.extensions["context_shutdown"] = shutdown
     atexit.register(shutdown)
     return app
+
+
+def register_manage(app: Flask) -> None:
+    """Seeing and managing the memory (issue 15): list, stats, export, forget, and the web console."""
+    from . import console
+    from .api import manage
+    app.register_blueprint(manage.bp)
+    console.init_app(app)
 
 
 def open_files_needed(config) -> int:
