@@ -40,6 +40,8 @@ def register_cli(main: click.Group) -> None:
     main.add_command(push)
     main.add_command(search)
     main.add_command(import_jsonl)
+    from . import cli_manage
+    cli_manage.register_cli(main)
 
 
 @click.command()
@@ -176,6 +178,8 @@ def import_jsonl(url, api_key, path, fmt, type_, source, timestamp, ttl, max_cha
     failures: list[tuple[int, str, str]] = []   # (line number, code, message)
     batch: list[tuple[int, dict]] = []
 
+    waiting: list[tuple[int, dict, str]] = []   # parent not stored yet: maybe later in the file
+
     def flush():
         if not batch:
             return
@@ -187,11 +191,30 @@ def import_jsonl(url, api_key, path, fmt, type_, source, timestamp, ttl, max_cha
             counts["error"] += len(batch)
         else:
             for r in results:
-                lineno = batch[r["index"]][0]
+                lineno, unit = batch[r["index"]]
+                if r["status"] == "error" and r.get("code") == "parent_not_found":
+                    waiting.append((lineno, unit, r.get("error", "")))
+                    continue
                 counts[r["status"]] += 1
                 if r["status"] == "error":
                     failures.append((lineno, r.get("code", "?"), r.get("error", "")))
         batch.clear()
+
+    def retry_waiting():
+        """Units whose parent came later in the file (an export lists by ack order; a re-push may have
+        given a unit a newer parent): push them again while that stores any."""
+        while waiting:
+            pending = list(waiting)
+            waiting.clear()
+            for i in range(0, len(pending), batch_size):
+                batch.extend((lineno, unit) for lineno, unit, _ in pending[i:i + batch_size])
+                flush()
+            if len(waiting) == len(pending):
+                break
+        for lineno, _, message in waiting:
+            counts["error"] += 1
+            failures.append((lineno, "parent_not_found", message))
+        waiting.clear()
 
     def status(_item) -> str:
         return f"{counts['ok']} new, {counts['duplicate']} duplicate, {counts['error']} failed"
@@ -207,6 +230,7 @@ def import_jsonl(url, api_key, path, fmt, type_, source, timestamp, ttl, max_cha
             if len(batch) >= batch_size or i == len(items):
                 flush()                 # before the step, so the bar's last frame has the final counts
             bar.update(1, lineno)
+    retry_waiting()
 
     click.echo(f"imported {counts['ok']} new, {counts['duplicate']} duplicate, {counts['error']} failed")
     if failures:

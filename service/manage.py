@@ -92,12 +92,15 @@ def list_units(store, tenant: str, p: SearchParams, limit: int, before: int | No
         rows = _catalog_page(t, p, pos, True, n, now)
         scanned += len(rows)
         units = _fetch(t, p, rows, now) if rows else {}
-        for r in rows:
+        for i, r in enumerate(rows):
             u = units.get(r["cid"])
             if u is not None:
                 out.append(u)
                 if len(out) == limit:
-                    return out, r["seq"]
+                    # no cursor when the catalog has nothing past this unit (rows after it may still
+                    # fail the type filter: then the next page is empty)
+                    more = i < len(rows) - 1 or len(rows) == n
+                    return out, r["seq"] if more else None
         if len(rows) < n:
             return out, None
         pos = rows[-1]["seq"]

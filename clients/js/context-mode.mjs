@@ -126,6 +126,57 @@ export class ContextModeClient {
 
   async deleteUnit(cid) { return this.request("DELETE", `/mcp/units/${encodeURIComponent(cid)}`); }
 
+  /** GET /mcp/units: one page, newest first: {units, next_cursor}. Filters: types, source, since, until, parent_cid. */
+  async listUnits({ limit = 50, cursor, ...filters } = {}) {
+    return this.request("GET", withQuery("/mcp/units", { ...filters, limit, cursor }));
+  }
+
+  /** Every live unit matching the filters, newest first, page after page (an async iterator). */
+  async *iterUnits({ pageSize = 200, ...filters } = {}) {
+    let cursor;
+    do {
+      const page = await this.listUnits({ ...filters, limit: pageSize, cursor });
+      yield* page.units;
+      cursor = page.next_cursor;
+    } while (cursor);
+  }
+
+  /** GET /mcp/stats: units and bytes per type and per day, oldest/newest, index backlog, day files. */
+  async stats() { return this.request("GET", "/mcp/stats"); }
+
+  /** GET /mcp/export: every live unit (optionally filtered), oldest first, streamed as an async iterator
+   * of unit objects a push takes back with the same CIDs. */
+  async *exportUnits(filters = {}) {
+    const headers = { Accept: "application/x-ndjson" };
+    if (this.apiKey) headers.Authorization = `Bearer ${this.apiKey}`;
+    let rv;
+    try {
+      rv = await this.fetch(this.url + withQuery("/mcp/export", filters), { headers });
+    } catch (e) {
+      throw new ContextModeError(`${e.name}: ${e.message}`, { code: "connection_error" });
+    }
+    if (!rv.ok) {
+      const text = await rv.text();
+      let data = null;
+      try { data = JSON.parse(text); } catch { data = null; }
+      throw errorFrom(rv, data, text);
+    }
+    const decoder = new TextDecoder();
+    let rest = "";
+    for await (const chunk of rv.body) {
+      rest += decoder.decode(chunk, { stream: true });
+      const lines = rest.split("\n");
+      rest = lines.pop();
+      for (const line of lines) if (line.trim()) yield JSON.parse(line);
+    }
+    rest += decoder.decode();
+    if (rest.trim()) yield JSON.parse(rest);
+  }
+
+  /** POST /mcp/forget (admin key). Without `confirm`: a dry run {count, sample, confirm}; call again with the
+   * same filters and `confirm` to forget them. Filters: types, source, since, until, parent_cid, query, operator, cids. */
+  async forget(params = {}) { return this.request("POST", "/mcp/forget", params); }
+
   /** The plugin habit: the top `topK` results scoring above `threshold`, each cut to `maxChars` characters. */
   async recall(query, { threshold = 0.5, topK = 3, maxChars = 200, ...params } = {}) {
     const { results } = await this.search(query, { top_k: topK, ...params });
@@ -134,6 +185,16 @@ export class ContextModeClient {
       text: r.content.length > maxChars ? r.content.slice(0, maxChars) + "…" : r.content,
     }));
   }
+}
+
+function withQuery(path, params) {
+  const q = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) {
+    if (value === undefined || value === null) continue;
+    q.set(name, Array.isArray(value) ? value.join(",") : String(value));
+  }
+  const s = q.toString();
+  return s ? `${path}?${s}` : path;
 }
 
 function errorFrom(rv, data, text) {

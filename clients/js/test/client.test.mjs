@@ -92,3 +92,39 @@ test("retries 503 with backoff, never 400 (local stub server)", async () => {
     server.close();
   }
 });
+
+test("listUnits pages newest first, stats count them, exportUnits streams them, forget needs a dry run", live, async () => {
+  const cm = client();
+  const tag = `JSMANAGE${Date.now()}`;
+  const source = `js_manage_${Date.now()}`;
+  const pushed = [];
+  for (let i = 0; i < 5; i++) pushed.push((await cm.push(`${tag} 第${i}条 note ${i}`, { source, type: i % 2 ? "user_input" : "tool_output" })).cid);
+
+  const first = await cm.listUnits({ source, limit: 2 });
+  assert.equal(first.units.length, 2);
+  assert.ok(first.next_cursor);
+  const all = [];
+  for await (const u of cm.iterUnits({ source, pageSize: 2 })) all.push(u.cid);
+  assert.deepEqual(all, pushed.slice().reverse());                     // newest first
+  const inputs = await cm.listUnits({ source, types: ["user_input"] });
+  assert.deepEqual(inputs.units.map((u) => u.cid), [pushed[3], pushed[1]]);
+
+  const stats = await cm.stats();
+  assert.ok(stats.units >= 5 && stats.types.tool_output.units >= 3);
+
+  const exported = [];
+  for await (const u of cm.exportUnits({ source })) exported.push(u);
+  assert.deepEqual(exported.map((u) => u.cid), pushed);                 // oldest first
+  assert.deepEqual(Object.keys(exported[0]).sort(), ["cid", "content", "metadata", "parent_cid", "source", "timestamp", "ttl", "type"]);
+
+  const dry = await cm.forget({ source, query: tag, types: ["user_input"] });
+  assert.equal(dry.dry_run, true);
+  assert.equal(dry.count, 2);
+  await assert.rejects(cm.forget({ source, query: tag, confirm: dry.confirm }), (e) => e.code === "invalid_confirm");
+  const done = await cm.forget({ source, query: tag, types: ["user_input"], confirm: dry.confirm });
+  assert.equal(done.forgotten, 2);
+  const left = [];
+  for await (const u of cm.iterUnits({ source })) left.push(u.cid);
+  assert.deepEqual(left, [pushed[4], pushed[2], pushed[0]]);
+  await assert.rejects(cm.getUnit(pushed[3]), (e) => e.status === 404);
+});

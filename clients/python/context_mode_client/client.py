@@ -145,6 +145,57 @@ class ContextModeClient:
     def delete(self, cid: str) -> dict:
         return self.request("DELETE", f"/mcp/units/{cid}")
 
+    # --- seeing and managing the memory (issue 15) --------------------------------------------
+    def list_units(self, *, limit: int = 50, cursor: Optional[str] = None, **filters) -> dict:
+        """GET /mcp/units: one page, newest first: ``{"units", "next_cursor"}``. Filters: ``types``,
+        ``source`` (exact or prefix ``*``), ``since``, ``until``, ``parent_cid``."""
+        params = _filter_params(filters)
+        params["limit"] = limit
+        if cursor:
+            params["cursor"] = cursor
+        return self.request("GET", "/mcp/units", params=params)
+
+    def iter_units(self, page_size: int = 200, **filters) -> Iterator[dict]:
+        """Every live unit matching the filters, newest first, page after page."""
+        cursor = None
+        while True:
+            page = self.list_units(limit=page_size, cursor=cursor, **filters)
+            yield from page["units"]
+            cursor = page["next_cursor"]
+            if not cursor:
+                return
+
+    def stats(self) -> dict:
+        """GET /mcp/stats: units and bytes per type and per day, oldest/newest, index backlog, day files."""
+        return self.request("GET", "/mcp/stats")
+
+    def export(self, **filters) -> Iterator[dict]:
+        """GET /mcp/export: every live unit (optionally filtered), oldest first, streamed; each dict is
+        what a push takes back (``push_many(client.export())`` copies a store)."""
+        try:
+            rv = self.session.get(self.url + "/mcp/export", params=_filter_params(filters), stream=True,
+                                  timeout=self.timeout)
+        except (requests.ConnectionError, requests.Timeout) as e:
+            raise ContextModeError(f"{type(e).__name__}: {e}", code="connection_error") from None
+        with rv:
+            if rv.status_code >= 400:
+                raise _error_from(rv)
+            for line in rv.iter_lines():
+                if line.strip():
+                    yield json.loads(line)
+
+    def forget(self, *, confirm: Optional[str] = None, query: Optional[str] = None, cids: Optional[list] = None,
+               operator: Optional[str] = None, **filters) -> dict:
+        """POST /mcp/forget (admin key). Without ``confirm``: a dry run, ``{"count", "sample", "confirm"}``;
+        call again with the same arguments and ``confirm=dry_run["confirm"]`` to forget them."""
+        body: dict[str, Any] = {k: v for k, v in filters.items() if v is not None}
+        if isinstance(body.get("types"), str):
+            body["types"] = [body["types"]]
+        for name, value in (("query", query), ("cids", cids), ("operator", operator), ("confirm", confirm)):
+            if value is not None:
+                body[name] = value
+        return self.request("POST", "/mcp/forget", body=body)
+
     def recall(self, query: str, threshold: float = 0.5, top_k: int = 3, max_chars: int = 200,
                **params) -> list[dict]:
         """The plugin habit: the top ``top_k`` results scoring above ``threshold``, each cut to
@@ -158,6 +209,18 @@ class ContextModeClient:
             out.append({"cid": r["cid"], "type": r["type"], "source": r["source"], "score": r["score"],
                         "text": text})
         return out[:top_k]
+
+
+def _filter_params(filters: dict) -> dict:
+    """List/export filters as query parameters (``types`` comma-separated)."""
+    params = {}
+    for name, value in filters.items():
+        if value is None:
+            continue
+        if name == "types" and not isinstance(value, str):
+            value = ",".join(value)
+        params[name] = value
+    return params
 
 
 def _error_from(rv: requests.Response) -> ContextModeError:
