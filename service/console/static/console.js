@@ -258,11 +258,12 @@
     }
     // the filters fold away on search (open when one is set, or on a wide screen)
     const more = kind === "search" ? h("details", { class: "more", id: "search-filters" }, h("summary", {}, t("filters"))) : null;
+    const grid = more ? h("div", { class: "filter-grid" }) : null;
     if (more) {
-      const set = ["types", "source", "since", "until", "parent_cid", "min_score", "operator", "top_k"].some((k) => state[k]);
-      more.open = set || window.matchMedia("(min-width: 700px)").matches;
+      more.appendChild(grid);
+      more.open = ["types", "source", "since", "until", "parent_cid", "min_score", "operator", "top_k"].some((k) => state[k]);
     }
-    const place = (el) => (more || form).appendChild(el);
+    const place = (el) => (grid || form).appendChild(el);
     const box = h("fieldset", {}, h("legend", {}, t("types")));
     const chosen = new Set((state.types || "").split(",").filter(Boolean));
     inputs.types = session.types.map((type) => {
@@ -628,6 +629,7 @@
       if (mine === rendering) sayError(e);
     }
     main.dataset.ready = route.name;
+    document.body.dataset.renders = String(Number(document.body.dataset.renders || 0) + 1);
   }
 
   // keyboard: "/" focuses the query; "g" then s/u/t/f switches sections
@@ -650,7 +652,15 @@
     if (ev.key === "g") pendingG = true;
   });
 
-  window.addEventListener("hashchange", () => { render().then(() => { const hd = $("main").querySelector("h1"); if (hd) hd.focus({ preventScroll: true }); }); });
+  // after a route change the new page's heading takes the focus, unless the page gave it to a field
+  window.addEventListener("hashchange", () => {
+    render().then(() => {
+      const main = $("main"), hd = main.querySelector("h1");
+      if (hd && !main.contains(document.activeElement)) hd.focus({ preventScroll: true });
+    });
+  });
+  // the skip link moves the focus only: its #main must not become a route
+  $("skip-link").addEventListener("click", (ev) => { ev.preventDefault(); $("main").focus(); });
   $("lang").addEventListener("click", () => {
     lang = lang === "zh" ? "en" : "zh";
     localStorage.setItem(LANG_SLOT, lang);
