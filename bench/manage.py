@@ -1,9 +1,9 @@
 """Seeing and managing the memory at scale (issue 15): list pages, stats, export, forget, compaction.
 
 In-process on a *copy* of the cached service corpus (bench/corpus.py; forgetting changes it), so the
-figures are the store's own cost, without HTTP. Also what forgetting costs default searches while the
-read index still holds the forgotten units (the exclusion filter), and what the per-search check
-costs when nothing was forgotten. Writes results/manage.json.
+figures are the store's own cost, without HTTP. Also default searches before a forget, right after it
+(the read index still holds the forgotten units; the catalog check drops them) and after the
+leader's next pass. Writes results/manage.json.
 
     .venv/bin/python bench/manage.py --size 100000
 """
@@ -99,7 +99,7 @@ def main(argv=None) -> None:
     def search_p50(label):
         lat = timed(lambda: [store.search("default", parse_search({"query": x, "top_k": 10}, cfg)) for x in q], a.repeat)
         show(label, [x / len(q) for x in lat])
-    search_p50("search: nothing forgotten (no marker)")
+    search_p50("search: before forgetting")
     found = manage.matches(store, "default", filters(source=some_source))
     by_day: dict = {}
     for r in found:
@@ -112,7 +112,7 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     maint.run_once()
     res["read_index_pass_after_forget_s"] = round(time.perf_counter() - t0, 3)
-    search_p50("search: after the pass (marker, empty table)")
+    search_p50("search: after the read index's pass")
 
     # compaction: forget a tenth of the largest day, then the janitor
     day = max(t.primary_days(), key=lambda dd: (d / "tenants" / "default" / "primary" / f"{dd}.db").stat().st_size)
