@@ -70,7 +70,7 @@ soak: $(VENV)/.installed-bench
 fuzz: $(VENV)/.installed-test
 	rm -f bench/results/fuzz.json
 	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-3000} FUZZ_RESULTS=bench/results/fuzz.json \
-		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_fuzz_openapi.py tests/test_fuzz_doors.py
+		$(BIN)/python -m pytest -q -s -p no:cacheprovider --timeout=0 tests/test_fuzz_openapi.py tests/test_fuzz_doors.py
 
 # Build the image and run it for real with podman (tools/container_smoke.py; not in CI: several minutes).
 container-smoke: $(VENV)/.installed
