@@ -9,13 +9,16 @@ import sys
 from flask import Flask
 from flask.json.provider import DefaultJSONProvider
 
-from .config import Config, from_mapping
+from .config import Config
 
 log = logging.getLogger("service")
 
 
 def create_app(test_config: dict | Config | None = None) -> Flask:
-    """Application factory: configuration, store, background maintenance, blueprints."""
+    """Application factory: configuration, store, background maintenance, blueprints.
+
+    Configuration: the ``CONTEXT_*`` environment when called without one (gunicorn's
+    ``service:create_app()``); otherwise exactly the Config or mapping given (tests)."""
     from . import adapters, doors, errors, limits, mcp, metrics
     from .api import health, search, units
     from .auth import KeyRing
@@ -25,7 +28,12 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     from .store import Store
 
     _setup_logging()
-    config = test_config if isinstance(test_config, Config) else from_mapping(test_config)
+    if isinstance(test_config, Config):
+        config = test_config
+    elif test_config is None:
+        config = Config.from_env()
+    else:
+        config = Config.from_mapping(test_config)
     # Tenant content is private to the service's user: files 0600, folders 0700 (SQLite's WAL and
     # SHM files take the database's mode). Descriptors: one per open day file and connection.
     os.umask(0o077)

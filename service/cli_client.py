@@ -16,14 +16,19 @@ import click
 from context_mode_client import ContextModeClient, ContextModeError
 
 from . import textsplit
+from .client_env import KEY_VAR, URL_VAR, from_env
 
 MAX_REPORTED = 20
 
 
+def _key_from_env(ctx, param, value):
+    return value if value is not None else from_env(KEY_VAR)
+
+
 def _options(fn):
-    fn = click.option("--api-key", envvar="CONTEXT_API_KEY", default=None, show_envvar=True,
-                      help="API key (Bearer).")(fn)
-    fn = click.option("--url", envvar="CONTEXT_URL", default="http://127.0.0.1:5000", show_default=True,
+    fn = click.option("--api-key", default=None, callback=_key_from_env,
+                      help=f"API key (Bearer) [env var: {KEY_VAR}].")(fn)
+    fn = click.option("--url", envvar=URL_VAR, default="http://127.0.0.1:5000", show_default=True,
                       show_envvar=True, help="Base URL of the service.")(fn)
     return fn
 

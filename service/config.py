@@ -128,6 +128,24 @@ class Config:
         values.update(overrides)
         return cls(**values)
 
+    @classmethod
+    def from_mapping(cls, mapping: dict | None = None) -> "Config":
+        """The defaults with a mapping's values (field names, any case, ``CONTEXT_`` prefix optional;
+        strings coerced like environment values). The environment is not read: a test's or an
+        embedding program's mapping is the whole configuration."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        values = {}
+        for k, v in (mapping or {}).items():
+            k = k.lower().removeprefix("context_")
+            if k not in known:
+                continue
+            if isinstance(v, str) and not isinstance(known[k].default, str) and known[k].default is not None:
+                v = _coerce(known[k], v)
+            if isinstance(v, list):
+                v = tuple(v)
+            values[k] = v
+        return cls(**values)
+
     def replace(self, **changes) -> "Config":
         return dataclasses.replace(self, **changes)
 
@@ -143,20 +161,3 @@ def _coerce(f: dataclasses.Field, raw: str):
     if isinstance(default, tuple):
         return _list(raw)
     return raw
-
-
-def from_mapping(mapping: dict | None) -> Config:
-    """Build a Config from the environment, then a test mapping (lower-case field names)."""
-    mapping = dict(mapping or {})
-    known = {f.name: f for f in dataclasses.fields(Config)}
-    overrides = {}
-    for k, v in mapping.items():
-        k = k.lower().removeprefix("context_")
-        if k not in known:
-            continue
-        if isinstance(v, str) and not isinstance(known[k].default, str) and known[k].default is not None:
-            v = _coerce(known[k], v)
-        if isinstance(v, list):
-            v = tuple(v)
-        overrides[k] = v
-    return Config.from_env(**overrides)

@@ -1,4 +1,9 @@
-"""Fixtures: a fresh in-process app per test, and real gunicorn servers on free loopback ports."""
+"""Shared test code: in-process apps (``make_app``, ``app``, ``client``), ``drain``, shared assertions,
+and real gunicorn servers on free loopback ports.
+
+Test modules import helpers from here (or from a helper module without the ``test_`` prefix, such as
+``mcp_support.py``), never from one another.
+"""
 from __future__ import annotations
 
 import json
@@ -17,12 +22,41 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 
 
-@pytest.fixture
-def app(tmp_path):
+# In-process apps run no background threads: a test drains the indexer when it wants (``drain``).
+TEST_CONFIG = {"background": False}
+
+
+def new_app(data_dir, **config):
+    """``create_app`` with exactly these settings over the defaults: the developer's ``CONTEXT_*``
+    environment never reaches it (``Config.from_mapping``). The caller shuts it down (``close_app``)."""
     from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "data"), "background": False})
-    yield app
+    return create_app({**TEST_CONFIG, "data_dir": str(data_dir), **config})
+
+
+def close_app(app) -> None:
+    """Stop the app's maintenance and close its store (idempotent)."""
     app.extensions["context_shutdown"]()
+
+
+@pytest.fixture
+def make_app(tmp_path):
+    """``make_app(**config)``: a fresh app on ``tmp_path / "data"`` (or ``data_dir=...``), shut down after
+    the test. Calls with the same ``data_dir`` share it, like a restart or a second worker."""
+    apps = []
+
+    def make(**config):
+        app = new_app(config.pop("data_dir", tmp_path / "data"), **config)
+        apps.append(app)
+        return app
+
+    yield make
+    for app in reversed(apps):
+        close_app(app)
+
+
+@pytest.fixture
+def app(make_app):
+    return make_app()
 
 
 @pytest.fixture
@@ -35,6 +69,23 @@ def make_unit(content="hello world", *, type="tool_output", source="test_v1_ci",
             "ttl": ttl, "content": content}
     unit.update(extra)
     return unit
+
+
+def drain(app) -> None:
+    """Run the app's maintenance until nothing is left to index (and the read index has it)."""
+    while app.extensions["context_maintenance"].run_once():
+        pass
+
+
+def assert_error(rv, status, code, field=None):
+    """A Flask test response carrying DESIGN.md section 4's error body."""
+    assert rv.status_code == status, rv.get_data(as_text=True)
+    body = rv.get_json()
+    assert set(body) <= {"error", "code", "field"}
+    assert isinstance(body["error"], str) and body["error"]
+    assert body["code"] == code
+    if field is not None:
+        assert body["field"] == field
 
 
 def free_port() -> int:

@@ -5,23 +5,19 @@ import sys
 
 import pytest
 
-from conftest import make_unit
+from conftest import assert_error, make_unit
 from service.auth import hash_key
-from test_units import assert_error
 
 
 @pytest.fixture
-def keyed(tmp_path):
-    from service import create_app
+def keyed(tmp_path, make_app):
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps({"keys": [
         {"key_sha256": hash_key("acme-writer"), "tenant": "acme", "scopes": ["push", "search"]},
         {"key_sha256": hash_key("acme-reader"), "tenant": "acme", "scopes": ["search"]},
         {"key": "globex-dev-0123456789abcdef", "tenant": "globex", "scopes": ["push", "search", "admin"]},
     ]}))
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "api_keys_file": str(keys)})
-    yield app.test_client()
-    app.extensions["context_shutdown"]()
+    return make_app(api_keys_file=str(keys)).test_client()
 
 
 def bearer(key):
@@ -62,27 +58,21 @@ def test_tenants_are_isolated(keyed):
     assert [r["cid"] for r in rv.get_json()["results"]] == [only_acme["cid"]]
 
 
-def test_keys_file_rejects_bad_entries(tmp_path):
-    from service import create_app
+def test_keys_file_rejects_bad_entries(tmp_path, make_app):
     for entry in ({"key": "k", "tenant": "../etc", "scopes": ["push"]},
                   {"key": "k", "tenant": "ok", "scopes": ["root"]},
                   {"tenant": "ok", "scopes": ["push"]}):
         keys = tmp_path / "bad.json"
         keys.write_text(json.dumps({"keys": [entry]}))
         with pytest.raises(ValueError):
-            create_app({"data_dir": str(tmp_path / "d"), "background": False, "api_keys_file": str(keys)})
+            make_app(api_keys_file=str(keys))
 
 
-def test_inline_keys_from_environment_form(tmp_path):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False,
-                      "api_keys": "k1-0123456789abcdef:team-a:push+search;k2-0123456789abcdef:team-b:search"})
-    try:
-        c = app.test_client()
-        assert c.post("/mcp/push", json=make_unit("x"), headers=bearer("k1-0123456789abcdef")).status_code == 200
-        assert_error(c.post("/mcp/push", json=make_unit("x"), headers=bearer("k2-0123456789abcdef")), 403, "missing_scope")
-    finally:
-        app.extensions["context_shutdown"]()
+def test_inline_keys_from_environment_form(make_app):
+    app = make_app(api_keys="k1-0123456789abcdef:team-a:push+search;k2-0123456789abcdef:team-b:search")
+    c = app.test_client()
+    assert c.post("/mcp/push", json=make_unit("x"), headers=bearer("k1-0123456789abcdef")).status_code == 200
+    assert_error(c.post("/mcp/push", json=make_unit("x"), headers=bearer("k2-0123456789abcdef")), 403, "missing_scope")
 
 
 def test_keys_add_prints_key_once_and_stores_only_its_hash(tmp_path):
@@ -99,10 +89,9 @@ def test_keys_add_prints_key_once_and_stores_only_its_hash(tmp_path):
     assert bad.returncode != 0 and "invalid tenant" in bad.stderr
 
 
-def test_open_mode_warns_loudly(tmp_path, caplog):
-    from service import create_app
+def test_open_mode_warns_loudly(make_app, caplog):
     with caplog.at_level("WARNING"):
-        app = create_app({"data_dir": str(tmp_path / "d"), "background": False})
+        app = make_app()
     app.extensions["context_shutdown"]()
     assert "NO API KEYS CONFIGURED" in caplog.text
 
@@ -115,22 +104,18 @@ def test_doctor_reports_checks(tmp_path):
     assert "FTS5" in out.stdout and "jieba dictionary loads" in out.stdout and "writable" in out.stdout
 
 
-def test_rate_limit_per_key_is_429_with_retry_after(tmp_path):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "rate_limit": "5/minute",
-                      "api_keys": "ka-0123456789abcdef:team-a:push+search;kb-0123456789abcdef:team-b:push+search"})
-    try:
-        c = app.test_client()
-        codes = [c.post("/mcp/search", json={"query": "x"}, headers=bearer("ka-0123456789abcdef")).status_code for _ in range(6)]
-        assert codes == [200] * 5 + [429]
-        rv = c.post("/mcp/push", json=make_unit("x"), headers=bearer("ka-0123456789abcdef"))
-        assert_error(rv, 429, "rate_limited")
-        assert int(rv.headers["Retry-After"]) > 0
-        # Another key has its own budget; probes are never limited.
-        assert c.post("/mcp/search", json={"query": "x"}, headers=bearer("kb-0123456789abcdef")).status_code == 200
-        assert all(c.get("/healthz").status_code == 200 for _ in range(10))
-    finally:
-        app.extensions["context_shutdown"]()
+def test_rate_limit_per_key_is_429_with_retry_after(make_app):
+    app = make_app(rate_limit="5/minute",
+                   api_keys="ka-0123456789abcdef:team-a:push+search;kb-0123456789abcdef:team-b:push+search")
+    c = app.test_client()
+    codes = [c.post("/mcp/search", json={"query": "x"}, headers=bearer("ka-0123456789abcdef")).status_code for _ in range(6)]
+    assert codes == [200] * 5 + [429]
+    rv = c.post("/mcp/push", json=make_unit("x"), headers=bearer("ka-0123456789abcdef"))
+    assert_error(rv, 429, "rate_limited")
+    assert int(rv.headers["Retry-After"]) > 0
+    # Another key has its own budget; probes are never limited.
+    assert c.post("/mcp/search", json={"query": "x"}, headers=bearer("kb-0123456789abcdef")).status_code == 200
+    assert all(c.get("/healthz").status_code == 200 for _ in range(10))
 
 
 # --- keys list / keys revoke (issue 14, item 10) ------------------------------------------------------

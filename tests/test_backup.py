@@ -183,27 +183,23 @@ def test_backup_of_a_live_store_restores_every_acked_unit(servers, tmp_path):
     assert len(acked_before) == 1499
 
 
-def _tiny_store(data_dir: Path, text: str) -> str:
-    from service import create_app
-    app = create_app({"data_dir": str(data_dir), "background": False})
-    try:
-        rv = app.test_client().post("/mcp/push", json=make_unit(text))
-        assert rv.status_code == 200
-        return rv.get_json()["cid"]
-    finally:
-        app.extensions["context_shutdown"]()
+def _tiny_store(make_app, data_dir: Path, text: str) -> str:
+    app = make_app(data_dir=data_dir)
+    rv = app.test_client().post("/mcp/push", json=make_unit(text))
+    assert rv.status_code == 200
+    return rv.get_json()["cid"]
 
 
-def test_restore_refuses_non_empty_dir_unless_forced(tmp_path):
+def test_restore_refuses_non_empty_dir_unless_forced(tmp_path, make_app):
     from service.cli import main
     src, dst, out = tmp_path / "src", tmp_path / "dst", tmp_path / "out"
-    cid = _tiny_store(src, "the backed-up unit 小")
+    cid = _tiny_store(make_app, src, "the backed-up unit 小")
     runner = CliRunner()
     rv = runner.invoke(main, ["backup", str(out), "--data-dir", str(src)])
     assert rv.exit_code == 0, rv.output
     assert runner.invoke(main, ["backup", str(out), "--data-dir", str(src)]).exit_code == 1  # not empty
 
-    other = _tiny_store(dst, "a unit the restore replaces 大")
+    other = _tiny_store(make_app, dst, "a unit the restore replaces 大")
     # A stale WAL and replica of the tenant being replaced must not survive a forced restore.
     (dst / "tenants" / "default" / "replica" / "2000-01-01.db").write_bytes(b"stale")
     rv = runner.invoke(main, ["restore", str(out), "--data-dir", str(dst)])
@@ -213,14 +209,10 @@ def test_restore_refuses_non_empty_dir_unless_forced(tmp_path):
     assert "1 units" in rv.output
     assert not (dst / "tenants" / "default" / "replica" / "2000-01-01.db").exists()
 
-    from service import create_app
-    app = create_app({"data_dir": str(dst), "background": False})
-    try:
-        c = app.test_client()
-        assert c.get(f"/mcp/units/{cid}").status_code == 200
-        assert c.get(f"/mcp/units/{other}").status_code == 404  # the tenant is exactly the backup
-    finally:
-        app.extensions["context_shutdown"]()
+    app = make_app(data_dir=dst)
+    c = app.test_client()
+    assert c.get(f"/mcp/units/{cid}").status_code == 200
+    assert c.get(f"/mcp/units/{other}").status_code == 404  # the tenant is exactly the backup
 
 
 @pytest.mark.parametrize("tenant, day_file", [
@@ -252,16 +244,12 @@ def test_restore_refuses_while_a_server_holds_the_tenant(servers, tmp_path):
         restore(tmp_path / "b", tmp_path / "d", force=True)
 
 
-def test_backup_and_restore_paths_with_uri_characters(tmp_path):
+def test_backup_and_restore_paths_with_uri_characters(tmp_path, make_app):
     from service.backup import backup, restore
     src, out, dst = tmp_path / "src #1?x=%20", tmp_path / "out #2", tmp_path / "dst?mode=memory"
-    cid = _tiny_store(src, "a unit in an awkward directory")
+    cid = _tiny_store(make_app, src, "a unit in an awkward directory")
     m = backup(src, out)
     assert m["totals"]["units"] == 1
     assert restore(out, dst)["units"] == 1
-    from service import create_app
-    app = create_app({"data_dir": str(dst), "background": False})
-    try:
-        assert app.test_client().get(f"/mcp/units/{cid}").status_code == 200
-    finally:
-        app.extensions["context_shutdown"]()
+    app = make_app(data_dir=dst)
+    assert app.test_client().get(f"/mcp/units/{cid}").status_code == 200

@@ -45,6 +45,18 @@ def test_push_then_search(server):
     assert [r["cid"] for r in json.loads(rv.stdout)["results"]] == [cid]
 
 
+def test_the_old_key_variable_still_works_with_a_warning(server):
+    env = {k: v for k, v in os.environ.items() if k != "CONTEXT_API_KEY"}
+    env.update(CONTEXT_URL=server.url, CONTEXT_MODE_API_KEY="clikey-0123456789abcdef")
+    rv = subprocess.run([str(CLI), "search", "x"], env=env, capture_output=True, text=True, timeout=60)
+    assert rv.returncode == 0, rv.stderr
+    assert "CONTEXT_MODE_API_KEY is deprecated; set CONTEXT_API_KEY" in rv.stderr
+    # The current name wins over the old one, silently.
+    env["CONTEXT_API_KEY"], env["CONTEXT_MODE_API_KEY"] = "clikey-0123456789abcdef", "wrong"
+    rv = subprocess.run([str(CLI), "search", "x"], env=env, capture_output=True, text=True, timeout=60)
+    assert rv.returncode == 0 and "deprecated" not in rv.stderr, rv.stderr
+
+
 def test_errors_are_reported_with_the_servers_code(server):
     rv = run(server, "search", "x", key="wrong")
     assert rv.returncode == 1

@@ -12,7 +12,7 @@ import time
 import pytest
 import requests
 
-from conftest import make_unit
+from conftest import close_app, make_unit, new_app
 
 KEYS = "difykey-0123456789abcdef:acme:search+push;pushonly-0123456789abcdef:acme:push;betakey-0123456789abcdef:beta:search+push"
 NOW = int(time.time())
@@ -31,9 +31,7 @@ def auth(key="difykey-0123456789abcdef"):
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path_factory.mktemp("dify") / "data"), "background": False,
-                      "api_keys": KEYS})
+    app = new_app(tmp_path_factory.mktemp("dify") / "data", api_keys=KEYS)
     client = app.test_client()
     units = {
         "u1": make_unit("订单 ORD-7890 已发货 order shipped", type="tool_output", source="curl_tool_v2.1_prod",
@@ -58,6 +56,7 @@ def seeded(tmp_path_factory):
         rv = client.post("/mcp/search", headers=auth(key), json={"query": QUERY, "consistency": "strong"})
         assert rv.status_code == 200
     yield client, cids
+    close_app(app)
     app.extensions["context_shutdown"]()
 
 

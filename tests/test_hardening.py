@@ -4,8 +4,8 @@ import json
 import pytest
 import requests
 
-from conftest import make_unit
-from test_units import assert_error
+from conftest import assert_error, make_unit
+
 
 EVIL_HOST = "rebind.evil.example:5000"
 
@@ -65,38 +65,29 @@ def test_other_doors_answer_in_their_own_shape(live_server):
     assert requests.post(url + "/retrieval", timeout=10).json() == {"records": []}
 
 
-def test_allowed_hosts_and_origins_are_configurable(tmp_path):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False,
-                      "allowed_hosts": ["memory.internal"], "allowed_origins": ["https://console.example"]})
-    try:
-        c = app.test_client()
-        assert c.get("/mcp/units/0123456789ab", base_url="http://memory.internal:8080").status_code == 404
-        assert c.get("/mcp/units/0123456789ab", base_url="http://localhost:5000").status_code == 403
-        assert c.get("/mcp/units/0123456789ab", base_url="http://memory.internal",
-                     headers={"Origin": "https://console.example"}).status_code == 404
-        assert c.get("/mcp/units/0123456789ab", base_url="http://memory.internal",
-                     headers={"Origin": "https://other.example"}).status_code == 403
-    finally:
-        app.extensions["context_shutdown"]()
+def test_allowed_hosts_and_origins_are_configurable(make_app):
+    app = make_app(allowed_hosts=["memory.internal"], allowed_origins=["https://console.example"])
+    c = app.test_client()
+    assert c.get("/mcp/units/0123456789ab", base_url="http://memory.internal:8080").status_code == 404
+    assert c.get("/mcp/units/0123456789ab", base_url="http://localhost:5000").status_code == 403
+    assert c.get("/mcp/units/0123456789ab", base_url="http://memory.internal",
+                 headers={"Origin": "https://console.example"}).status_code == 404
+    assert c.get("/mcp/units/0123456789ab", base_url="http://memory.internal",
+                 headers={"Origin": "https://other.example"}).status_code == 403
 
 
 @pytest.mark.parametrize("bind,refused", [("0.0.0.0:5000", True), (":5000", True), ("[::]:5000", True),
                                           ("myhost:5000", True), ("127.0.0.1:5000", False), ("[::1]:5000", False),
                                           ("localhost:5000", False), ("unix:/tmp/cm.sock", False)])
-def test_no_keys_mode_refuses_a_public_bind(tmp_path, bind, refused):
-    from service import create_app
-    cfg = {"data_dir": str(tmp_path / "d"), "background": False, "bind": bind}
+def test_no_keys_mode_refuses_a_public_bind(make_app, bind, refused):
     if refused:
         with pytest.raises(RuntimeError, match="CONTEXT_ALLOW_OPEN"):
-            create_app(cfg)
-        app = create_app({**cfg, "allow_open": True})      # the explicit opt-in
+            make_app(bind=bind)
+        make_app(bind=bind, allow_open=True)      # the explicit opt-in
     else:
-        app = create_app(cfg)
-    app.extensions["context_shutdown"]()
+        make_app(bind=bind)
     # With keys, any bind is fine.
-    app = create_app({**cfg, "api_keys": "k-0123456789abcdef:acme:push+search"})
-    app.extensions["context_shutdown"]()
+    make_app(bind=bind, api_keys="k-0123456789abcdef:acme:push+search")
 
 
 # --- finding 2 and 13: keys files that would turn auth off, placeholder and short keys -----------
@@ -111,19 +102,17 @@ def test_no_keys_mode_refuses_a_public_bind(tmp_path, bind, refused):
     ({"keys": [{"key": "short", "tenant": "acme", "scopes": ["push"]}]}, "at least 16"),
     ({"keys": [{"key_sha256": "zz" * 32, "tenant": "acme", "scopes": ["push"]}]}, "64 hex"),
 ])
-def test_keys_files_that_yield_no_usable_key_stop_the_start(tmp_path, document, message):
-    from service import create_app
+def test_keys_files_that_yield_no_usable_key_stop_the_start(tmp_path, document, message, make_app):
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps(document))
     with pytest.raises(ValueError, match=message):
-        create_app({"data_dir": str(tmp_path / "d"), "background": False, "api_keys_file": str(keys)})
+        make_app(api_keys_file=str(keys))
 
 
 @pytest.mark.parametrize("value", ["change-me:default:push+search", "tiny:acme:push", ";", " "])
-def test_inline_placeholder_short_or_empty_keys_stop_the_start(tmp_path, value):
-    from service import create_app
+def test_inline_placeholder_short_or_empty_keys_stop_the_start(make_app, value):
     with pytest.raises(ValueError):
-        create_app({"data_dir": str(tmp_path / "d"), "background": False, "api_keys": value})
+        make_app(api_keys=value)
 
 
 def test_gunicorn_with_an_empty_keys_file_does_not_start(tmp_path):
@@ -154,32 +143,22 @@ def test_rest_errors_use_the_shape_for_door_refusals(client):
 
 
 # --- finding 7: the rate limit keys on the parsed key, and is on by default ---------------------
-def test_rate_limit_cannot_be_dodged_by_spelling_the_scheme_differently(tmp_path):
-    from service import create_app
+def test_rate_limit_cannot_be_dodged_by_spelling_the_scheme_differently(make_app):
     key = "ka-0123456789abcdef"
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "rate_limit": "4/minute",
-                      "api_keys": f"{key}:team-a:push+search"})
-    try:
-        c = app.test_client()
-        spellings = [f"Bearer {key}", f"bearer {key}", f"BEARER {key}", f"Bearer   {key}  ", f"  bEaReR {key}",
-                     f"Bearer {key}"]
-        codes = [c.post("/mcp/search", json={"query": "x"}, headers={"Authorization": h}).status_code
-                 for h in spellings]
-        assert codes == [200] * 4 + [429] * 2
-    finally:
-        app.extensions["context_shutdown"]()
+    app = make_app(rate_limit="4/minute", api_keys=f"{key}:team-a:push+search")
+    c = app.test_client()
+    spellings = [f"Bearer {key}", f"bearer {key}", f"BEARER {key}", f"Bearer   {key}  ", f"  bEaReR {key}",
+                 f"Bearer {key}"]
+    codes = [c.post("/mcp/search", json={"query": "x"}, headers={"Authorization": h}).status_code
+             for h in spellings]
+    assert codes == [200] * 4 + [429] * 2
 
 
-def test_a_rate_limit_is_on_by_default_when_keys_are_configured(tmp_path):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False,
-                      "api_keys": "ka-0123456789abcdef:team-a:push+search"})
-    try:
-        rv = app.test_client().post("/mcp/search", json={"query": "x"},
-                                    headers={"Authorization": "Bearer ka-0123456789abcdef"})
-        assert rv.status_code == 200 and rv.headers["X-RateLimit-Limit"] == "1200"
-    finally:
-        app.extensions["context_shutdown"]()
+def test_a_rate_limit_is_on_by_default_when_keys_are_configured(make_app):
+    app = make_app(api_keys="ka-0123456789abcdef:team-a:push+search")
+    rv = app.test_client().post("/mcp/search", json={"query": "x"},
+                                headers={"Authorization": "Bearer ka-0123456789abcdef"})
+    assert rv.status_code == 200 and rv.headers["X-RateLimit-Limit"] == "1200"
 
 
 # --- findings 5 and 6: metadata is finite and at most 32 levels deep; responses are strict JSON ---
@@ -209,7 +188,7 @@ def test_metadata_that_breaks_readers_is_refused_at_push(client, body, code):
 
 
 def test_metadata_at_the_depth_limit_round_trips_through_every_reader(live_server):
-    from test_mcp_support import rpc
+    from mcp_support import rpc
     url = live_server.url
     unit = make_unit("deep metadata ORD-5150", metadata={"deep": nested(31), "big": 1.5e308, "neg": -0.0})
     rv = requests.post(url + "/mcp/push", json=unit, timeout=10)
@@ -404,25 +383,21 @@ def test_gunicorn_errors_are_json_and_the_control_socket_is_off(live_server_fact
 
 
 # --- finding 10: /metrics needs an admin key when keys are configured, and shows only its tenant --
-def test_metrics_do_not_list_tenants_to_the_anonymous(tmp_path):
-    from service import create_app
+def test_metrics_do_not_list_tenants_to_the_anonymous(make_app):
     keys = ("acme-admin-0123456789:acme:push+search+admin;acme-reader-0123456789:acme:search;"
             "globex-writer-0123456789:globex:push+search")
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "api_keys": keys})
-    try:
-        c = app.test_client()
-        for key in ("acme-admin-0123456789", "globex-writer-0123456789"):
-            assert c.post("/mcp/push", json=make_unit(f"unit of {key}"),
-                          headers={"Authorization": f"Bearer {key}"}).status_code == 200
-        assert_error(c.get("/metrics"), 401, "missing_api_key")
-        assert_error(c.get("/metrics", headers={"Authorization": "Bearer acme-reader-0123456789"}), 403,
-                     "missing_scope")
-        rv = c.get("/metrics", headers={"Authorization": "Bearer acme-admin-0123456789"})
-        text = rv.get_data(as_text=True)
-        assert rv.status_code == 200 and 'context_units_stored{tenant="acme"} 1.0' in text
-        assert "globex" not in text
-    finally:
-        app.extensions["context_shutdown"]()
+    app = make_app(api_keys=keys)
+    c = app.test_client()
+    for key in ("acme-admin-0123456789", "globex-writer-0123456789"):
+        assert c.post("/mcp/push", json=make_unit(f"unit of {key}"),
+                      headers={"Authorization": f"Bearer {key}"}).status_code == 200
+    assert_error(c.get("/metrics"), 401, "missing_api_key")
+    assert_error(c.get("/metrics", headers={"Authorization": "Bearer acme-reader-0123456789"}), 403,
+                 "missing_scope")
+    rv = c.get("/metrics", headers={"Authorization": "Bearer acme-admin-0123456789"})
+    text = rv.get_data(as_text=True)
+    assert rv.status_code == 200 and 'context_units_stored{tenant="acme"} 1.0' in text
+    assert "globex" not in text
 
 
 # --- finding 11: packed context cannot be forged by stored content --------------------------------
@@ -449,37 +424,31 @@ def test_packed_context_fences_every_item_and_ends_with_a_marker(client):
 
 
 # --- finding 12: lineage answers are bounded, and say so -----------------------------------------
-def test_lineage_and_review_lineage_are_bounded_and_marked(tmp_path):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "max_lineage_bytes": 5000})
-    try:
-        c = app.test_client()
-        root = c.post("/mcp/push", json=make_unit("root " + "r" * 995)).get_json()["cid"]
-        kids = [c.post("/mcp/push", json=make_unit(f"child {i} " + "c" * 992, parent_cid=root)).get_json()["cid"]
-                for i in range(8)]
-        lin = c.get(f"/mcp/units/{root}/lineage").get_json()
-        shown = [u["cid"] for u in lin["children"]]
-        assert lin["truncated"] is True and len(shown) == 4
-        assert sorted(shown + lin["omitted"]) == sorted(kids)
-        assert sum(len(u["content"]) for u in [lin["unit"], *lin["children"]]) <= 5000
-        small = c.get(f"/mcp/units/{kids[0]}/lineage").get_json()
-        assert small["truncated"] is False and small["omitted"] == [] and small["ancestors"][0]["cid"] == root
-        rv = c.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "prompts/get",
-                                  "params": {"name": "review-lineage", "arguments": {"cid": root}}},
-                    headers={"MCP-Protocol-Version": "2025-11-25"})
-        messages = rv.get_json()["result"]["messages"]
-        assert len(messages) == 1 + 1 + 4               # instruction, the unit, the children that fit
-        assert messages[0]["content"]["text"].count("not embedded") == 4
-    finally:
-        app.extensions["context_shutdown"]()
+def test_lineage_and_review_lineage_are_bounded_and_marked(make_app):
+    app = make_app(max_lineage_bytes=5000)
+    c = app.test_client()
+    root = c.post("/mcp/push", json=make_unit("root " + "r" * 995)).get_json()["cid"]
+    kids = [c.post("/mcp/push", json=make_unit(f"child {i} " + "c" * 992, parent_cid=root)).get_json()["cid"]
+            for i in range(8)]
+    lin = c.get(f"/mcp/units/{root}/lineage").get_json()
+    shown = [u["cid"] for u in lin["children"]]
+    assert lin["truncated"] is True and len(shown) == 4
+    assert sorted(shown + lin["omitted"]) == sorted(kids)
+    assert sum(len(u["content"]) for u in [lin["unit"], *lin["children"]]) <= 5000
+    small = c.get(f"/mcp/units/{kids[0]}/lineage").get_json()
+    assert small["truncated"] is False and small["omitted"] == [] and small["ancestors"][0]["cid"] == root
+    rv = c.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "prompts/get",
+                              "params": {"name": "review-lineage", "arguments": {"cid": root}}},
+                headers={"MCP-Protocol-Version": "2025-11-25"})
+    messages = rv.get_json()["result"]["messages"]
+    assert len(messages) == 1 + 1 + 4               # instruction, the unit, the children that fit
+    assert messages[0]["content"]["text"].count("not embedded") == 4
 
 
 # --- finding 9 (the HTTP part): a cap on concurrent searches, answered in every door's shape ------
-def test_concurrent_searches_are_capped_per_worker(tmp_path):
+def test_concurrent_searches_are_capped_per_worker(make_app):
     import threading
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "max_concurrent_searches": 1,
-                      "search_wait_s": 0.2})
+    app = make_app(max_concurrent_searches=1, search_wait_s=0.2)
     store = app.extensions["context_store"]
     entered, release = threading.Event(), threading.Event()
     real = store.searcher.search
@@ -507,34 +476,26 @@ def test_concurrent_searches_are_capped_per_worker(tmp_path):
     finally:
         release.set()
         holder.join(30)
-    try:
-        assert app.test_client().post("/mcp/search", json={"query": "y"}).status_code == 200
-    finally:
-        app.extensions["context_shutdown"]()
+    assert app.test_client().post("/mcp/search", json={"query": "y"}).status_code == 200
 
 
 # --- finding 15: 429 and 413 in each door's own shape; short 404 echoes -------------------------
-def test_rate_limit_and_size_errors_use_each_doors_shape(tmp_path):
-    from service import create_app
+def test_rate_limit_and_size_errors_use_each_doors_shape(make_app):
     key = "kd-0123456789abcdef"
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "rate_limit": "1/minute",
-                      "api_keys": f"{key}:acme:push+search", "max_request_bytes": 1000})
-    try:
-        c = app.test_client()
-        auth = {"Authorization": f"Bearer {key}"}
-        big = {"knowledge_id": "", "query": "x" * 2000}
-        rv = c.post("/retrieval", json=big, headers=auth)
-        assert rv.status_code == 413 and rv.get_json()["error_code"] == 3002
-        rpc = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x" * 2000000}}
-        rv = c.post("/mcp", json=rpc, headers=auth)
-        assert rv.status_code == 413 and rv.get_json()["jsonrpc"] == "2.0" and rv.get_json()["error"]["code"] == -32600
-        assert c.post("/retrieval", json={"knowledge_id": "", "query": "x"}, headers=auth).status_code == 200
-        rv = c.post("/retrieval", json={"knowledge_id": "", "query": "x"}, headers=auth)
-        assert rv.status_code == 429 and rv.get_json()["error_code"] == 3003 and "Retry-After" in rv.headers
-        rv = c.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=auth)
-        assert rv.status_code == 429 and rv.get_json()["error"]["code"] == -32600 and "Retry-After" in rv.headers
-    finally:
-        app.extensions["context_shutdown"]()
+    app = make_app(rate_limit="1/minute", api_keys=f"{key}:acme:push+search", max_request_bytes=1000)
+    c = app.test_client()
+    auth = {"Authorization": f"Bearer {key}"}
+    big = {"knowledge_id": "", "query": "x" * 2000}
+    rv = c.post("/retrieval", json=big, headers=auth)
+    assert rv.status_code == 413 and rv.get_json()["error_code"] == 3002
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"pad": "x" * 2000000}}
+    rv = c.post("/mcp", json=rpc, headers=auth)
+    assert rv.status_code == 413 and rv.get_json()["jsonrpc"] == "2.0" and rv.get_json()["error"]["code"] == -32600
+    assert c.post("/retrieval", json={"knowledge_id": "", "query": "x"}, headers=auth).status_code == 200
+    rv = c.post("/retrieval", json={"knowledge_id": "", "query": "x"}, headers=auth)
+    assert rv.status_code == 429 and rv.get_json()["error_code"] == 3003 and "Retry-After" in rv.headers
+    rv = c.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=auth)
+    assert rv.status_code == 429 and rv.get_json()["error"]["code"] == -32600 and "Retry-After" in rv.headers
 
 
 @pytest.mark.parametrize("path", ["/" + "A" * 8000, "/mcp/units/" + "A" * 8000, "/mcp/units/" + "a" * 8000 + "/lineage"])
@@ -546,25 +507,21 @@ def test_404_echoes_no_long_path(client, path, method):
 
 
 # --- finding 4: bounded day files per request and tenant, bounded open shard handles --------------
-def test_one_push_cannot_create_hundreds_of_day_files(tmp_path):
+def test_one_push_cannot_create_hundreds_of_day_files(tmp_path, make_app):
     import time
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "max_days_per_tenant": 120})
-    try:
-        c = app.test_client()
-        now = int(time.time())
-        year = [make_unit(f"day {i}", timestamp=now - i * 86_400, ttl=31_000_000) for i in range(365)]
-        assert_error(c.post("/mcp/push", json=year), 400, "too_many_days", "units")
-        assert list((tmp_path / "d" / "tenants").glob("*/primary/*.db")) == []
-        rv = c.post("/mcp/push", json=year[:100])
-        assert rv.status_code == 200 and all(r["status"] == "ok" for r in rv.get_json()["results"])
-        rv = c.post("/mcp/push", json=year[100:125])
-        assert_error(rv, 422, "too_many_days", "timestamp")
-        assert len(list((tmp_path / "d" / "tenants").glob("*/primary/*.db"))) == 100
-        # Days the tenant already has stay open to pushes.
-        assert c.post("/mcp/push", json=make_unit("again", timestamp=now - 5 * 86_400, ttl=31_000_000)).status_code == 200
-    finally:
-        app.extensions["context_shutdown"]()
+    app = make_app(data_dir=tmp_path / "d", max_days_per_tenant=120)
+    c = app.test_client()
+    now = int(time.time())
+    year = [make_unit(f"day {i}", timestamp=now - i * 86_400, ttl=31_000_000) for i in range(365)]
+    assert_error(c.post("/mcp/push", json=year), 400, "too_many_days", "units")
+    assert list((tmp_path / "d" / "tenants").glob("*/primary/*.db")) == []
+    rv = c.post("/mcp/push", json=year[:100])
+    assert rv.status_code == 200 and all(r["status"] == "ok" for r in rv.get_json()["results"])
+    rv = c.post("/mcp/push", json=year[100:125])
+    assert_error(rv, 422, "too_many_days", "timestamp")
+    assert len(list((tmp_path / "d" / "tenants").glob("*/primary/*.db"))) == 100
+    # Days the tenant already has stay open to pushes.
+    assert c.post("/mcp/push", json=make_unit("again", timestamp=now - 5 * 86_400, ttl=31_000_000)).status_code == 200
 
 
 def _open_primary_files(pid: int, data_dir) -> set:
@@ -658,21 +615,17 @@ def test_expect_100_continue_is_answered(live_server):
         assert s.recv(65536).startswith(b"HTTP/1.1 200")
 
 
-def test_access_log_has_one_line_per_request_without_content_or_key(tmp_path, caplog):
-    from service import create_app
+def test_access_log_has_one_line_per_request_without_content_or_key(make_app, caplog):
     key = "acme-writer-0123456789"
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "api_keys": f"{key}:acme:push+search"})
-    try:
-        c = app.test_client()
-        with caplog.at_level("INFO", logger="service.access"):
-            cid = c.post("/mcp/push", json=make_unit("secret content ORD-42"),
-                         headers={"Authorization": f"Bearer {key}"}).get_json()["cid"]
-            c.get(f"/mcp/units/{cid}")
-            c.get(f"/mcp/units/{cid}", headers={"Host": "evil.example"})
-        lines = [r.getMessage() for r in caplog.records if r.name == "service.access"]
-        assert lines[0].startswith("tenant=acme method=POST route=/mcp/push status=200 ms=")
-        assert lines[1].startswith("tenant=- method=GET route=/mcp/units/<cid> status=401 ms=")
-        assert lines[2].startswith("tenant=- method=GET route=/mcp/units/<cid> status=403 ms=")
-        assert not any(key in line or "secret" in line or cid in line for line in lines)
-    finally:
-        app.extensions["context_shutdown"]()
+    app = make_app(api_keys=f"{key}:acme:push+search")
+    c = app.test_client()
+    with caplog.at_level("INFO", logger="service.access"):
+        cid = c.post("/mcp/push", json=make_unit("secret content ORD-42"),
+                     headers={"Authorization": f"Bearer {key}"}).get_json()["cid"]
+        c.get(f"/mcp/units/{cid}")
+        c.get(f"/mcp/units/{cid}", headers={"Host": "evil.example"})
+    lines = [r.getMessage() for r in caplog.records if r.name == "service.access"]
+    assert lines[0].startswith("tenant=acme method=POST route=/mcp/push status=200 ms=")
+    assert lines[1].startswith("tenant=- method=GET route=/mcp/units/<cid> status=401 ms=")
+    assert lines[2].startswith("tenant=- method=GET route=/mcp/units/<cid> status=403 ms=")
+    assert not any(key in line or "secret" in line or cid in line for line in lines)

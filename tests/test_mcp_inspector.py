@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT
-from test_mcp_support import push, start_server, wait_searchable
+from mcp_support import push, start_server, wait_searchable
 
 INSPECTOR = ROOT / ".ci" / "node_modules_inspector" / "node_modules" / ".bin" / "mcp-inspector"
 
@@ -74,7 +74,7 @@ def test_inspector_cli_lists_reads_prompts_and_calls(inspector, server):
 # --- the Inspector with a key (issue 14, item 8): Inspector 0.15 (what npm installs on Node 20) has
 # no --header, but it launches stdio servers with -e variables: the bridge carries the key.
 def test_inspector_with_a_key_through_the_stdio_bridge(inspector, tmp_path_factory):
-    from test_mcp_support import KEY, KEYS, context_mode_bin
+    from mcp_support import KEY, KEYS, context_mode_bin
     srv = start_server(tmp_path_factory, "mcp-inspector-key", keys=KEYS)
     try:
         cid = push(srv, "inspector with a key: ORD-2 packed", key=KEY)["cid"]

@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from test_mcp_support import KEY, KEYS, LEGACY, MODERN, OTHER_KEY, PUSH_ONLY_KEY, meta, post_raw, push, rpc, \
+from mcp_support import KEY, KEYS, LEGACY, MODERN, OTHER_KEY, PUSH_ONLY_KEY, meta, post_raw, push, rpc, \
     start_server
 
 NOT_FOUND = {LEGACY: -32002, MODERN: -32602}

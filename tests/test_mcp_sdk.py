@@ -16,7 +16,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from service.units import compute_cid
-from test_mcp_support import KEY, KEYS, LEGACY, MODERN, OTHER_KEY, context_mode_bin, push, start_server, \
+from mcp_support import KEY, KEYS, LEGACY, MODERN, OTHER_KEY, context_mode_bin, push, start_server, \
     wait_searchable
 
 CONNECTIONS = ["http-auto", "http-legacy", "stdio-auto", "stdio-legacy"]

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT
-from test_mcp_support import KEY, KEYS, MODERN, context_mode_bin, free_port_url, meta, start_server
+from mcp_support import KEY, KEYS, MODERN, context_mode_bin, free_port_url, meta, start_server
 
 
 @pytest.fixture(scope="module")

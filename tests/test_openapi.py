@@ -59,15 +59,11 @@ def test_every_route_is_described(app, doc):
     assert missing_operations(app, doc) == []
 
 
-def test_the_sync_check_catches_a_new_route(tmp_path):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False})
-    try:
-        app.add_url_rule("/mcp/units/<cid>/tags", "tags_probe", lambda cid: "", methods=["GET", "PUT"])
-        doc = app.test_client().get("/openapi.json").get_json()
-        assert missing_operations(app, doc) == ["GET /mcp/units/<cid>/tags", "PUT /mcp/units/<cid>/tags"]
-    finally:
-        app.extensions["context_shutdown"]()
+def test_the_sync_check_catches_a_new_route(make_app):
+    app = make_app()
+    app.add_url_rule("/mcp/units/<cid>/tags", "tags_probe", lambda cid: "", methods=["GET", "PUT"])
+    doc = app.test_client().get("/openapi.json").get_json()
+    assert missing_operations(app, doc) == ["GET /mcp/units/<cid>/tags", "PUT /mcp/units/<cid>/tags"]
 
 
 def test_no_operation_for_a_route_that_does_not_exist(app, doc):
@@ -107,18 +103,13 @@ def test_bearer_security_and_server_url(doc):
     assert doc["servers"][0]["url"] == "http://context-mode:5000"
 
 
-def test_server_url_comes_from_configuration(tmp_path):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False,
-                      "public_url": "https://memory.example.com/", "extra_types": "design_note"})
-    try:
-        doc = app.test_client().get("/openapi.json").get_json()
-        assert doc["servers"] == [{"url": "https://memory.example.com"}]
-        push = doc["paths"]["/mcp/push"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-        assert "design_note" in push["properties"]["type"]["enum"]
-        validate(doc)
-    finally:
-        app.extensions["context_shutdown"]()
+def test_server_url_comes_from_configuration(make_app):
+    app = make_app(public_url="https://memory.example.com/", extra_types="design_note")
+    doc = app.test_client().get("/openapi.json").get_json()
+    assert doc["servers"] == [{"url": "https://memory.example.com"}]
+    push = doc["paths"]["/mcp/push"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert "design_note" in push["properties"]["type"]["enum"]
+    validate(doc)
 
 
 def test_public_without_keys(live_server_factory):
@@ -253,11 +244,10 @@ def test_public_url_problems(url, problem):
     assert (got is None) if problem is None else (problem in got)
 
 
-def test_a_loopback_public_url_is_warned_at_start(tmp_path, caplog):
-    from service import create_app
+def test_a_loopback_public_url_is_warned_at_start(make_app, caplog):
     for url, warned in (("http://127.0.0.1:5000", True), ("https://memory.example.com", False)):
         caplog.clear()
         with caplog.at_level("WARNING"):
-            app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "public_url": url})
+            app = make_app(public_url=url)
         app.extensions["context_shutdown"]()
         assert ("Dify refuses" in caplog.text) is warned, url

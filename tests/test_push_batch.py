@@ -1,8 +1,7 @@
 """Batch push, size limits and the HTTP status codes of the REST API (DESIGN.md section 4)."""
 import time
 
-from conftest import make_unit
-from test_units import assert_error
+from conftest import assert_error, drain, make_unit
 
 
 def test_batch_of_1000_with_3_bad_items(client):
@@ -51,14 +50,10 @@ def test_batch_limits(client):
     assert client.get("/mcp/search", query_string={"q": "0"}).get_json()["results"] == []
 
 
-def test_request_body_too_large_is_413(tmp_path):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "max_body_bytes": 10_000})
-    try:
-        rv = app.test_client().post("/mcp/push", json=make_unit("x" * 20_000))
-        assert_error(rv, 413, "payload_too_large")
-    finally:
-        app.extensions["context_shutdown"]()
+def test_request_body_too_large_is_413(make_app):
+    app = make_app(max_body_bytes=10_000)
+    rv = app.test_client().post("/mcp/push", json=make_unit("x" * 20_000))
+    assert_error(rv, 413, "payload_too_large")
 
 
 def test_invalid_json_is_400(client):
@@ -108,7 +103,7 @@ def test_delete_removes_unit_everywhere(client, app):
     assert rv.status_code == 200 and rv.get_json() == {"status": "deleted", "cid": cid}
     assert_error(client.get(f"/mcp/units/{cid}"), 404, "not_found")
     assert client.post("/mcp/search", json={"query": "删除", "consistency": "strong"}).get_json()["results"] == []
-    app.extensions["context_maintenance"].run_once()  # refresh the replica
+    drain(app)  # refresh the replica
     assert client.post("/mcp/search", json={"query": "删除"}).get_json()["results"] == []
     assert_error(client.delete(f"/mcp/units/{cid}"), 404, "not_found")
 

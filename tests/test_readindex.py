@@ -9,17 +9,11 @@ import time
 import pytest
 import tantivy
 
-from conftest import ROOT, make_unit
+from conftest import ROOT, drain, make_unit
 
 
-def app_for(tmp_path, **config):
-    from service import create_app
-    return create_app({"data_dir": str(tmp_path / "data"), "background": False, "replica_debounce_ms": 0, **config})
-
-
-def drain(app) -> None:
-    while app.extensions["context_maintenance"].run_once():
-        pass
+# Every pass of the leader commits the read index (no debounce between a test's passes).
+INDEX_NOW = {"replica_debounce_ms": 0}
 
 
 def index_keys(app) -> collections.Counter:
@@ -37,10 +31,8 @@ def search(client, query, **extra):
 
 
 @pytest.fixture
-def app(tmp_path):
-    app = app_for(tmp_path)
-    yield app
-    app.extensions["context_shutdown"]()
+def app(make_app):
+    return make_app(**INDEX_NOW)
 
 
 def test_updates_deletes_and_expiry_reach_the_read_index(app):
@@ -123,11 +115,11 @@ def test_explain_terms_add_up_to_the_score(app):
         assert sum(t["score"] for t in e["terms"]) == pytest.approx(r["bm25_score"], rel=1e-5)
 
 
-def test_a_crash_between_commit_and_flags_leaves_no_duplicates(tmp_path, monkeypatch):
+def test_a_crash_between_commit_and_flags_leaves_no_duplicates(make_app, monkeypatch):
     """The commit reached the index but the shards' flags never flipped: the next pass, and a new
     leader, replace those documents instead of adding them twice."""
     from service import readindex
-    app = app_for(tmp_path)
+    app = make_app(**INDEX_NOW)
     client = app.test_client()
     try:
         maint = app.extensions["context_maintenance"]
@@ -167,8 +159,8 @@ def test_a_crash_between_commit_and_flags_leaves_no_duplicates(tmp_path, monkeyp
         app.extensions["context_shutdown"]()
 
 
-def test_a_reader_in_another_process_sees_the_leaders_commits(tmp_path):
-    app = app_for(tmp_path)
+def test_a_reader_in_another_process_sees_the_leaders_commits(tmp_path, make_app):
+    app = make_app(**INDEX_NOW)
     client = app.test_client()
     try:
         client.post("/mcp/push", json=make_unit("first puffin"))

@@ -4,8 +4,7 @@ import time
 
 import pytest
 
-from conftest import make_unit
-from test_units import assert_error
+from conftest import assert_error, drain, make_unit
 
 
 def push(client, content, **kw):
@@ -108,7 +107,7 @@ def test_default_search_reads_replica_and_reports_freshness(client, app):
     # read-your-writes (issue 14): before any indexing, a default search indexes it and finds it
     body = client.post("/mcp/search", json={"query": "walrus"}).get_json()
     assert len(body["results"]) == 1 and body["freshness"]["index_pending"] == 0
-    app.extensions["context_maintenance"].run_once()
+    drain(app)
     body = client.post("/mcp/search", json={"query": "walrus"}).get_json()
     assert len(body["results"]) == 1
     assert body["freshness"] == {"replica_lag_ms": 0, "index_pending": 0}
@@ -204,7 +203,7 @@ def test_expired_units_never_appear(client, app):
     now = int(time.time())
     push(client, "ephemeral narwhal", timestamp=now - 10, ttl=12)
     keep = push(client, "lasting narwhal")
-    app.extensions["context_maintenance"].run_once()
+    drain(app)
     assert len(search(client, "narwhal")["results"]) == 2
     time.sleep(now + 2.2 - time.time())
     assert cids(search(client, "narwhal")) == [keep]

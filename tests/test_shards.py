@@ -8,7 +8,7 @@ import time
 import pytest
 import tantivy
 
-from conftest import make_unit
+from conftest import drain, make_unit
 
 WORDS = ("order shipped refund invoice payment customer address warehouse delay carrier parcel label "
          "error timeout retry database index query latency cache token budget context agent tool model "
@@ -28,46 +28,40 @@ def corpus(n=600, seed=7, *, longest=40, alpha=1.2, zipf_share=0.5, most_terms=4
     return docs, queries
 
 
-def build(tmp_path, name, docs, days):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / name), "background": False})
+def build(make_app, tmp_path, name, docs, days):
+    app = make_app(data_dir=tmp_path / name)
     now = int(time.time())
     units = [make_unit(text, timestamp=now - (i % days) * 86_400, ttl=30 * 86_400, source="equiv")
              for i, text in enumerate(docs)]
     rv = app.test_client().post("/mcp/push", json={"units": units})
     assert all(r["status"] == "ok" for r in rv.get_json()["results"])
-    while app.extensions["context_maintenance"].run_once():
-        pass
+    drain(app)
     return app
 
 
-def test_five_day_shards_rank_exactly_like_one_shard(tmp_path):
+def test_five_day_shards_rank_exactly_like_one_shard(make_app, tmp_path):
     docs, queries = corpus()
-    one = build(tmp_path, "one", docs, days=1)
-    five = build(tmp_path, "five", docs, days=5)
-    try:
-        c1, c5 = one.test_client(), five.test_client()
-        compared = 0
-        for q in queries:
-            r1 = c1.post("/mcp/search", json={"query": q, "top_k": 20}).get_json()
-            r5 = c5.post("/mcp/search", json={"query": q, "top_k": 20}).get_json()
-            assert r1["shards_searched"] == 1 and r5["shards_searched"] == 5
-            # Same scores in the same order, and the same documents wherever the score is not tied at
-            # the cut (CIDs, the tie-break, differ between the two builds because timestamps differ).
-            s1 = [r["bm25_score"] for r in r1["results"]]
-            assert s1 == [r["bm25_score"] for r in r5["results"]], q
-            cut = s1[-1] if len(s1) == 20 else -1
-            assert sorted((r["bm25_score"], r["content"]) for r in r1["results"] if r["bm25_score"] > cut) == \
-                   sorted((r["bm25_score"], r["content"]) for r in r5["results"] if r["bm25_score"] > cut), q
-            compared += len(s1)
-        assert compared > 500
-    finally:
-        one.extensions["context_shutdown"]()
-        five.extensions["context_shutdown"]()
+    one = build(make_app, tmp_path, "one", docs, days=1)
+    five = build(make_app, tmp_path, "five", docs, days=5)
+    c1, c5 = one.test_client(), five.test_client()
+    compared = 0
+    for q in queries:
+        r1 = c1.post("/mcp/search", json={"query": q, "top_k": 20}).get_json()
+        r5 = c5.post("/mcp/search", json={"query": q, "top_k": 20}).get_json()
+        assert r1["shards_searched"] == 1 and r5["shards_searched"] == 5
+        # Same scores in the same order, and the same documents wherever the score is not tied at
+        # the cut (CIDs, the tie-break, differ between the two builds because timestamps differ).
+        s1 = [r["bm25_score"] for r in r1["results"]]
+        assert s1 == [r["bm25_score"] for r in r5["results"]], q
+        cut = s1[-1] if len(s1) == 20 else -1
+        assert sorted((r["bm25_score"], r["content"]) for r in r1["results"] if r["bm25_score"] > cut) == \
+               sorted((r["bm25_score"], r["content"]) for r in r5["results"] if r["bm25_score"] > cut), q
+        compared += len(s1)
+    assert compared > 500
 
 
 @pytest.mark.parametrize("consistency", ["replica", "strong"])
-def test_ranking_agrees_with_independent_bm25(tmp_path, consistency):
+def test_ranking_agrees_with_independent_bm25(make_app, tmp_path, consistency):
     """Scores equal a from-scratch BM25 (Lucene idf, k1=1.2, b=0.75, exact lengths) over the same
     tokens, on the primaries (strong) and from the read index (default searches), whose candidates
     are scored again with exact lengths (lengths above 40 tokens make its own encoding inexact)."""
@@ -75,7 +69,7 @@ def test_ranking_agrees_with_independent_bm25(tmp_path, consistency):
     from service.readindex import encoded_length
     from service.tokenize import tokenizer_for
     docs, queries = corpus(300, seed=3, longest=120)
-    app = build(tmp_path, "ref", docs, days=3)
+    app = build(make_app, tmp_path, "ref", docs, days=3)
     try:
         tok = tokenizer_for(app.config["CONTEXT"])
         toks = [tok.tokens(d) for d in docs]
@@ -203,7 +197,7 @@ def test_metrics_exposes_latency_queue_lag_and_units(client, app):
     assert 'context_index_queue_depth{tenant="default"} 1.0' in text
     assert 'context_units_stored{tenant="default"} 1.0' in text
     assert "context_replica_lag_seconds" in text
-    app.extensions["context_maintenance"].run_once()
+    drain(app)
     text = client.get("/metrics").get_data(as_text=True)
     assert 'context_index_queue_depth{tenant="default"} 0.0' in text
     assert "context_index_lag_seconds_count" in text

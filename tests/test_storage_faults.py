@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import make_unit
+from conftest import drain, make_unit
 
 
 @pytest.fixture
@@ -31,66 +31,58 @@ def fill(path):
     return filler
 
 
-def test_disk_full_then_space_back(small_disk):
-    from service import create_app
-    app = create_app({"data_dir": str(small_disk / "data"), "background": False})
+def test_disk_full_then_space_back(small_disk, make_app):
+    app = make_app(data_dir=small_disk / "data")
     c = app.test_client()
-    try:
-        kept = [c.post("/mcp/push", json=make_unit(f"before full {i} 满")).get_json()["cid"] for i in range(20)]
-        app.extensions["context_maintenance"].run_once()
-        filler = fill(small_disk)
-        failures = 0
-        for i in range(30):   # big units so the WAL must grow
-            rv = c.post("/mcp/push", json=make_unit(f"while full {i} " + "x" * 200_000))
-            assert rv.status_code in (200, 503), rv.get_data(as_text=True)
-            if rv.status_code == 503:
-                failures += 1
-                body = rv.get_json()
-                assert body["code"] == "storage_unavailable" and rv.headers["Retry-After"]
-        assert failures > 0
-        ready = c.get("/readyz")
-        assert ready.status_code == 503 and ready.get_json()["storage_writable"] is False
-        # Searches keep working from what exists.
-        rv = c.post("/mcp/search", json={"query": "满", "top_k": 50})
-        assert rv.status_code == 200 and len(rv.get_json()["results"]) == 20
-        for cid in kept:
-            assert c.get(f"/mcp/units/{cid}").status_code == 200
-        filler.unlink()
-        rv = c.post("/mcp/push", json=make_unit("after space is back 恢复"))
-        assert rv.status_code == 200
-        found = c.post("/mcp/search", json={"query": "恢复", "consistency": "strong"}).get_json()["results"]
-        assert [r["cid"] for r in found] == [rv.get_json()["cid"]]
-        assert c.get("/readyz").status_code == 200
-    finally:
-        app.extensions["context_shutdown"]()
+    kept = [c.post("/mcp/push", json=make_unit(f"before full {i} 满")).get_json()["cid"] for i in range(20)]
+    drain(app)
+    filler = fill(small_disk)
+    failures = 0
+    for i in range(30):   # big units so the WAL must grow
+        rv = c.post("/mcp/push", json=make_unit(f"while full {i} " + "x" * 200_000))
+        assert rv.status_code in (200, 503), rv.get_data(as_text=True)
+        if rv.status_code == 503:
+            failures += 1
+            body = rv.get_json()
+            assert body["code"] == "storage_unavailable" and rv.headers["Retry-After"]
+    assert failures > 0
+    ready = c.get("/readyz")
+    assert ready.status_code == 503 and ready.get_json()["storage_writable"] is False
+    # Searches keep working from what exists.
+    rv = c.post("/mcp/search", json={"query": "满", "top_k": 50})
+    assert rv.status_code == 200 and len(rv.get_json()["results"]) == 20
+    for cid in kept:
+        assert c.get(f"/mcp/units/{cid}").status_code == 200
+    filler.unlink()
+    rv = c.post("/mcp/push", json=make_unit("after space is back 恢复"))
+    assert rv.status_code == 200
+    found = c.post("/mcp/search", json={"query": "恢复", "consistency": "strong"}).get_json()["results"]
+    assert [r["cid"] for r in found] == [rv.get_json()["cid"]]
+    assert c.get("/readyz").status_code == 200
     for db in (small_disk / "data").rglob("*.db"):
         conn = sqlite3.connect(db)
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok", db
         conn.close()
 
 
-def test_read_only_storage(tmp_path, monkeypatch):
+def test_read_only_storage(make_app, monkeypatch):
     """Remounting read-only needs no open writers, so this patches the writer to fail as SQLite does."""
-    from service import create_app
     from service.shards import Db
-    app = create_app({"data_dir": str(tmp_path / "data"), "background": False})
+    app = make_app()
     c = app.test_client()
-    try:
-        cid = c.post("/mcp/push", json=make_unit("written before read-only 只读")).get_json()["cid"]
-        app.extensions["context_maintenance"].run_once()
-        real_write = Db.write
+    cid = c.post("/mcp/push", json=make_unit("written before read-only 只读")).get_json()["cid"]
+    drain(app)
+    real_write = Db.write
 
-        def readonly_write(self, fn, *a, **kw):
-            raise sqlite3.OperationalError("attempt to write a readonly database")
-        monkeypatch.setattr(Db, "write", readonly_write)
-        rv = c.post("/mcp/push", json=make_unit("refused while read-only"))
-        assert rv.status_code == 503 and rv.get_json()["code"] == "storage_unavailable"
-        assert rv.headers["Retry-After"]
-        rv = c.post("/mcp/push", json=[make_unit("batch refused too")])
-        assert rv.status_code == 503 and rv.get_json()["code"] == "storage_unavailable"
-        assert c.post("/mcp/search", json={"query": "只读"}).get_json()["results"][0]["cid"] == cid
-        assert c.get(f"/mcp/units/{cid}").status_code == 200
-        monkeypatch.setattr(Db, "write", real_write)
-        assert c.post("/mcp/push", json=make_unit("accepted again")).status_code == 200
-    finally:
-        app.extensions["context_shutdown"]()
+    def readonly_write(self, fn, *a, **kw):
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+    monkeypatch.setattr(Db, "write", readonly_write)
+    rv = c.post("/mcp/push", json=make_unit("refused while read-only"))
+    assert rv.status_code == 503 and rv.get_json()["code"] == "storage_unavailable"
+    assert rv.headers["Retry-After"]
+    rv = c.post("/mcp/push", json=[make_unit("batch refused too")])
+    assert rv.status_code == 503 and rv.get_json()["code"] == "storage_unavailable"
+    assert c.post("/mcp/search", json={"query": "只读"}).get_json()["results"][0]["cid"] == cid
+    assert c.get(f"/mcp/units/{cid}").status_code == 200
+    monkeypatch.setattr(Db, "write", real_write)
+    assert c.post("/mcp/push", json=make_unit("accepted again")).status_code == 200

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from conftest import make_unit
+from conftest import close_app, drain, make_unit, new_app
 
 KEY_A, KEY_B = "keyA-0123456789abcdef", "keyB-0123456789abcdef"
 TENANT_A, TENANT_B = "tenant-a", "tenant-b"
@@ -126,11 +126,6 @@ def assert_a_copy(unit: dict) -> None:
 
 
 # --- in-process app ---------------------------------------------------------------------------------
-def make_app(tmp_path, **extra):
-    from service import create_app
-    return create_app({"data_dir": str(tmp_path / "data"), "background": False, "api_keys": API_KEYS, **extra})
-
-
 def client_push(client):
     def push(key, body):
         rv = client.post("/mcp/push", json=body, headers=auth(key))
@@ -140,30 +135,29 @@ def client_push(client):
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    app = make_app(tmp_path_factory.mktemp("isolation"))
+    app = new_app(tmp_path_factory.mktemp("isolation") / "data", api_keys=API_KEYS)
     client = app.test_client()
     ns = seed(client_push(client))
     # Index and refresh replicas, so default (replica) reads see everything too.
-    app.extensions["context_maintenance"].run_once()
+    drain(app)
     ns.app, ns.client = app, client
     ns.b_snapshot = {cid: client.get(f"/mcp/units/{cid}", headers=auth(KEY_B)).get_json()
                      for cid in [*ns.shared, ns.b_secret, ns.b_child]}
     ns.b_lineage = client.get(f"/mcp/units/{ns.shared[0]}/lineage", headers=auth(KEY_B)).get_json()
     assert ns.b_snapshot[ns.b_secret]["cid"] == ns.b_secret
     yield ns
-    app.extensions["context_shutdown"]()
+    close_app(app)
 
 
 @pytest.fixture
-def fresh(tmp_path):
+def fresh(make_app):
     """A small two-tenant app of its own, for tests that change state (replicas refreshed on every pass)."""
-    app = make_app(tmp_path, replica_debounce_ms=0)
+    app = make_app(api_keys=API_KEYS, replica_debounce_ms=0)
     client = app.test_client()
     ns = seed(client_push(client), fillers=0)
-    app.extensions["context_maintenance"].run_once()
+    drain(app)
     ns.app, ns.client = app, client
-    yield ns
-    app.extensions["context_shutdown"]()
+    return ns
 
 
 def assert_b_unchanged(ns) -> None:
@@ -271,27 +265,24 @@ def test_rest_search_parent_filter_and_fields(world):
     assert_clean(rv.get_data(as_text=True), world, SECRET_QUERY)
 
 
-def test_scores_do_not_depend_on_other_tenant(world, tmp_path):
+def test_scores_do_not_depend_on_other_tenant(world, make_app):
     """BM25 statistics are per tenant: A's scores equal those of a store that never held B's units."""
-    alone = make_app(tmp_path)
-    try:
-        c = alone.test_client()
-        push = client_push(c)
-        for s in SHARED:
-            assert push(KEY_A, make_unit(**s, **A_FIELDS))[0] == 200
-        assert push(KEY_A, make_unit("alpha team gunicorn deploy notes", source="alpha_v1_prod",
-                                     timestamp=NOW - 200))[0] == 200
-        assert push(KEY_A, make_unit("alpha follow-up on the shared deploy runbook", type="user_input",
-                                     source="alpha_v1_prod", timestamp=NOW - 150, parent_cid=world.shared[0]))[0] == 200
-        body = {"query": COMMON_QUERY, "top_k": 100, "consistency": "strong"}
-        want = {r["cid"]: r["bm25_score"] for r in c.post("/mcp/search", json=body, headers=auth(KEY_A)).get_json()["results"]}
-        got = {r["cid"]: r["bm25_score"] for r in
-               world.client.post("/mcp/search", json=body, headers=auth(KEY_A)).get_json()["results"]}
-        assert got.keys() == want.keys()
-        for cid in want:
-            assert got[cid] == pytest.approx(want[cid], rel=1e-9), cid
-    finally:
-        alone.extensions["context_shutdown"]()
+    alone = make_app(api_keys=API_KEYS)
+    c = alone.test_client()
+    push = client_push(c)
+    for s in SHARED:
+        assert push(KEY_A, make_unit(**s, **A_FIELDS))[0] == 200
+    assert push(KEY_A, make_unit("alpha team gunicorn deploy notes", source="alpha_v1_prod",
+                                 timestamp=NOW - 200))[0] == 200
+    assert push(KEY_A, make_unit("alpha follow-up on the shared deploy runbook", type="user_input",
+                                 source="alpha_v1_prod", timestamp=NOW - 150, parent_cid=world.shared[0]))[0] == 200
+    body = {"query": COMMON_QUERY, "top_k": 100, "consistency": "strong"}
+    want = {r["cid"]: r["bm25_score"] for r in c.post("/mcp/search", json=body, headers=auth(KEY_A)).get_json()["results"]}
+    got = {r["cid"]: r["bm25_score"] for r in
+           world.client.post("/mcp/search", json=body, headers=auth(KEY_A)).get_json()["results"]}
+    assert got.keys() == want.keys()
+    for cid in want:
+        assert got[cid] == pytest.approx(want[cid], rel=1e-9), cid
 
 
 def test_sequence_numbers_are_per_tenant(world):
@@ -611,7 +602,7 @@ def test_a_pushing_b_exact_unit_is_new_and_leaves_b_copy(fresh):
     args = {k: mine[k] for k in ("type", "source", "content", "ttl", "timestamp", "cid", "metadata")}
     result = rpc_result(*mcp(c, "tools/call", {"name": "context_push", "arguments": args})[:2])
     assert result["structuredContent"]["status"] == "duplicate"
-    fresh.app.extensions["context_maintenance"].run_once()
+    drain(fresh.app)
     b_sees(fresh, fresh.b_child)
     got = c.get(f"/mcp/units/{b['cid']}", headers=auth(KEY_A)).get_json()
     assert got["type"] == "tool_output" and got["metadata"] == {"owner": "tenant-a"} and got["parent_cid"] is None

@@ -5,22 +5,12 @@ import time
 
 import pytest
 
-from conftest import make_unit
+from conftest import assert_error, make_unit
 from service.units import compute_cid
 
 
 def cid_of(content, timestamp, source):
     return hashlib.sha256((content + str(timestamp) + source).encode("utf-8")).hexdigest()[:12]
-
-
-def assert_error(rv, status, code, field=None):
-    assert rv.status_code == status, rv.get_data(as_text=True)
-    body = rv.get_json()
-    assert set(body) <= {"error", "code", "field"}
-    assert isinstance(body["error"], str) and body["error"]
-    assert body["code"] == code
-    if field is not None:
-        assert body["field"] == field
 
 
 def test_cid_rule_matches_sha256_of_content_timestamp_source():
@@ -82,14 +72,10 @@ def test_unknown_type_rejected(client, utype):
         assert_error(client.post("/mcp/push", json=unit), 400, "invalid_type", "type")
 
 
-def test_extra_types_by_configuration(tmp_path):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "d"), "background": False, "extra_types": ["design_note"]})
-    try:
-        rv = app.test_client().post("/mcp/push", json=make_unit("a note", type="design_note"))
-        assert rv.status_code == 200
-    finally:
-        app.extensions["context_shutdown"]()
+def test_extra_types_by_configuration(make_app):
+    app = make_app(extra_types=["design_note"])
+    rv = app.test_client().post("/mcp/push", json=make_unit("a note", type="design_note"))
+    assert rv.status_code == 200
 
 
 @pytest.mark.parametrize("source,ok", [("a", True), ("x" * 200, True), ("x" * 201, False), ("", False),
@@ -138,11 +124,6 @@ def test_ttl_rules(client, ttl, ok):
 
 
 # --- ttl optional, configurable default and maximum (issue 14, item 5) -------------------------------
-def _app(tmp_path, **config):
-    from service import create_app
-    return create_app({"data_dir": str(tmp_path / "data"), "background": False, **config})
-
-
 def test_ttl_is_optional_and_defaults_to_30_days(client):
     unit = make_unit("no ttl given")
     del unit["ttl"]
@@ -152,46 +133,40 @@ def test_ttl_is_optional_and_defaults_to_30_days(client):
     assert got["ttl"] == 2_592_000 and got["expires_at"] == unit["timestamp"] + 2_592_000
 
 
-def test_default_ttl_is_configurable(tmp_path):
-    app = _app(tmp_path, default_ttl=600)
-    try:
-        c = app.test_client()
-        unit = make_unit("short default")
-        del unit["ttl"]
-        cid = c.post("/mcp/push", json=unit).get_json()["cid"]
-        assert c.get(f"/mcp/units/{cid}").get_json()["ttl"] == 600
-        # An explicit ttl still follows the unit contract's maximum.
-        assert_error(c.post("/mcp/push", json=make_unit("too long", ttl=31_536_001)), 400, "invalid_field", "ttl")
-    finally:
-        app.extensions["context_shutdown"]()
+def test_default_ttl_is_configurable(make_app):
+    app = make_app(default_ttl=600)
+    c = app.test_client()
+    unit = make_unit("short default")
+    del unit["ttl"]
+    cid = c.post("/mcp/push", json=unit).get_json()["cid"]
+    assert c.get(f"/mcp/units/{cid}").get_json()["ttl"] == 600
+    # An explicit ttl still follows the unit contract's maximum.
+    assert_error(c.post("/mcp/push", json=make_unit("too long", ttl=31_536_001)), 400, "invalid_field", "ttl")
 
 
-def test_no_maximum_lets_a_unit_be_kept_for_good(tmp_path):
+def test_no_maximum_lets_a_unit_be_kept_for_good(make_app):
     from service.units import NEVER_TTL
-    app = _app(tmp_path, max_ttl=0, default_ttl=0)
-    try:
-        c = app.test_client()
-        unit = make_unit("kept for good 永久保存")
-        del unit["ttl"]
-        cid = c.post("/mcp/push", json=unit).get_json()["cid"]
-        got = c.get(f"/mcp/units/{cid}").get_json()
-        assert got["ttl"] == NEVER_TTL and got["expires_at"] == unit["timestamp"] + NEVER_TTL < 2**53
-        rv = c.post("/mcp/push", json=make_unit("ten years", ttl=10 * 31_536_000))
-        assert rv.status_code == 200
-        assert_error(c.post("/mcp/push", json=make_unit("beyond", ttl=NEVER_TTL + 1)), 400, "invalid_field", "ttl")
-        rv = c.post("/mcp/search", json={"query": "永久保存", "consistency": "strong"})
-        assert [r["cid"] for r in rv.get_json()["results"]] == [cid]
-        doc = c.get("/openapi.json").get_json()
-        push = doc["paths"]["/mcp/push"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-        assert "ttl" not in push["required"] and "kept for good" in push["properties"]["ttl"]["description"]
-    finally:
-        app.extensions["context_shutdown"]()
+    app = make_app(max_ttl=0, default_ttl=0)
+    c = app.test_client()
+    unit = make_unit("kept for good 永久保存")
+    del unit["ttl"]
+    cid = c.post("/mcp/push", json=unit).get_json()["cid"]
+    got = c.get(f"/mcp/units/{cid}").get_json()
+    assert got["ttl"] == NEVER_TTL and got["expires_at"] == unit["timestamp"] + NEVER_TTL < 2**53
+    rv = c.post("/mcp/push", json=make_unit("ten years", ttl=10 * 31_536_000))
+    assert rv.status_code == 200
+    assert_error(c.post("/mcp/push", json=make_unit("beyond", ttl=NEVER_TTL + 1)), 400, "invalid_field", "ttl")
+    rv = c.post("/mcp/search", json={"query": "永久保存", "consistency": "strong"})
+    assert [r["cid"] for r in rv.get_json()["results"]] == [cid]
+    doc = c.get("/openapi.json").get_json()
+    push = doc["paths"]["/mcp/push"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert "ttl" not in push["required"] and "kept for good" in push["properties"]["ttl"]["description"]
 
 
 @pytest.mark.parametrize("config", [{"default_ttl": 0}, {"default_ttl": 40_000_000}, {"max_ttl": -1}])
-def test_inconsistent_ttl_configuration_stops_the_start(tmp_path, config):
+def test_inconsistent_ttl_configuration_stops_the_start(make_app, config):
     with pytest.raises(ValueError, match="CONTEXT_"):
-        _app(tmp_path, **config)
+        make_app(**config)
 
 
 def test_float_ttl_as_raw_json(client):

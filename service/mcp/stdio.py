@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
 import re
 import sys
 import threading
@@ -24,6 +23,8 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 import requests
 
+from ..client_env import KEY_VAR, URL_VAR, from_env
+
 log = logging.getLogger("context-mode.mcp-stdio")
 
 PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
@@ -32,9 +33,6 @@ _HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
 INTERNAL_ERROR = -32603
 PARSE_ERROR = -32700
 DEFAULT_URL = "http://127.0.0.1:5000"
-# (canonical, deprecated) names: the bridge once had its own; they still work, with a warning.
-URL_VARS = ("CONTEXT_URL", "CONTEXT_MODE_MCP_URL")
-KEY_VARS = ("CONTEXT_API_KEY", "CONTEXT_MODE_API_KEY")
 
 
 def mcp_endpoint(url: str) -> str:
@@ -44,18 +42,6 @@ def mcp_endpoint(url: str) -> str:
     if not path.endswith("/mcp"):
         path += "/mcp"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
-
-
-def from_env(names: tuple[str, str], environ=None) -> str | None:
-    """The canonical variable, else the deprecated one (with a warning on stderr), else None."""
-    environ = os.environ if environ is None else environ
-    canonical, old = names
-    if environ.get(canonical):
-        return environ[canonical]
-    if environ.get(old):
-        log.warning("%s is deprecated; set %s instead (the CLI's name)", old, canonical)
-        return environ[old]
-    return None
 
 
 def header_value(value: str) -> str:
@@ -217,9 +203,9 @@ def register_cli(main: click.Group) -> None:
         """Bridge MCP over stdio (newline-delimited JSON-RPC) to the HTTP endpoint."""
         logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        url = mcp_endpoint(url or from_env(URL_VARS) or DEFAULT_URL)
+        url = mcp_endpoint(url or from_env(URL_VAR) or DEFAULT_URL)
         if api_key is None:
-            api_key = from_env(KEY_VARS)
+            api_key = from_env(KEY_VAR)
         log.info("forwarding stdio to %s", url)
         bridge = Bridge(url, api_key, sys.stdout.buffer, timeout=timeout)
         try:

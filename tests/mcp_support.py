@@ -1,4 +1,5 @@
-"""Shared helpers for the MCP tests (imported by tests/test_mcp_*.py; holds no tests itself).
+"""Shared helpers for the MCP tests (imported by tests/test_mcp_*.py and others; no tests here, hence no
+``test_`` prefix).
 
 One gunicorn per test module keeps the MCP suite fast; the helpers speak raw JSON-RPC with
 requests where a test must control every header and byte.
