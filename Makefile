@@ -51,6 +51,7 @@ serve: $(VENV)/.installed
 	$(BIN)/context-mode serve
 
 test: $(VENV)/.installed-test
+	$(BIN)/ruff check --quiet
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 quality: $(VENV)/.installed-bench

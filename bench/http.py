@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 import urllib.request
+from functools import partial
 from pathlib import Path
 
 from common import BENCH, TMP, machine, plt, save_plot, service_rev, service_src, write_json
@@ -294,7 +295,7 @@ def main(argv=None) -> None:
         entry = {}
         port = free_port()
         entry["service"], entry["service_rss_mib"] = run_system(
-            "service", lambda: start_service(src, run_dir / "service", port), port, cells, scripts, a.duration)
+            "service", partial(start_service, src, run_dir / "service", port), port, cells, scripts, a.duration)
         if not a.no_tantivy:
             import tantivy_engine
             index = run_dir / "tantivy"
@@ -302,14 +303,14 @@ def main(argv=None) -> None:
             port = free_port()
             read_cells = [c for c in cells if c[0] in ("search", "healthz")]
             entry["tantivy"], entry["tantivy_rss_mib"] = run_system(
-                "tantivy", lambda: start_tantivy(src, index, port), port, read_cells, scripts, a.duration)
+                "tantivy", partial(start_tantivy, src, index, port), port, read_cells, scripts, a.duration)
         if not a.no_baseline:
             db = run_dir / "baseline.db"
             shutil.copy(baseline_db(size, a.seed), db)
             port = free_port()
             base_cells = [c for c in cells if c[0] != "healthz"]
             entry["baseline"], entry["baseline_rss_mib"] = run_system(
-                "baseline", lambda: start_baseline(db, port), port, base_cells, scripts, a.duration)
+                "baseline", partial(start_baseline, db, port), port, base_cells, scripts, a.duration)
         print(f"  peak RSS MiB: service {entry['service_rss_mib']}  baseline {entry.get('baseline_rss_mib')}  "
               f"tantivy {entry.get('tantivy_rss_mib')}")
         out["sizes"][str(size)] = entry

@@ -99,7 +99,7 @@ def main(argv=None) -> None:
         print(f"  disk: read index {replica_bytes / 1e6:.1f} MB = {replica_bytes / units:.0f} B/unit "
               f"(per-day replicas with impact lists were ~{79e6 / 33_000:.0f} B/unit)")
 
-        def svc(q, **extra):
+        def svc(q, store=store, cfg=cfg, **extra):
             res = store.search("default", parse_search({"query": q, "top_k": a.top_k, **extra}, cfg))
             return len(res["results"])
         shards = store.search("default", parse_search({"query": "x"}, cfg))["shards_searched"]
@@ -117,7 +117,7 @@ def main(argv=None) -> None:
                     "highlight": {"highlight": True}, "explain": {"explain": True}}
         entry["variants"] = {}
         for name, extra in variants.items():
-            lat_v, _ = run_queries(lambda q: svc(q, **extra), timed[:200], 10, a.max_seconds / 4)
+            lat_v, _ = run_queries(lambda q, extra=extra: svc(q, **extra), timed[:200], 10, a.max_seconds / 4)
             v = summary(lat_v)
             v["p50_over_unfiltered"] = round(v["p50_ms"] / entry["service"]["p50_ms"], 2)
             entry["variants"][name] = v
@@ -170,7 +170,7 @@ def main(argv=None) -> None:
             from baseline.app import BaselineStore
             b = BaselineStore(baseline_db(size, a.seed))
 
-            def base(q):
+            def base(q, b=b):
                 return len(b.search(q, a.top_k)["results"])
             for q in warm:
                 base(q)

@@ -226,9 +226,9 @@ def _remove_sqlite(path: Path) -> None:
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
-def restore(backup_dir: Path, data_dir: Path, *, force: bool = False) -> dict:
-    """Copy a backup into ``data_dir``, verify every restored file; return a summary."""
-    backup_dir, data_dir = Path(backup_dir), Path(data_dir)
+def _restore_plan(backup_dir: Path) -> list[tuple[str, dict, list[str]]]:
+    """(tenant, manifest entry, day files) per backed-up tenant, every name validated before anything
+    is touched."""
     try:
         manifest = json.loads((backup_dir / MANIFEST).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -237,13 +237,38 @@ def restore(backup_dir: Path, data_dir: Path, *, force: bool = False) -> dict:
         raise BackupError(f"{backup_dir / MANIFEST} is not valid JSON: {e}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or not isinstance(manifest.get("tenants"), dict):
         raise BackupError(f"unsupported backup manifest format: {manifest.get('format') if isinstance(manifest, dict) else None!r}")
-    # Validate every name before touching anything.
     plan: list[tuple[str, dict, list[str]]] = []
     for name, entry in manifest["tenants"].items():
         _check_tenant(name)
         if not isinstance(entry, dict) or not isinstance(entry.get("shards"), dict):
             raise BackupError(f"malformed manifest entry for tenant {name!r}")
         plan.append((name, entry, [_check_day_file(f) for f in entry["shards"]]))
+    return plan
+
+
+def _restore_file(src: Path, dst: Path, kind: str, expected, problems: list[str]) -> int:
+    """Copy one backed-up file into place and verify it; return the units it holds."""
+    if not src.is_file():
+        raise BackupError(f"backup file missing: {src}")
+    tmp = dst.with_name(dst.name + ".restoring")
+    _remove_sqlite(tmp)
+    _copy_db(src, tmp, src_readonly=True)
+    os.replace(tmp, dst)
+    check = _integrity(dst)
+    counts = _counts(dst, kind)
+    if check != "ok":
+        problems.append(f"{dst}: integrity_check: {check}")
+    if isinstance(expected, dict):
+        for k, v in counts.items():
+            if expected.get(k) != v:
+                problems.append(f"{dst}: {k} = {v}, manifest says {expected.get(k)}")
+    return counts.get("units", 0)
+
+
+def restore(backup_dir: Path, data_dir: Path, *, force: bool = False) -> dict:
+    """Copy a backup into ``data_dir``, verify every restored file; return a summary."""
+    backup_dir, data_dir = Path(backup_dir), Path(data_dir)
+    plan = _restore_plan(backup_dir)
     if data_dir.exists() and any(data_dir.iterdir()) and not force:
         raise BackupError(f"data directory {data_dir} is not empty; pass --force to replace the backed-up tenants")
     for name, _, _ in plan:
@@ -264,24 +289,8 @@ def restore(backup_dir: Path, data_dir: Path, *, force: bool = False) -> dict:
         files = [(src_t / "primary" / f, dst_t / "primary" / f, "shard", entry["shards"][f]) for f in day_files]
         if entry.get("catalog") is not None:
             files.append((src_t / "catalog.db", dst_t / "catalog.db", "catalog", entry["catalog"]))
-        units = 0
-        for src, dst, kind, expected in files:
-            if not src.is_file():
-                raise BackupError(f"backup file missing: {src}")
-            tmp = dst.with_name(dst.name + ".restoring")
-            _remove_sqlite(tmp)
-            _copy_db(src, tmp, src_readonly=True)
-            os.replace(tmp, dst)
-            check = _integrity(dst)
-            counts = _counts(dst, kind)
-            if check != "ok":
-                summary["problems"].append(f"{dst}: integrity_check: {check}")
-            if isinstance(expected, dict):
-                for k, v in counts.items():
-                    if expected.get(k) != v:
-                        summary["problems"].append(f"{dst}: {k} = {v}, manifest says {expected.get(k)}")
-            units += counts.get("units", 0)
-            summary["files"] += 1
+        units = sum(_restore_file(*f, summary["problems"]) for f in files)
+        summary["files"] += len(files)
         _fsync(dst_t / "primary")
         summary["tenants"][name] = {"shards": len(day_files), "units": units}
         summary["units"] += units

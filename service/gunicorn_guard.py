@@ -95,6 +95,56 @@ def request_complete(data: bytes) -> bool:
     return need > PREBUFFER_BYTES or len(data) >= need
 
 
+def buffer_request(conn, request_deadline_s: float) -> str:
+    """Read what the client has sent so far into the parser's buffer without blocking: 'ready' (hand
+    it to the parser), 'wait' (back to the poller) or 'expired' (past the request deadline)."""
+    now = time.monotonic()
+    if conn.request_started is None:
+        conn.request_started = now
+    conn.init()
+    if conn.is_http2 or not hasattr(conn.parser, "unreader"):
+        return "ready"
+    unreader = conn.parser.unreader
+    pieces = [unreader.buf.getvalue()]
+    size = len(pieces[0])
+    raw = conn.sock._sock
+    eof = False
+    raw.setblocking(False)
+    try:
+        while size < PREBUFFER_BYTES:
+            data = raw.recv(65536)
+            if not data:
+                eof = True
+                break
+            pieces.append(data)
+            size += len(data)
+    except (BlockingIOError, InterruptedError):
+        pass
+    except OSError:
+        eof = True                          # reset: let the parser meet it and close quietly
+    data = b"".join(pieces)
+    unreader.buf = io.BytesIO()
+    unreader.buf.write(data)
+    if eof or request_complete(data):
+        return "ready"
+    if request_deadline_s > 0 and now - conn.request_started > request_deadline_s:
+        return "expired"
+    return "wait"
+
+
+def refuse_expired(conn) -> None:
+    """Answer 408 to a request that did not arrive in time, and close the connection both ways."""
+    raw = conn.sock._sock
+    try:
+        raw.setblocking(False)
+        raw.send(json_error(408, "Request Timeout", "The request did not arrive within the deadline."))
+        # Shut both ways: gunicorn's lingering close would otherwise keep reading what this
+        # client still trickles, on the worker's main thread.
+        raw.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 def install(read_timeout_s: float, request_deadline_s: float) -> None:
     from gunicorn import util
     from gunicorn.workers import gthread
@@ -110,46 +160,11 @@ def install(read_timeout_s: float, request_deadline_s: float) -> None:
         original_init(self, cfg, DeadlineSocket(sock, read_timeout_s), client, server)
         self.request_started = None
 
-    def buffer_request(conn) -> str:
-        """'ready' (hand to the parser), 'wait' (back to the poller) or 'expired'."""
-        now = time.monotonic()
-        if conn.request_started is None:
-            conn.request_started = now
-        conn.init()
-        if conn.is_http2 or not hasattr(conn.parser, "unreader"):
-            return "ready"
-        unreader = conn.parser.unreader
-        pieces = [unreader.buf.getvalue()]
-        size = len(pieces[0])
-        raw = conn.sock._sock
-        eof = False
-        raw.setblocking(False)
-        try:
-            while size < PREBUFFER_BYTES:
-                data = raw.recv(65536)
-                if not data:
-                    eof = True
-                    break
-                pieces.append(data)
-                size += len(data)
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError:
-            eof = True                          # reset: let the parser meet it and close quietly
-        data = b"".join(pieces)
-        unreader.buf = io.BytesIO()
-        unreader.buf.write(data)
-        if eof or request_complete(data):
-            return "ready"
-        if request_deadline_s > 0 and now - conn.request_started > request_deadline_s:
-            return "expired"
-        return "wait"
-
     def handle(self, conn):
         if not isinstance(conn.sock, DeadlineSocket):
             return original_handle(self, conn)
         try:
-            state = buffer_request(conn)
+            state = buffer_request(conn, request_deadline_s)
         except Exception as e:  # noqa: BLE001 - whatever the socket did, the parser reports it
             self.log.debug("buffering a request failed: %s", e)
             state = "ready"
@@ -158,15 +173,7 @@ def install(read_timeout_s: float, request_deadline_s: float) -> None:
         if state == "expired":
             self.log.debug("closing %s: request headers and body not received within %ss",
                            conn.client, request_deadline_s)
-            raw = conn.sock._sock
-            try:
-                raw.setblocking(False)
-                raw.send(json_error(408, "Request Timeout", "The request did not arrive within the deadline."))
-                # Shut both ways: gunicorn's lingering close would otherwise keep reading what this
-                # client still trickles, on the worker's main thread.
-                raw.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            refuse_expired(conn)
             return False
         if request_deadline_s > 0:
             conn.sock.deadline = conn.request_started + request_deadline_s

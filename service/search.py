@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from . import readindex
 from .errors import BadRequest, TooCostly
 from .indexer import index_pending
-from .shards import sql
+from .shards import fetch_all, sql
 from .tokenize import tokenizer_for
 from .units import day_of, is_cid
 
@@ -587,8 +587,8 @@ class Searcher:
                     unseen.add(r["pushed_ms"])
                 break
             chunk = missing[start:start + 64]
-            contents = db.read(lambda c: {r["id"]: r["content"] for r in c.execute(
-                sql("units_content_by_ids"), {"ids": json.dumps([r["id"] for r in chunk])})})
+            contents = {r["id"]: r["content"] for r in db.read(
+                fetch_all, "units_content_by_ids", {"ids": json.dumps([r["id"] for r in chunk])})}
             for r in chunk:
                 if r["id"] in contents:
                     toks = self.tokenizer.tokens(contents[r["id"]])

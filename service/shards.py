@@ -45,6 +45,16 @@ def sql(name: str) -> str:
     return _named()[name]
 
 
+def fetch_all(conn: sqlite3.Connection, name: str, params: dict | None = None) -> list:
+    """The rows of a named statement: ``db.read(fetch_all, "catalog_recent", {...})``."""
+    return conn.execute(sql(name), params or {}).fetchall()
+
+
+def fetch_one(conn: sqlite3.Connection, name: str, params: dict | None = None):
+    """The first row of a named statement (None when there is none)."""
+    return conn.execute(sql(name), params or {}).fetchone()
+
+
 def schema(filename: str) -> str:
     return _sql_file(filename)
 
@@ -188,7 +198,7 @@ class Db:
         if self.readonly:
             raise RuntimeError("read-only database")
         with self._write_lock:
-            for attempt in (0, 1):
+            for _attempt in (0, 1):
                 if self._writer is None:
                     self._open_writer()
                 conn = self._writer

@@ -24,7 +24,7 @@ from pathlib import Path
 from . import units as unitmod
 from .config import Config
 from .errors import ApiError, BadRequest, Busy, Conflict, NotFound, Unprocessable
-from .shards import Db, schema, sql
+from .shards import Db, fetch_all, schema, sql
 from .units import Unit, validate_unit
 
 log = logging.getLogger(__name__)
@@ -349,8 +349,8 @@ class Store:
         out: list[dict] = []
         before = before_seq if before_seq is not None else 2**62
         while len(out) < limit:
-            rows = t.catalog.read(lambda c: c.execute(sql("catalog_recent"), {
-                "now": int(time.time()), "before": before, "limit": limit - len(out)}).fetchall())
+            rows = t.catalog.read(fetch_all, "catalog_recent",
+                                  {"now": int(time.time()), "before": before, "limit": limit - len(out)})
             if not rows:
                 break
             for r in rows:

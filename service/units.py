@@ -14,7 +14,7 @@ from .config import Config
 from .errors import BadRequest, Unprocessable
 
 CID_RE = re.compile(r"[0-9a-f]{12}")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+CONTROL_CHARS_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 FIELDS = ("cid", "type", "source", "timestamp", "ttl", "content", "metadata", "parent_cid")
 # "Kept for good" (CONTEXT_MAX_TTL=0): a ttl so long that expires_at (timestamp + ttl) stays a finite
 # integer every reader already handles (< 2**53, exact in JSON doubles): about 31.7 million years.
@@ -109,36 +109,30 @@ def _check_metadata_values(metadata: dict, max_depth: int) -> None:
             stack.extend((child, depth + 1) for child in children)
 
 
-def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
-    """Check one pushed unit against every rule of the unit table; raise ApiError on the first failure."""
-    now = time.time() if now is None else now
-    if not isinstance(raw, dict):
-        raise BadRequest("A unit must be a JSON object.", code="invalid_unit")
-    unknown = sorted(set(raw) - set(FIELDS))
-    if unknown:
-        raise BadRequest(f"Unknown field {unknown[0]!r}; allowed fields are {', '.join(FIELDS)}.",
-                         code="unknown_field", field=unknown[0])
-
-    utype = raw.get("type")
+def _check_type(utype, config: Config) -> str:
     if utype is None:
         raise BadRequest("Field 'type' is required.", code="missing_field", field="type")
     if not isinstance(utype, str) or utype not in config.types:
         raise BadRequest(f"Field 'type' must be one of: {', '.join(config.types)}.",
                          code="invalid_type", field="type")
+    return utype
 
-    source = raw.get("source")
+
+def _check_source(source, config: Config) -> str:
     if source is None:
         raise BadRequest("Field 'source' is required.", code="missing_field", field="source")
     if not isinstance(source, str) or not source.strip():
         raise BadRequest("Field 'source' must be a non-empty string.", field="source")
     if len(source) > config.max_source_chars:
         raise BadRequest(f"Field 'source' must be at most {config.max_source_chars} characters.", field="source")
-    if _CONTROL_RE.search(source):
+    if CONTROL_CHARS_RE.search(source):
         raise BadRequest("Field 'source' must not contain control characters.", field="source")
     if not _encodable(source):
         raise BadRequest("Field 'source' is not valid Unicode (lone surrogate).", field="source")
+    return source
 
-    timestamp = raw.get("timestamp")
+
+def _check_timestamp(timestamp, config: Config, now: float) -> int:
     if timestamp is None:
         raise BadRequest("Field 'timestamp' is required.", code="missing_field", field="timestamp")
     if not _is_int(timestamp):
@@ -149,8 +143,10 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
     if timestamp > now + config.future_skew_s:
         raise BadRequest(f"Field 'timestamp' is more than {config.future_skew_s} seconds in the future.",
                          code="timestamp_in_future", field="timestamp")
+    return timestamp
 
-    ttl = raw.get("ttl")
+
+def _check_ttl(ttl, config: Config) -> int:
     if ttl is None:
         ttl = default_ttl(config)          # optional since issue 14: the operator's default
     if not _is_int(ttl):
@@ -158,8 +154,10 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
                          field="ttl")
     if not 1 <= ttl <= ttl_limit(config):
         raise BadRequest(f"Field 'ttl' must be between 1 and {ttl_limit(config)} seconds.", field="ttl")
+    return ttl
 
-    content = raw.get("content")
+
+def _check_content(content, config: Config) -> str:
     if content is None:
         raise BadRequest("Field 'content' is required.", code="missing_field", field="content")
     if isinstance(content, (dict, list)):
@@ -175,39 +173,65 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
     if size > config.max_content_bytes:
         raise BadRequest(f"Field 'content' exceeds {config.max_content_bytes} bytes of UTF-8.",
                          code="content_too_large", field="content")
+    return content
 
-    metadata = raw.get("metadata")
-    if metadata is not None:
-        if not isinstance(metadata, dict):
-            raise BadRequest("Field 'metadata' must be a JSON object.", field="metadata")
-        _check_metadata_values(metadata, config.max_metadata_depth)
-        try:
-            encoded = json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
-        except (ValueError, UnicodeEncodeError):
-            raise BadRequest("Field 'metadata' is not serializable JSON.", field="metadata") from None
-        if len(encoded) > config.max_metadata_bytes:
-            raise BadRequest(f"Field 'metadata' exceeds {config.max_metadata_bytes} bytes serialized.",
-                             code="metadata_too_large", field="metadata")
 
-    parent = raw.get("parent_cid")
+def _check_metadata(metadata, config: Config) -> dict | None:
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise BadRequest("Field 'metadata' must be a JSON object.", field="metadata")
+    _check_metadata_values(metadata, config.max_metadata_depth)
+    try:
+        encoded = json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (ValueError, UnicodeEncodeError):
+        raise BadRequest("Field 'metadata' is not serializable JSON.", field="metadata") from None
+    if len(encoded) > config.max_metadata_bytes:
+        raise BadRequest(f"Field 'metadata' exceeds {config.max_metadata_bytes} bytes serialized.",
+                         code="metadata_too_large", field="metadata")
+    return metadata
+
+
+def _check_parent(parent) -> str | None:
     if parent is not None and not is_cid(parent):
         raise BadRequest("Field 'parent_cid' must be 12 lowercase hex digits.", code="invalid_cid",
                          field="parent_cid")
+    return parent
 
+
+def _check_cid(cid, expected: str) -> None:
+    if cid is None:
+        return
+    if not is_cid(cid):
+        raise BadRequest("Field 'cid' must be 12 lowercase hex digits.", code="invalid_cid", field="cid")
+    if cid != expected:
+        raise BadRequest("Field 'cid' does not match sha256(content + str(timestamp) + source)[:12] "
+                         f"= {expected}.", code="invalid_cid", field="cid")
+
+
+def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
+    """Check one pushed unit against every rule of the unit table; raise ApiError on the first failure
+    (fields checked in the order below)."""
+    now = time.time() if now is None else now
+    if not isinstance(raw, dict):
+        raise BadRequest("A unit must be a JSON object.", code="invalid_unit")
+    unknown = sorted(set(raw) - set(FIELDS))
+    if unknown:
+        raise BadRequest(f"Unknown field {unknown[0]!r}; allowed fields are {', '.join(FIELDS)}.",
+                         code="unknown_field", field=unknown[0])
+    utype = _check_type(raw.get("type"), config)
+    source = _check_source(raw.get("source"), config)
+    timestamp = _check_timestamp(raw.get("timestamp"), config, now)
+    ttl = _check_ttl(raw.get("ttl"), config)
+    content = _check_content(raw.get("content"), config)
+    metadata = _check_metadata(raw.get("metadata"), config)
+    parent = _check_parent(raw.get("parent_cid"))
     expected = compute_cid(content, timestamp, source)
-    cid = raw.get("cid")
-    if cid is not None:
-        if not is_cid(cid):
-            raise BadRequest("Field 'cid' must be 12 lowercase hex digits.", code="invalid_cid", field="cid")
-        if cid != expected:
-            raise BadRequest("Field 'cid' does not match sha256(content + str(timestamp) + source)[:12] "
-                             f"= {expected}.", code="invalid_cid", field="cid")
+    _check_cid(raw.get("cid"), expected)
     if parent == expected:
         raise Unprocessable("A unit cannot be its own parent.", code="parent_not_found", field="parent_cid")
-
     if timestamp + ttl <= now:
         raise Unprocessable("The unit expired before it arrived (timestamp + ttl is in the past).",
                             code="already_expired", field="ttl")
-
     return Unit(cid=expected, type=utype, source=source, timestamp=timestamp, ttl=ttl,
                 content=content, metadata=metadata, parent_cid=parent)

@@ -41,7 +41,7 @@ def test_every_pin_is_exact_and_hashed():
     for name, path in LOCKS.items():
         locked = pins(path)
         assert locked, name
-        for pkg, (version, hashes) in locked.items():
+        for pkg, (_version, hashes) in locked.items():
             assert hashes >= 1, f"{name}: {pkg} has no hash"
 
 

@@ -8,8 +8,7 @@ import time
 import pytest
 import requests
 
-from mcp_support import KEY, KEYS, LEGACY, MODERN, OTHER_KEY, PUSH_ONLY_KEY, meta, post_raw, push, rpc, \
-    start_server
+from mcp_support import KEY, KEYS, LEGACY, MODERN, OTHER_KEY, PUSH_ONLY_KEY, post_raw, push, rpc, start_server
 
 NOT_FOUND = {LEGACY: -32002, MODERN: -32602}
 

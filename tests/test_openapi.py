@@ -150,7 +150,7 @@ def dify_parse(doc: dict) -> list[dict]:
             params = [{"name": p["name"], "required": p.get("required", False),
                        "default": (p.get("schema") or {}).get("default"), "type": dify_parameter_type(p) or "string"}
                       for p in op.get("parameters", [])]
-            for content_type, content in op.get("requestBody", {}).get("content", {}).items():
+            for content in op.get("requestBody", {}).get("content", {}).values():
                 if "schema" not in content:
                     continue
                 schema = content["schema"]
@@ -205,8 +205,8 @@ def openwebui_tools(doc: dict) -> list[dict]:
     """Open WebUI's tool-server loader (backend/open_webui/utils/tools.py): one function per operation with
     an operationId; path/query parameters and the body's top-level properties become its parameters."""
     tools = []
-    for path, item in doc["paths"].items():
-        for method, op in item.items():
+    for item in doc["paths"].values():
+        for op in item.values():
             if not op.get("operationId"):
                 continue
             props, required = {}, []
