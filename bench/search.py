@@ -150,7 +150,7 @@ def main(argv=None) -> None:
         print(f"  top-{a.top_k} vs exact-length exhaustive scoring: overlap {same / max(total, 1):.1%}, "
               f"{same_mod_ties / max(total, 1):.1%} counting ties at the cut; score lists equal in "
               f"{same_scores}/{n_agree}, identical lists {identical}/{n_agree}")
-        tokenizer = store.searcher.tokenizer
+        tokenizer = store.tokenizer
         app.extensions["context_shutdown"]()
 
         import tantivy_engine

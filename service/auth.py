@@ -13,7 +13,7 @@ from functools import wraps
 from flask import current_app, g, request
 
 from .errors import Forbidden, Unauthorized
-from .store import TENANT_RE
+from .formats import TENANT_RE
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,9 @@ from pathlib import Path
 
 import click
 
-from .store import DAY_FILE_RE, TENANT_RE
+from .config import Config
+from .formats import DAY_FILE_RE, TENANT_RE
+from .rows import delete_rows
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -117,7 +119,6 @@ def _drop_orphans(shard: Path, catalog: Path) -> int:
     Without this a unit deleted during the backup would come back in search (which reads the
     shards) while GET (which asks the catalog first) says 404.
     """
-    from .store import _delete_rows
     conn = sqlite3.connect(str(shard), isolation_level=None)
     conn.row_factory = sqlite3.Row
     try:
@@ -127,7 +128,7 @@ def _drop_orphans(shard: Path, catalog: Path) -> int:
         conn.execute("DETACH DATABASE cat")
         if cids:
             conn.execute("BEGIN IMMEDIATE")
-            _delete_rows(conn, cids)
+            delete_rows(conn, cids)
             conn.execute("COMMIT")
     finally:
         conn.close()
@@ -300,7 +301,6 @@ def restore(backup_dir: Path, data_dir: Path, *, force: bool = False) -> dict:
 
 
 def _default_data_dir() -> str:
-    from .config import Config
     return Config.from_env().data_dir
 
 

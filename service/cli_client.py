@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 from collections import Counter
@@ -17,6 +16,7 @@ from context_mode_client import ContextModeClient, ContextModeError
 
 from . import textsplit
 from .client_env import KEY_VAR, URL_VAR, from_env
+from .formats import CONTROL_CHARS_RE
 
 MAX_REPORTED = 20
 
@@ -123,7 +123,7 @@ def _guess_format(path: str) -> str:
 def _default_source(path: str) -> str:
     """``import_<file name>``, cleaned to the unit contract (no control characters, 200 chars)."""
     name = "stdin" if path == "-" else os.path.basename(path)
-    return ("import_" + re.sub(r"[\x00-\x1f\x7f-\x9f]", "_", name))[:200]
+    return ("import_" + CONTROL_CHARS_RE.sub("_", name))[:200]
 
 
 def _file_units(text: str, fmt: str, max_chars: int, name: str):

@@ -1,9 +1,11 @@
 """One error tree and one error body (DESIGN.md section 4): {"error", "code", "field"?}."""
 from __future__ import annotations
 
+import errno
 import logging
+import sqlite3
 
-from flask import Flask, jsonify
+from flask import Flask, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,29 @@ class Busy(ApiError):
         super().__init__(message, **kw)
 
 
+# SQLite failures that mean the storage itself is unavailable (full, read-only, missing, locked, damaged).
+_STORAGE_MESSAGES = ("disk is full", "readonly database", "unable to open database", "disk i/o error",
+                     "database is locked", "no such table", "file is not a database",
+                     "database disk image is malformed")
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EIO)
+
+
+def storage_error(exc: BaseException) -> ApiError | None:
+    """The ApiError an exception stands for: itself, 503 + Retry-After for a storage failure
+    (sqlite3 errors by message, OSError by errno), else None."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError):
+        msg = str(exc).lower()
+        if any(m in msg for m in _STORAGE_MESSAGES):
+            log.error("storage unavailable: %s", exc)
+            return StorageUnavailable(f"Storage is unavailable ({exc}); retry later.")
+    if isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS:
+        log.error("storage unavailable: %s", exc)
+        return StorageUnavailable(f"Storage is unavailable ({exc.strerror}); retry later.")
+    return None
+
+
 def error_body(message: str, code: str, field: str | None = None) -> dict:
     body = {"error": message, "code": code}
     if field is not None:
@@ -103,7 +128,6 @@ _DIFY_CODES = {400: 3001, 401: 1002, 403: 1002, 404: 2001, 413: 3002, 415: 3001,
 
 def door() -> str:
     """Which front door the current request came through: 'mcp', 'dify' or 'rest'."""
-    from flask import request
     path = request.path
     if path == "/mcp":
         return "mcp"
@@ -152,7 +176,6 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def _unexpected(e: Exception):
-        from .shards import storage_error
         mapped = storage_error(e)
         if mapped is not None:
             return _api_error(mapped)

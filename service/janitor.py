@@ -1,6 +1,6 @@
 """Janitor (DESIGN.md section 5): purge expired units, unlink dead days, checkpoint WAL.
 
-Purged rows leave tombstones for the read index (store.remove_rows); the days unlinked are
+Purged rows leave tombstones for the read index (rows.remove_rows); the days unlinked are
 returned so the leader drops their documents from it.
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ import logging
 import os
 import time
 
+from .rows import remove_rows
 from .shards import sql
-from .store import remove_rows
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +23,7 @@ def _purge_expired(conn, now: int) -> tuple[int, int | None]:
 
 
 class Janitor:
-    def __init__(self, store):
-        self.store = store
+    def __init__(self):
         self.purged = 0
         self.unlinked = 0
         self.compacted = 0      # day files compacted after forgetting (issue 15)
@@ -104,6 +103,6 @@ class Janitor:
                 pass
 
     def _checkpoint(self, t) -> None:
-        for db in [t.catalog] + [t.shard(d, create=False) for d in self.store.live_days(t)]:
+        for db in [t.catalog] + [t.shard(d, create=False) for d in t.live_days()]:
             if db is not None:
                 db.read(lambda c: c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())

@@ -12,15 +12,12 @@ import os
 import time
 
 from flask import Flask, Response, g, request
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 
-REQUEST_SECONDS = Histogram("context_request_seconds", "HTTP request latency by route.",
-                            ["route", "method", "status"],
-                            buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10))
-INDEX_LAG_SECONDS = Histogram("context_index_lag_seconds", "Push ack to indexed, per unit.",
-                              buckets=(.01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60))
-
+from .auth import current_principal
+from .errors import Forbidden
+from .instruments import INDEX_LAG_SECONDS, REQUEST_SECONDS
 
 ACCESS_LOG = logging.getLogger("service.access")
 
@@ -31,23 +28,19 @@ class StoreCollector:
         self.tenants = tenants          # None: every tenant (no-keys mode, loopback only)
 
     def collect(self):
-        from .shards import sql
         store = self.app.extensions["context_store"]
         depth = GaugeMetricFamily("context_index_queue_depth", "Pending (not yet indexed) units.", labels=["tenant"])
         lag = GaugeMetricFamily("context_replica_lag_seconds", "Age of the oldest change not yet in the read index.",
                                 labels=["tenant"])
         stored = GaugeMetricFamily("context_units_stored", "Live units in the catalog.", labels=["tenant"])
-        now = time.time()
         names = store.tenant_names()
         if self.tenants is not None:
             names = [n for n in names if n in self.tenants]
         for name in names:
-            t = store.tenant(name)
-            pending, lag_ms = store.searcher.freshness(t, store.live_days(t), store.searcher.view(t), exact=True)
-            depth.add_metric([name], pending)
-            lag.add_metric([name], lag_ms / 1000)
-            stored.add_metric([name], t.catalog.read(
-                lambda c: c.execute(sql("catalog_count_live"), {"now": int(now)}).fetchone()[0]))
+            stats = store.stats(name)
+            depth.add_metric([name], stats["index_pending"])
+            lag.add_metric([name], stats["replica_lag_ms"] / 1000)
+            stored.add_metric([name], stats["units_live"])
         yield depth
         yield lag
         yield stored
@@ -78,8 +71,6 @@ def init_app(app: Flask) -> None:
     @app.get("/metrics")
     def metrics():
         """Prometheus metrics. With keys configured: an admin key, and only its tenant's series (issue 12)."""
-        from .auth import current_principal
-        from .errors import Forbidden
         tenants = None
         if not app.extensions["context_keys"].open:
             principal = current_principal()
@@ -88,7 +79,6 @@ def init_app(app: Flask) -> None:
             tenants = [principal.tenant]
         registry = CollectorRegistry()
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-            from prometheus_client import multiprocess
             multiprocess.MultiProcessCollector(registry)
         else:
             registry.register(REQUEST_SECONDS)

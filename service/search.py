@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 from . import readindex
 from .errors import BadRequest, TooCostly
+from .formats import is_cid
 from .indexer import index_pending
+from .rows import unit_dict
 from .shards import fetch_all, sql
-from .tokenize import tokenizer_for
-from .units import day_of, is_cid
+from .units import day_of
 
 log = logging.getLogger(__name__)
 
@@ -338,11 +339,10 @@ class Tail:
 
 
 class Searcher:
-    def __init__(self, store):
-        self.store = store
-        self.config = store.config
-        self.tokenizer = tokenizer_for(store.config)
-        self.readers = readindex.Readers()
+    def __init__(self, config, tokenizer, readers: readindex.Readers):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.readers = readers
         self.tokens = TokenCache()
         self._live_days: dict[str, tuple[float, list[str]]] = {}
         self.pool = ThreadPoolExecutor(max(1, self.config.search_threads), thread_name_prefix="search")
@@ -360,11 +360,11 @@ class Searcher:
         """The live days in [first, last]. Searches of the read index only report how many (its
         filters do the rest), so they share one catalog read per tenant and second."""
         if fresh:
-            return self.store.live_days(t, first, last)
+            return t.live_days(first, last)
         now = time.monotonic()
         cached = self._live_days.get(t.name)
         if cached is None or now - cached[0] > 1.0:
-            cached = self._live_days[t.name] = (now, self.store.live_days(t))
+            cached = self._live_days[t.name] = (now, t.live_days())
         return [d for d in cached[1] if first <= d <= last]
 
     def _catch_up(self, t, days, wait_ms: int) -> None:
@@ -617,7 +617,6 @@ class Searcher:
         """FTS5 over the primaries: global statistics summed over the shards, then each shard's best
         units under them (every match scored exactly when a shard has few), merged; with ``unseen``
         (read-your-writes) also the units still waiting for the indexer, by their tokens."""
-        from .store import unit_dict
         per_day = {}
         for day in days:
             db = t.shard(day, create=False)

@@ -6,7 +6,6 @@ this process. SQL text lives in ``sql/`` and is loaded once by name.
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import queue
@@ -18,7 +17,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import ApiError, StorageUnavailable
+from .errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -309,23 +308,3 @@ class Db:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
-
-
-_STORAGE_MESSAGES = ("disk is full", "readonly database", "unable to open database", "disk i/o error",
-                     "database is locked", "no such table", "file is not a database",
-                     "database disk image is malformed")
-
-
-def storage_error(exc: BaseException) -> ApiError | None:
-    """Map a storage failure to 503 + Retry-After; None when it is not one."""
-    if isinstance(exc, ApiError):
-        return exc
-    if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError):
-        msg = str(exc).lower()
-        if any(m in msg for m in _STORAGE_MESSAGES):
-            log.error("storage unavailable: %s", exc)
-            return StorageUnavailable(f"Storage is unavailable ({exc}); retry later.")
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EIO):
-        log.error("storage unavailable: %s", exc)
-        return StorageUnavailable(f"Storage is unavailable ({exc.strerror}); retry later.")
-    return None

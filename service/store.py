@@ -11,103 +11,30 @@ push of the same CID repairs it.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import sqlite3
 import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
 
-from . import units as unitmod
+from . import readindex
 from .config import Config
 from .errors import ApiError, BadRequest, Busy, Conflict, NotFound, Unprocessable
-from .shards import Db, fetch_all, schema, sql
+from .formats import TENANT_RE, is_cid
+from .rows import delete_rows, now_ms, unit_dict
+from .search import Searcher
+from .shards import fetch_all, fetch_one, sql
+from .tenant import Tenant
+from .tokenize import tokenizer_for
 from .units import Unit, validate_unit
 
 log = logging.getLogger(__name__)
 
-TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-DAY_FILE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})\.db$")
 # A catalog reservation older than this without its shard row is a crashed, never-acked push.
 STALE_RESERVATION_MS = 30_000
 MAX_LINEAGE_DEPTH = 1000
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def unit_dict(row: sqlite3.Row | dict) -> dict:
-    """The public shape of a stored unit."""
-    meta = row["metadata"]
-    return {
-        "cid": row["cid"], "type": row["type"], "source": row["source"],
-        "timestamp": row["timestamp"], "ttl": row["ttl"], "content": row["content"],
-        "metadata": json.loads(meta) if meta else None, "parent_cid": row["parent_cid"],
-        "expires_at": row["expires_at"], "seq": row["seq"],
-    }
-
-
-class Tenant:
-    """One tenant's directory: catalog.db, primary/ day files and replica/index/ (the read index)."""
-
-    def __init__(self, store: "Store", name: str):
-        if not TENANT_RE.match(name):
-            raise ValueError(f"invalid tenant name {name!r}")
-        self.store = store
-        self.name = name
-        self.dir = store.root / "tenants" / name
-        (self.dir / "primary").mkdir(parents=True, exist_ok=True)
-        (self.dir / "replica").mkdir(parents=True, exist_ok=True)
-        # the catalog is never unlinked: its reads skip the day shards' inode check
-        self.catalog = Db(self.dir / "catalog.db", "catalog_schema.sql", store.config, may_be_unlinked=False)
-        self._shards: dict[str, Db] = {}
-        self._lock = threading.Lock()
-
-    def primary_path(self, day: str) -> Path:
-        return self.dir / "primary" / f"{day}.db"
-
-    def shard(self, day: str, create: bool = True) -> Db | None:
-        """The primary Db of one day (opened once per process, closed when least recently used)."""
-        db = self._shards.get(day)
-        if db is not None:
-            self.store.opened(self, day)
-            return db
-        if not create and not self.primary_path(day).exists():
-            return None
-        with self._lock:
-            db = self._shards.get(day)
-            if db is None:
-                db = Db(self.primary_path(day), "shard_schema.sql", self.store.config,
-                        cache_size_kib=self.store.config.shard_cache_kib, pool_size=self.store.config.shard_readers)
-                db.write(migrate_shard)
-                self._shards[day] = db
-        self.store.opened(self, day)
-        return db
-
-    def forget_shard(self, day: str) -> None:
-        with self._lock:
-            db = self._shards.pop(day, None)
-        if db is not None:
-            db.close()
-
-    def primary_days(self) -> list[str]:
-        days = []
-        for name in os.listdir(self.dir / "primary"):
-            m = DAY_FILE_RE.match(name)
-            if m:
-                days.append(m.group(1))
-        return sorted(days)
-
-    def close(self) -> None:
-        with self._lock:
-            for db in self._shards.values():
-                db.close()
-            self._shards.clear()
-        self.catalog.close()
 
 
 class Store:
@@ -122,8 +49,9 @@ class Store:
         self._lru_lock = threading.Lock()
         n = config.max_concurrent_searches
         self._search_slots = threading.BoundedSemaphore(n) if n > 0 else None
-        from .search import Searcher
-        self.searcher = Searcher(self)
+        self.tokenizer = tokenizer_for(config)       # the one tokenizer: indexing and queries
+        self.readers = readindex.Readers()           # this process's readers of the tenants' read indexes
+        self.searcher = Searcher(config, self.tokenizer, self.readers)
 
     def opened(self, t: Tenant, day: str) -> None:
         """Note a use of a primary shard; past max_open_shards close the least recently used one
@@ -146,7 +74,7 @@ class Store:
             with self._lock:
                 t = self._tenants.get(name)
                 if t is None:
-                    t = self._tenants[name] = Tenant(self, name)
+                    t = self._tenants[name] = Tenant(self.root, name, self.config, self.opened)
         return t
 
     def tenant_names(self) -> list[str]:
@@ -192,7 +120,7 @@ class Store:
             raise BadRequest(f"One push may touch at most {limit} distinct days (this one touches {len(days)}); "
                              "split it by timestamp.", code="too_many_days", field="units")
         cap = self.config.max_days_per_tenant
-        new = [d for d in days if d not in t._shards and not t.primary_path(d).exists()]
+        new = [d for d in days if not t.has_day(d)]
         if cap and new and len(t.primary_days()) + len(new) > cap:
             raise Unprocessable(f"This tenant may keep at most {cap} day files.", code="too_many_days",
                                 field="timestamp")
@@ -253,7 +181,7 @@ class Store:
         shard = t.shard(row["day"], create=False)
         if shard is None:
             return True
-        return shard.read(lambda c: c.execute("SELECT 1 FROM units WHERE cid = ?", (row["cid"],)).fetchone()) is None
+        return shard.read(fetch_one, "unit_exists", {"cid": row["cid"]}) is None
 
     def _store_rows(self, t: Tenant, planned: list, results: list) -> None:
         by_day: dict[str, list] = {}
@@ -287,7 +215,7 @@ class Store:
 
     # --- reads --------------------------------------------------------------------------------
     def _locate(self, tenant: str, cid: str) -> tuple[Tenant, sqlite3.Row] | None:
-        if not unitmod.is_cid(cid):
+        if not is_cid(cid):
             return None
         t = self.tenant(tenant)
         row = t.catalog.read(lambda c: c.execute(sql("catalog_get"), {"cid": cid}).fetchone())
@@ -371,6 +299,18 @@ class Store:
             raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
         return {"status": "deleted", "cid": cid}
 
+    # --- operations -----------------------------------------------------------------------------
+    def freshness(self, tenant: str) -> dict:
+        """What a default search of this tenant cannot see yet, counted now in every shard (readiness,
+        metrics): ``index_pending`` units, the oldest of them waiting ``replica_lag_ms``."""
+        t = self.tenant(tenant)
+        pending, lag_ms = self.searcher.freshness(t, t.live_days(), self.searcher.view(t), exact=True)
+        return {"index_pending": pending, "replica_lag_ms": lag_ms}
+
+    def stats(self, tenant: str) -> dict:
+        """Live units of the tenant, with its freshness (/metrics)."""
+        return {"units_live": self.tenant(tenant).count_live(), **self.freshness(tenant)}
+
     # --- search -------------------------------------------------------------------------------
     def search(self, tenant: str, params) -> dict:
         # A cap on concurrent searches per worker keeps threads free for everything else (issue 12, finding 9).
@@ -382,45 +322,3 @@ class Store:
         finally:
             if slots is not None:
                 slots.release()
-
-    def live_days(self, t: Tenant, first: str = "0000-00-00", last: str = "9999-99-99") -> list[str]:
-        return [r[0] for r in t.catalog.read(lambda c: c.execute(
-            sql("days_live"), {"now": int(time.time()), "first": first, "last": last}).fetchall())]
-
-    def max_seq(self, tenant: str) -> int:
-        return self.tenant(tenant).catalog.read(lambda c: c.execute(sql("catalog_max_seq")).fetchone()[0])
-
-
-def migrate_shard(conn: sqlite3.Connection) -> None:
-    """Bring a shard written by an older version to the current schema (inside the write lock)."""
-    version = conn.execute(sql("schema_version")).fetchone()[0]
-    if version == 1:
-        log.info("migrating shard to schema 2 (tokens in units, external-content FTS5)")
-        for statement in schema("shard_migrate_v2.sql").split(";\n"):
-            if statement.strip():
-                conn.execute(statement)
-
-
-def remove_rows(conn: sqlite3.Connection, rows) -> int:
-    """Delete unit rows (id, indexed, ntok, tokens) with their FTS entries, keeping the BM25 stats exact;
-    each leaves a tombstone for the read index."""
-    ndocs = ntokens = 0
-    for row in rows:
-        conn.execute(sql("unit_read_delete"), {"id": row["id"], "indexed": row["indexed"]})
-        if row["indexed"] and row["ntok"]:
-            conn.execute(sql("fts_delete"), {"id": row["id"], "tokens": row["tokens"]})
-            ndocs += 1
-            ntokens += row["ntok"]
-        conn.execute(sql("unit_delete"), {"id": row["id"]})
-    if rows:
-        conn.execute(sql("meta_add"), {"key": "ndocs", "delta": -ndocs})
-        conn.execute(sql("meta_add"), {"key": "ntokens", "delta": -ntokens})
-        conn.execute(sql("meta_touch"), {"now_ms": now_ms()})
-    return len(rows)
-
-
-def _delete_rows(conn: sqlite3.Connection, cids: list[str]) -> int:
-    """Delete units by CID with their FTS rows."""
-    rows = [r for r in (conn.execute(sql("unit_delete_fetch"), {"cid": cid}).fetchone() for cid in cids)
-            if r is not None]
-    return remove_rows(conn, rows)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -12,9 +11,8 @@ from functools import cached_property
 
 from .config import Config
 from .errors import BadRequest, Unprocessable
+from .formats import CONTROL_CHARS_RE, is_cid
 
-CID_RE = re.compile(r"[0-9a-f]{12}")
-CONTROL_CHARS_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 FIELDS = ("cid", "type", "source", "timestamp", "ttl", "content", "metadata", "parent_cid")
 # "Kept for good" (CONTEXT_MAX_TTL=0): a ttl so long that expires_at (timestamp + ttl) stays a finite
 # integer every reader already handles (< 2**53, exact in JSON doubles): about 31.7 million years.
@@ -78,10 +76,6 @@ class Unit:
 def _is_int(v) -> bool:
     # JSON true is not 1: bool is a subclass of int in Python.
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def is_cid(value) -> bool:
-    return isinstance(value, str) and bool(CID_RE.fullmatch(value))
 
 
 def _encodable(text: str) -> bool:

@@ -389,7 +389,7 @@ def test_acked_unit_readable_in_every_worker_after_the_janitor_recreated_its_day
                                      "ttl": int(time.time()) - ts + 1, "content": "expires in a second"})
         assert b.get("default", old["cid"]) is not None        # B now holds open readers on day D
         time.sleep(1.2)
-        Janitor(a).run(a.tenant("default"))
+        Janitor().run(a.tenant("default"))
         assert not a.tenant("default").primary_path(day_of(ts)).exists(), "the janitor unlinked day D"
         new = a.push_one("default", {"type": "tool_output", "source": "janitor_v1", "timestamp": ts,
                                      "ttl": 10 * DAY, "content": "acked after day D was re-created"})
@@ -403,7 +403,7 @@ def test_acked_unit_readable_in_every_worker_after_the_janitor_recreated_its_day
 def test_old_per_day_replicas_are_removed(tmp_path):
     """Per-day replica copies (and copies a killed refresh left) of versions before the read index."""
     from service.config import Config
-    from service.indexer import Maintenance
+    from service.maintenance import Maintenance
     from service.store import Store
 
     store = Store(Config(data_dir=str(tmp_path / "data"), background=False, replica_debounce_ms=0))

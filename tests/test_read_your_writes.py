@@ -202,7 +202,7 @@ def test_default_search_reads_pending_units_without_indexing_them(app, client):
     t = store.tenant("default")
     assert set(cids(search(client, "flock"))) == set(new)
     from service.shards import sql
-    day = store.live_days(t)[-1]
+    day = t.live_days()[-1]
     assert t.shard(day).read(lambda c: c.execute(sql("pending_count")).fetchone()[0]) == 5
     assert len(store.searcher.tokens._items) == 5       # made once, reused by the next search
     # ... and stored in the rows, for the other workers and the indexer

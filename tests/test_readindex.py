@@ -146,7 +146,7 @@ def test_a_crash_between_commit_and_flags_leaves_no_duplicates(make_app, monkeyp
             maint.run_once()
         monkeypatch.setattr(readindex, "_mark_sent", real)
         maint.stop()
-        from service.indexer import Maintenance
+        from service.maintenance import Maintenance
         fresh = Maintenance(app.extensions["context_store"])
         try:
             fresh.run_once()

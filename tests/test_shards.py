@@ -177,7 +177,7 @@ def test_read_index_lag_and_damaged_index_rebuilt(client, app):
     (index / "meta.json").write_text("this is not an index")
     body = client.post("/mcp/search", json={"query": "tapir"}).get_json()
     assert len(body["results"]) == 2      # this process's reader keeps the last good commit (+ the tail)
-    from service.indexer import Maintenance
+    from service.maintenance import Maintenance
     fresh = Maintenance(app.extensions["context_store"])
     try:
         fresh.run_once()

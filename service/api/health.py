@@ -37,15 +37,14 @@ def readyz():
         problems.append(f"data directory not writable: {e.strerror}")
     pending = replica_lag_ms = 0
     for name in s.tenant_names():
-        t = s.tenant(name)
-        n, lag = s.searcher.freshness(t, s.live_days(t), s.searcher.view(t), exact=True)
-        pending += n
-        replica_lag_ms = max(replica_lag_ms, lag)
+        fresh = s.freshness(name)
+        pending += fresh["index_pending"]
+        replica_lag_ms = max(replica_lag_ms, fresh["replica_lag_ms"])
     maint = current_app.extensions.get("context_maintenance")
     body = {"status": "ok" if writable else "unavailable", "storage_writable": writable,
             "index_pending": pending, "replica_lag_ms": replica_lag_ms,
             "index_lag_ms": maint.lag_percentiles() if maint else None,
-            "segmenter": s.searcher.tokenizer.segmenter, "problems": problems}
+            "segmenter": s.tokenizer.segmenter, "problems": problems}
     rv = jsonify(body)
     if not writable:
         rv.status_code = 503

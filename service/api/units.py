@@ -5,7 +5,7 @@ from flask import Blueprint, jsonify
 
 from ..auth import require
 from ..errors import ApiError, BadRequest, NotFound
-from ..units import is_cid
+from ..formats import is_cid
 from . import config, json_body, store
 
 bp = Blueprint("units", __name__)

@@ -12,6 +12,7 @@ from typing import Callable
 import mcp_types as types
 
 from ..errors import ApiError
+from ..formats import is_cid
 from ..search import near_best, parse_search
 from . import uris
 from .context import Call
@@ -64,7 +65,7 @@ def _answer(call: Call, args: dict) -> types.GetPromptResult:
 
 def _lineage(call: Call, args: dict) -> types.GetPromptResult:
     cid = args["cid"].strip()
-    if not uris.is_cid(cid):
+    if not is_cid(cid):
         raise invalid_params("Argument 'cid' must be 12 lowercase hex digits.")
     unit = call.store.get(call.tenant, cid)
     if unit is None:

@@ -20,7 +20,7 @@ from flask import Blueprint, Response, current_app, request
 
 from ..api import parse_json
 from ..auth import current_principal
-from ..errors import ApiError, Unauthorized, error_body
+from ..errors import ApiError, Unauthorized, error_body, storage_error
 from . import protocol as p
 from .context import Call
 from .dispatch import dispatch
@@ -188,8 +188,7 @@ def endpoint():
 
 
 def _internal(id_, exc: Exception) -> Response:
-    from ..shards import storage_error
-    mapped = exc if isinstance(exc, ApiError) else storage_error(exc)
+    mapped = storage_error(exc)
     if isinstance(mapped, ApiError) and mapped.status >= 500:
         return _rpc_response(id_, mapped.status, error=p.RpcError(p.INTERNAL_ERROR, mapped.message),
                              headers=mapped.headers)

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote_to_bytes
 
+from ..formats import ASCII_CONTROL_RE, is_cid
+
 SCHEME = "context://"
 UNITS_PREFIX = SCHEME + "units/"
 SEARCH_PREFIX = SCHEME + "search/"
@@ -20,12 +22,10 @@ STATS_URI = SCHEME + "stats"        # what the memory holds (issue 15, service/m
 SEARCH_TEMPLATE = SEARCH_PREFIX + "{query}"
 
 MAX_URI_CHARS = 2048
-MAX_QUERY_CHARS = 512
+MAX_URI_QUERY_CHARS = 512     # a search URI's query (a search request's own limit is far larger)
 # What RFC 6570 simple expansion may leave in a segment: unreserved characters and %XX.
 _SEGMENT_RE = re.compile(r"(?:[A-Za-z0-9\-._~]|%[0-9A-F]{2})+")
 _ESCAPE_RE = re.compile(r"%[0-9A-Fa-f]{2}")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-_CID_RE = re.compile(r"[0-9a-f]{12}")     # used with fullmatch: '$' would also accept a trailing newline
 
 
 class BadUri(ValueError):
@@ -40,10 +40,6 @@ class UnitUri:
 @dataclass(frozen=True)
 class SearchUri:
     query: str
-
-
-def is_cid(value: str) -> bool:
-    return isinstance(value, str) and _CID_RE.fullmatch(value) is not None
 
 
 def unit_uri(cid: str) -> str:
@@ -88,11 +84,11 @@ def _query(segment: str) -> str:
         raise BadUri("The search query is not in canonical percent-encoding (encode only what RFC 6570 encodes).")
     if _ESCAPE_RE.search(query):
         raise BadUri("The search query looks double percent-encoded.")
-    if _CONTROL_RE.search(query):
+    if ASCII_CONTROL_RE.search(query):
         raise BadUri("The search query contains control characters.")
     if not any(ch.isalnum() for ch in query):
         # A query with no letters or digits ("../", "%2F") could only ever be an empty success.
         raise BadUri("The search query has no letters or digits to search for.")
-    if len(query) > MAX_QUERY_CHARS:
-        raise BadUri(f"The search query is longer than {MAX_QUERY_CHARS} characters.")
+    if len(query) > MAX_URI_QUERY_CHARS:
+        raise BadUri(f"The search query is longer than {MAX_URI_QUERY_CHARS} characters.")
     return query

@@ -1,0 +1,189 @@
+"""Background maintenance (DESIGN.md section 5): indexing, read-index sync and the janitor.
+
+In each process one background thread does the maintenance of the tenants it leads: the
+process that holds a tenant's ``maintenance.lock`` (fcntl, released by the kernel when the
+process dies) indexes (service/indexer.py), keeps the read index in step (service/readindex.py)
+and runs the janitor (service/janitor.py) for that tenant; the others take over within one poll
+interval when it dies. (Moved here from service/indexer.py, issue 13.)
+"""
+from __future__ import annotations
+
+import collections
+import fcntl
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from . import readindex
+from .indexer import index_pending
+from .instruments import INDEX_LAG_SECONDS
+from .janitor import Janitor
+from .shards import fetch_one
+
+log = logging.getLogger(__name__)
+
+# Read-your-writes (service/search.py): how long a push may sit between its catalog reservation and
+# its shard write (normally milliseconds; longer only when it waits for the shard's lock) and still
+# be read from the primaries by a default search. One that waited longer is found at the next pass.
+IN_FLIGHT_MS = 2000
+
+
+class TenantLock:
+    """Non-blocking, process-wide leadership of one tenant's maintenance."""
+
+    def __init__(self, path):
+        self.path = path
+        self.fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        if self.fd is not None:
+            return True
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self.fd = fd
+        return True
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class Maintenance:
+    """Background indexer, read-index sync and janitor for every tenant this process leads."""
+
+    def __init__(self, store):
+        self.store = store
+        self.config = store.config
+        self.tokenizer = store.tokenizer
+        self.pool = ThreadPoolExecutor(max(1, self.config.index_threads), thread_name_prefix="indexer")
+        self.lags: collections.deque = collections.deque(maxlen=10_000)
+        self.indexed_total = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._locks: dict[str, TenantLock] = {}
+        self._recovered: set[str] = set()
+        self._last_janitor = 0.0
+        self._thread: threading.Thread | None = None
+        self.janitor = Janitor()
+        self.read_writers: dict[str, readindex.Writer] = {}
+        store.listeners.append(self.notify)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="maintenance", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self.pool.shutdown(wait=True)
+        for w in self.read_writers.values():
+            w.close()
+        self.read_writers.clear()
+        for lock in self._locks.values():
+            lock.release()
+        self._locks.clear()
+
+    def notify(self, tenant: str, days) -> None:
+        self._wake.set()
+
+    def leads(self, tenant: str) -> bool:
+        lock = self._locks.get(tenant)
+        if lock is None:
+            lock = self._locks[tenant] = TenantLock(self.store.tenant(tenant).dir / "maintenance.lock")
+        return lock.try_acquire()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.config.index_poll_ms / 1000)
+            self._wake.clear()
+            try:
+                self.run_once()
+            except Exception:  # keep the loop alive; the next pass retries (the queue is durable)
+                log.exception("maintenance pass failed")
+                time.sleep(1)
+
+    def run_once(self, force_janitor: bool = False) -> int:
+        """One pass over the tenants this process leads; returns rows indexed."""
+        total = 0
+        janitor_due = force_janitor or time.time() - self._last_janitor >= self.config.janitor_interval_s
+        for name in self.store.tenant_names():
+            if self._stop.is_set() or not self.leads(name):
+                continue
+            t = self.store.tenant(name)
+            total += self.index_tenant(t)
+            writer = self.read_writer(t)
+            if janitor_due:
+                for day in self.janitor.run(t)["unlinked_days"]:
+                    if writer is not None:
+                        writer.drop_day(day)
+            if writer is not None and (writer.due() or janitor_due):
+                self.sync_read_index(writer)
+        if janitor_due:
+            self._last_janitor = time.time()
+        return total
+
+    def read_writer(self, t):
+        """This leader's writer of the tenant's read index (None when searches do not use one)."""
+        if not self.config.replicas or not readindex.bm25_supported(self.config):
+            return None
+        w = self.read_writers.get(t.name)
+        if w is None:
+            w = self.read_writers[t.name] = readindex.Writer(t, self.config, self.store.readers)
+        return w
+
+    def sync_read_index(self, writer) -> int:
+        """One read-index pass, then what it still lacks (a push may have landed meanwhile)."""
+        t = writer.t
+        start_ms = int(time.time() * 1000)
+        seq = t.max_seq()
+        sent = writer.sync()
+        backlog, oldest, low = readindex.backlog(t, seq)
+        # A push reserves its seq in the catalog, then writes its shard: one reserved before this pass
+        # may reach its shard only now, so the units reserved in the last IN_FLIGHT_MS stay at or
+        # past the low-water mark.
+        before_ms = start_ms - IN_FLIGHT_MS
+        settled = t.catalog.read(fetch_one, "catalog_reserved_before", {"seq": seq, "before_ms": before_ms})
+        writer.write_state(seq, backlog, oldest, min(low, settled[0] + 1 if settled else 0))
+        return sent
+
+    def index_tenant(self, t) -> int:
+        """Drain every pending row of a tenant's shards (all files once after start: crash recovery)."""
+        if t.name not in self._recovered:
+            days = t.primary_days()
+            self._recovered.add(t.name)
+        else:
+            days = t.live_days()
+        total = 0
+        for day in days:
+            db = t.shard(day, create=False)
+            if db is None:
+                continue
+            while not self._stop.is_set():
+                n = index_pending(db, self.tokenizer, self.config.index_batch, self.pool, self._record_lags)
+                total += n
+                if n < self.config.index_batch:
+                    break
+        self.indexed_total += total
+        return total
+
+    def _record_lags(self, lags_ms: list[float]) -> None:
+        self.lags.extend(lags_ms)
+        for lag in lags_ms:
+            INDEX_LAG_SECONDS.observe(lag / 1000)
+
+    def lag_percentiles(self) -> dict:
+        lags = sorted(self.lags)
+        if not lags:
+            return {"p50_ms": None, "p99_ms": None}
+        return {"p50_ms": round(lags[len(lags) // 2], 1), "p99_ms": round(lags[min(len(lags) - 1, int(len(lags) * 0.99))], 1)}

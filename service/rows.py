@@ -1,0 +1,64 @@
+"""Row functions of a day shard (DESIGN.md section 5): the public shape of a stored unit, and removing
+rows with their FTS entries. Like every store function they take a connection first and run inside
+the caller's transaction (``db.write(remove_rows, rows)``); the store, the janitor, search and
+backup share them from here (issue 13: they lived in store.py, which the janitor had to import)."""
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+
+from .shards import schema, sql
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def unit_dict(row: sqlite3.Row | dict) -> dict:
+    """The public shape of a stored unit."""
+    meta = row["metadata"]
+    return {
+        "cid": row["cid"], "type": row["type"], "source": row["source"],
+        "timestamp": row["timestamp"], "ttl": row["ttl"], "content": row["content"],
+        "metadata": json.loads(meta) if meta else None, "parent_cid": row["parent_cid"],
+        "expires_at": row["expires_at"], "seq": row["seq"],
+    }
+
+
+def migrate_shard(conn: sqlite3.Connection) -> None:
+    """Bring a shard written by an older version to the current schema (inside the write lock)."""
+    version = conn.execute(sql("schema_version")).fetchone()[0]
+    if version == 1:
+        log.info("migrating shard to schema 2 (tokens in units, external-content FTS5)")
+        for statement in schema("shard_migrate_v2.sql").split(";\n"):
+            if statement.strip():
+                conn.execute(statement)
+
+
+def remove_rows(conn: sqlite3.Connection, rows) -> int:
+    """Delete unit rows (id, indexed, ntok, tokens) with their FTS entries, keeping the BM25 stats exact;
+    each leaves a tombstone for the read index."""
+    ndocs = ntokens = 0
+    for row in rows:
+        conn.execute(sql("unit_read_delete"), {"id": row["id"], "indexed": row["indexed"]})
+        if row["indexed"] and row["ntok"]:
+            conn.execute(sql("fts_delete"), {"id": row["id"], "tokens": row["tokens"]})
+            ndocs += 1
+            ntokens += row["ntok"]
+        conn.execute(sql("unit_delete"), {"id": row["id"]})
+    if rows:
+        conn.execute(sql("meta_add"), {"key": "ndocs", "delta": -ndocs})
+        conn.execute(sql("meta_add"), {"key": "ntokens", "delta": -ntokens})
+        conn.execute(sql("meta_touch"), {"now_ms": now_ms()})
+    return len(rows)
+
+
+def delete_rows(conn: sqlite3.Connection, cids: list[str]) -> int:
+    """Delete units by CID with their FTS rows."""
+    rows = [r for r in (conn.execute(sql("unit_delete_fetch"), {"cid": cid}).fetchone() for cid in cids)
+            if r is not None]
+    return remove_rows(conn, rows)
