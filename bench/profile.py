@@ -24,7 +24,7 @@ from common import RESULTS, TMP, quiet_service_logs, service_rev, service_src
 def workload_search(size: int, seconds: float, seed: int) -> None:
     from corpus import queries, service_dir
     from service import create_app
-    from service.search import parse_search
+    from service.params import parse_search
     app = create_app({"data_dir": str(service_dir(size, seed)), "background": False})
     store, cfg = app.extensions["context_store"], app.config["CONTEXT"]
     qs = queries(2000, seed)

@@ -60,7 +60,7 @@ def main(argv=None) -> None:
     quiet_service_logs()
     from corpus import baseline_db, queries, service_dir
     from service import create_app
-    from service.search import parse_search
+    from service.params import parse_search
 
     sizes = [int(x) for x in a.sizes.split(",")]
     qs = queries(a.queries + a.warmup, a.seed)

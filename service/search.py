@@ -22,17 +22,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from . import readindex
-from .errors import BadRequest, TooCostly
-from .formats import is_cid
+from .errors import TooCostly
 from .indexer import index_pending
+from .params import SearchParams
 from .rows import unit_dict
 from .shards import fetch_all, sql
 from .units import day_of
 
 log = logging.getLogger(__name__)
 
-MAX_QUERY_CHARS = 16_384
-MAX_TIMESTAMP = 253_402_300_799   # 9999-12-31T23:59:59Z
 MAX_QUERY_TERMS = 64
 RESCORE_FACTOR = 2            # the read index's candidates per result, scored again with exact lengths
 # ... at most this many when near ties need more: past it the answer is the exact order of
@@ -47,108 +45,6 @@ SNIPPET_CHARS = 200
 # the best one's raw BM25: on the judged sets fewer than 1 % of the relevant top-10 units do
 # (bench/score_scale.py, "relative"), while a weak tail would pad the prompt with noise.
 NEAR_BEST = 0.4
-
-SEARCH_FIELDS = ("query", "top_k", "types", "source", "since", "until", "parent_cid", "min_score",
-                 "operator", "consistency", "after_seq", "highlight", "explain")
-
-
-@dataclass(frozen=True)
-class SearchParams:
-    query: str
-    top_k: int = 10
-    types: tuple[str, ...] | None = None
-    source: str | None = None
-    since: int | None = None
-    until: int | None = None
-    parent_cid: str | None = None
-    min_score: float = 0.0
-    operator: str = "or"
-    consistency: str = "replica"
-    after_seq: int | None = None
-    highlight: bool = False
-    explain: bool = False
-
-    @property
-    def strong(self) -> bool:
-        return self.consistency == "strong" or self.after_seq is not None
-
-
-def _int(body, name, lo=None, hi=None):
-    v = body.get(name)
-    if v is None:
-        return None
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise BadRequest(f"Field {name!r} must be an integer.", field=name)
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise BadRequest(f"Field {name!r} must be between {lo} and {hi}.", field=name)
-    return v
-
-
-def _bool(body, name) -> bool:
-    v = body.get(name, False)
-    if v is None:
-        return False
-    if not isinstance(v, bool):
-        raise BadRequest(f"Field {name!r} must be true or false.", field=name)
-    return v
-
-
-def parse_search(body, config, *, allow_unknown: bool = False) -> SearchParams:
-    """Validate a search request body (REST, MCP tool, adapters); raise 400 on the first problem."""
-    if not isinstance(body, dict):
-        raise BadRequest("The search body must be a JSON object.", code="invalid_body")
-    if not allow_unknown:
-        unknown = sorted(set(body) - set(SEARCH_FIELDS))
-        if unknown:
-            raise BadRequest(f"Unknown field {unknown[0]!r}.", code="unknown_field", field=unknown[0])
-    query = body.get("query")
-    if query is None:
-        raise BadRequest("Field 'query' is required.", code="missing_field", field="query")
-    if not isinstance(query, str):
-        raise BadRequest("Field 'query' must be a string.", field="query")
-    if len(query) > MAX_QUERY_CHARS:
-        raise BadRequest(f"Field 'query' must be at most {MAX_QUERY_CHARS} characters.",
-                         code="query_too_long", field="query")
-    top_k = _int(body, "top_k", 1, 100)
-    types = body.get("types")
-    if types is not None:
-        if isinstance(types, str):
-            types = [types]
-        if not isinstance(types, list) or not all(isinstance(x, str) for x in types):
-            raise BadRequest("Field 'types' must be a list of type names.", field="types")
-        bad = [x for x in types if x not in config.types]
-        if bad:
-            raise BadRequest(f"Unknown type {bad[0]!r}; known: {', '.join(config.types)}.",
-                             code="invalid_type", field="types")
-        types = tuple(dict.fromkeys(types)) or None
-    source = body.get("source")
-    if source is not None and (not isinstance(source, str) or not source or len(source) > 201):
-        raise BadRequest("Field 'source' must be a non-empty string (exact, or a prefix ending in '*').",
-                         field="source")
-    # Times past year 9999 select the same units as 9999-12-31 (and stay valid SQLite integers).
-    since = _int(body, "since", 0)
-    since = min(since, MAX_TIMESTAMP) if since is not None else None
-    until = _int(body, "until", 0)
-    until = min(until, MAX_TIMESTAMP) if until is not None else None
-    parent = body.get("parent_cid")
-    if parent is not None and not is_cid(parent):
-        raise BadRequest("Field 'parent_cid' must be 12 lowercase hex digits.", code="invalid_cid",
-                         field="parent_cid")
-    min_score = body.get("min_score", 0.0)
-    if min_score is None:
-        min_score = 0.0
-    if isinstance(min_score, bool) or not isinstance(min_score, int | float) or not 0 <= min_score <= 1:
-        raise BadRequest("Field 'min_score' must be a number between 0 and 1.", field="min_score")
-    operator = body.get("operator") or "or"
-    if operator not in ("or", "and"):
-        raise BadRequest("Field 'operator' must be 'or' or 'and'.", field="operator")
-    consistency = body.get("consistency") or "replica"
-    if consistency not in ("replica", "strong"):
-        raise BadRequest("Field 'consistency' must be 'replica' or 'strong'.", field="consistency")
-    return SearchParams(query=query, top_k=top_k or 10, types=types, source=source, since=since,
-                        until=until, parent_cid=parent, min_score=float(min_score), operator=operator,
-                        consistency=consistency, after_seq=_int(body, "after_seq", 0),
-                        highlight=_bool(body, "highlight"), explain=_bool(body, "explain"))
 
 
 def fts_query(terms: list[str], operator: str) -> str:

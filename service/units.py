@@ -1,10 +1,12 @@
-"""The context unit contract (DESIGN.md section 3): validation and the CID rule."""
+"""The context unit contract (DESIGN.md section 3): validation, the CID rule, and the unit's JSON shapes
+(push bodies, stored units, search results), declared once for the MCP tools and the OpenAPI document."""
 from __future__ import annotations
 
 import hashlib
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cached_property
@@ -13,7 +15,8 @@ from .config import Config
 from .errors import BadRequest, Unprocessable
 from .formats import CONTROL_CHARS_RE, is_cid
 
-FIELDS = ("cid", "type", "source", "timestamp", "ttl", "content", "metadata", "parent_cid")
+CID_SCHEMA = {"type": "string", "pattern": "^[0-9a-f]{12}$", "description": "12 lowercase hex digits.",
+              "examples": ["1f0c2a9be7d4"]}
 # "Kept for good" (CONTEXT_MAX_TTL=0): a ttl so long that expires_at (timestamp + ttl) stays a finite
 # integer every reader already handles (< 2**53, exact in JSON doubles): about 31.7 million years.
 NEVER_TTL = 10**15
@@ -229,3 +232,77 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
                             code="already_expired", field="ttl")
     return Unit(cid=expected, type=utype, source=source, timestamp=timestamp, ttl=ttl,
                 content=content, metadata=metadata, parent_cid=parent)
+
+
+# --- the unit's JSON shapes ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Shape:
+    """One field of a JSON object: its schema for a configuration, and whether it is always there
+    (a push: must be sent; an answer: is always sent)."""
+    name: str
+    schema: Callable[[Config], dict]
+    required: bool = False
+
+
+def _described(schema: dict, description: str) -> Callable[[Config], dict]:
+    return lambda config: {**schema, "description": description}
+
+
+def nullable(schema: dict, description: str | None = None) -> dict:
+    """``schema`` or null, without a list-valued ``type``: Dify's importer tests ``typ in {...}`` and
+    fails on a list (langgenius/dify#12768); ``anyOf`` is valid JSON Schema and it reads no type from it."""
+    out = {"anyOf": [schema, {"type": "null"}]}
+    if description:
+        out["description"] = description
+    return out
+
+
+def _ttl(config: Config) -> dict:
+    default = " (kept for good)." if not config.default_ttl else f" ({config.default_ttl} s)."
+    return {"type": "integer", "minimum": 1, "maximum": ttl_limit(config),
+            "description": "Seconds to keep the unit; omitted: the server's default" + default}
+
+
+# What a push may hold (validate_unit checks each), in this order; required: REST's push body.
+PUSH_FIELDS: tuple[Shape, ...] = (
+    Shape("cid", _described(CID_SCHEMA, "Optional: sha256(content + str(timestamp) + source), first 12 hex.")),
+    Shape("type", lambda c: {"type": "string", "enum": list(c.types), "description": "What kind of context this is."},
+          True),
+    Shape("source", lambda c: {"type": "string", "minLength": 1, "maxLength": c.max_source_chars,
+                               "description": "Who produced it, by convention {tool}_{version}_{env}."}, True),
+    Shape("timestamp", _described({"type": "integer", "minimum": 0}, "Unix seconds (UTC); at most 5 minutes ahead."),
+          True),
+    Shape("ttl", _ttl),
+    Shape("content", _described({"type": "string"}, "The text to remember (serialize JSON yourself)."), True),
+    Shape("metadata", _described({"type": "object"}, "Optional JSON object (at most 64 KiB).")),
+    Shape("parent_cid", _described(CID_SCHEMA, "Optional: the unit this one derives from.")),
+)
+FIELDS = tuple(f.name for f in PUSH_FIELDS)
+
+# A stored unit as every read answers it (GET, lineage, search results, MCP resources and tools).
+STORED_FIELDS: tuple[Shape, ...] = (
+    Shape("cid", lambda c: dict(CID_SCHEMA), True),
+    Shape("type", lambda c: {"type": "string", "enum": list(c.types)}, True),
+    Shape("source", lambda c: {"type": "string"}, True),
+    Shape("timestamp", lambda c: {"type": "integer"}, True),
+    Shape("ttl", lambda c: {"type": "integer"}, True),
+    Shape("content", lambda c: {"type": "string"}, True),
+    Shape("metadata", lambda c: nullable({"type": "object"}), True),
+    Shape("parent_cid", lambda c: nullable(dict(CID_SCHEMA))),
+    Shape("expires_at", lambda c: {"type": "integer"}, True),
+    Shape("seq", lambda c: {"type": "integer"}),
+)
+# What a search result adds to a stored unit (which answers without its seq).
+RESULT_FIELDS: tuple[Shape, ...] = (
+    Shape("score", _described({"type": "number", "minimum": 0, "maximum": 1},
+                              "BM25 divided by the query's maximum attainable BM25."), True),
+    Shape("bm25_score", _described({"type": "number"}, "Raw BM25, higher is better."), True),
+    Shape("snippet", lambda c: {"type": "string"}),
+)
+
+
+def object_schema(shapes, config: Config, *, exclude: tuple[str, ...] = ()) -> dict:
+    """An object schema of these fields (``required``: those always there)."""
+    chosen = [f for f in shapes if f.name not in exclude]
+    return {"type": "object", "properties": {f.name: f.schema(config) for f in chosen},
+            "required": [f.name for f in chosen if f.required]}

@@ -169,7 +169,7 @@ def test_a_reader_in_another_process_sees_the_leaders_commits(tmp_path, make_app
         reader = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
             import json, sys, time
             from service.readindex import Reader
-            from service.search import SearchParams
+            from service.params import SearchParams
             from service import readindex
             from pathlib import Path
             r = Reader(Path({data!r}) / "tenants" / "default" / "replica" / "index")

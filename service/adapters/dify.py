@@ -15,7 +15,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from ..auth import DEFAULT_TENANT, bearer_token
 from ..errors import ApiError
-from ..search import MAX_QUERY_CHARS, parse_search
+from ..params import MAX_QUERY_CHARS, parse_search
 from .conditions import ConditionError, parse_metadata_condition
 
 bp = Blueprint("dify", __name__)

@@ -13,7 +13,8 @@ import mcp_types as types
 
 from ..errors import ApiError
 from ..formats import is_cid
-from ..search import near_best, parse_search
+from ..params import parse_search
+from ..search import near_best
 from . import uris
 from .context import Call
 from .protocol import invalid_params

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 import mcp_types as types
 
 from ..errors import ApiError
-from ..search import parse_search
+from ..params import parse_search
 from . import uris
 from .context import Call
 from .protocol import invalid_params
