@@ -426,7 +426,6 @@ class Searcher:
         """The best k of the units the read index lacks, scored like the index's with its statistics:
         those in FTS5 but not sent (or changed since) by SQL, those still pending by their tokens,
         made here (cached per process) within read_your_writes_ms; the rest are ``unseen``."""
-        from .store import unit_dict
         live = [term for term, w in zip(terms, weights) if w]
         found = []
         deadline = time.monotonic() + self.config.read_your_writes_ms / 1000

@@ -1,29 +1,17 @@
 """Read-your-writes by default (issue 14, item 4): a unit acknowledged to a tenant is found by that
 tenant's next default search, without ``consistency: strong``, although the read index only gets it
 at the leader's next pass; a deleted unit leaves default searches at once."""
-import contextlib
 import json
 import time
 
 import pytest
 import requests
 
-from conftest import make_unit
+from conftest import drain, make_unit
 
 
-@contextlib.contextmanager
-def app_for(tmp_path, **config):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "data"), "background": False, "replica_debounce_ms": 0, **config})
-    try:
-        yield app
-    finally:
-        app.extensions["context_shutdown"]()
-
-
-def drain(app) -> None:
-    while app.extensions["context_maintenance"].run_once():
-        pass
+# Every pass of the leader commits the read index (no debounce between a test's passes).
+INDEX_NOW = {"replica_debounce_ms": 0}
 
 
 def push(client, content, **kw) -> str:
@@ -50,9 +38,8 @@ def sent_to_index(app) -> None:
 
 
 @pytest.fixture
-def app(tmp_path):
-    with app_for(tmp_path) as app:
-        yield app
+def app(make_app):
+    return make_app(**INDEX_NOW)
 
 
 @pytest.fixture
@@ -78,18 +65,18 @@ def test_pushed_unit_is_found_by_the_next_default_search(app, client):
         assert a["bm25_score"] == pytest.approx(b["bm25_score"], rel=0.05)
 
 
-def test_read_your_writes_off_misses_the_new_unit(tmp_path):
+def test_read_your_writes_off_misses_the_new_unit(make_app):
     """The same sequence with the feature off: the read index alone does not have it (the test above
     would fail without read-your-writes)."""
-    with app_for(tmp_path, read_your_writes_ms=0) as app:
-        client = app.test_client()
-        push(client, "an old harbour note")
-        sent_to_index(app)
-        push(client, "the walrus ate the harbour master's lunch")
-        time.sleep(0.05)
-        body = search(client, "walrus")
-        assert cids(body) == [] and body["freshness"]["index_pending"] == 1
-        assert body["freshness"]["replica_lag_ms"] >= 50
+    app = make_app(**INDEX_NOW, read_your_writes_ms=0)
+    client = app.test_client()
+    push(client, "an old harbour note")
+    sent_to_index(app)
+    push(client, "the walrus ate the harbour master's lunch")
+    time.sleep(0.05)
+    body = search(client, "walrus")
+    assert cids(body) == [] and body["freshness"]["index_pending"] == 1
+    assert body["freshness"]["replica_lag_ms"] >= 50
 
 
 def test_indexed_but_not_sent_and_changed_units(app, client):
@@ -138,17 +125,17 @@ def test_deleted_units_make_room_for_the_next_best(app, client):
     assert cids(search(client, "gannet", top_k=3)) == units[3:6]
 
 
-def test_large_backlog_is_reported_not_read(tmp_path):
+def test_large_backlog_is_reported_not_read(make_app):
     """Past read_your_writes_max units behind, a default search reads the index alone and says so."""
-    with app_for(tmp_path, read_your_writes_max=3) as app:
-        client = app.test_client()
-        push(client, "osprey one")
-        sent_to_index(app)
-        for i in range(5):
-            push(client, f"osprey later {i}")
-        body = search(client, "osprey")
-        assert len(body["results"]) == 1 and body["freshness"]["index_pending"] == 5
-        assert len(search(client, "osprey", consistency="strong")["results"]) == 6
+    app = make_app(**INDEX_NOW, read_your_writes_max=3)
+    client = app.test_client()
+    push(client, "osprey one")
+    sent_to_index(app)
+    for i in range(5):
+        push(client, f"osprey later {i}")
+    body = search(client, "osprey")
+    assert len(body["results"]) == 1 and body["freshness"]["index_pending"] == 5
+    assert len(search(client, "osprey", consistency="strong")["results"]) == 6
 
 
 def test_state_low_water_mark(app, client):
@@ -215,17 +202,17 @@ def test_default_search_reads_pending_units_without_indexing_them(app, client):
     assert t.shard(day).read(lambda c: c.execute(sql("pending_count")).fetchone()[0]) == 0
 
 
-def test_pending_units_past_the_time_budget_are_reported(tmp_path):
-    with app_for(tmp_path, read_your_writes_ms=1) as app:
-        client = app.test_client()
-        push(client, "plover")
-        sent_to_index(app)
-        batch = [make_unit(f"plover chick {i} " + "sand dune shore " * 200) for i in range(400)]
-        assert client.post("/mcp/push", json={"units": batch}).status_code == 200
-        body = search(client, "plover")
-        # what it had no time to read is said, not hidden
-        assert body["freshness"]["index_pending"] > 0 and body["freshness"]["replica_lag_ms"] >= 0
-        assert len(body["results"]) + body["freshness"]["index_pending"] >= 20
+def test_pending_units_past_the_time_budget_are_reported(make_app):
+    app = make_app(**INDEX_NOW, read_your_writes_ms=1)
+    client = app.test_client()
+    push(client, "plover")
+    sent_to_index(app)
+    batch = [make_unit(f"plover chick {i} " + "sand dune shore " * 200) for i in range(400)]
+    assert client.post("/mcp/push", json={"units": batch}).status_code == 200
+    body = search(client, "plover")
+    # what it had no time to read is said, not hidden
+    assert body["freshness"]["index_pending"] > 0 and body["freshness"]["replica_lag_ms"] >= 0
+    assert len(body["results"]) + body["freshness"]["index_pending"] >= 20
 
 
 def test_token_cache_is_bounded():

@@ -260,32 +260,23 @@ def test_huge_times_are_not_a_500(client, qs):
     assert rv.status_code == 200
 
 
-def test_strong_search_cpu_is_capped(tmp_path):
+def test_strong_search_cpu_is_capped(make_app):
     """Issue 12, finding 9: many common terms on the primary files cost seconds of CPU; past
     CONTEXT_SEARCH_CPU_MS the search stops with a clear 422 (the read index needs no cap)."""
-    from service import create_app
     words = [f"common{i}" for i in range(40)]
-    app = create_app({"data_dir": str(tmp_path / "data"), "background": False, "replica_debounce_ms": 0,
-                      "search_cpu_ms": 5})
-    try:
-        client = app.test_client()
-        units = [make_unit(" ".join(words[j % 40] for j in range(i, i + 60)) + f" unit{i}") for i in range(3000)]
-        for start in range(0, len(units), 1000):
-            assert client.post("/mcp/push", json={"units": units[start:start + 1000]}).status_code == 200
-        while app.extensions["context_maintenance"].run_once():
-            pass
-        body = {"query": " ".join(words), "top_k": 100}
-        rv = client.post("/mcp/search", json=body | {"consistency": "strong"})
-        assert_error(rv, 422, "query_too_expensive", "query")
-        assert "CPU" in rv.get_json()["error"]
-        # the same query on the read index, and a cheap strong one, answer
-        assert len(client.post("/mcp/search", json=body).get_json()["results"]) == 100
-        assert client.post("/mcp/search", json={"query": "unit7", "consistency": "strong"}).status_code == 200
-    finally:
-        app.extensions["context_shutdown"]()
-    app = create_app({"data_dir": str(tmp_path / "data"), "background": False, "search_cpu_ms": 0})
-    try:
-        rv = app.test_client().post("/mcp/search", json=body | {"consistency": "strong"})
-        assert rv.status_code == 200 and len(rv.get_json()["results"]) == 100
-    finally:
-        app.extensions["context_shutdown"]()
+    app = make_app(replica_debounce_ms=0, search_cpu_ms=5)
+    client = app.test_client()
+    units = [make_unit(" ".join(words[j % 40] for j in range(i, i + 60)) + f" unit{i}") for i in range(3000)]
+    for start in range(0, len(units), 1000):
+        assert client.post("/mcp/push", json={"units": units[start:start + 1000]}).status_code == 200
+    drain(app)
+    body = {"query": " ".join(words), "top_k": 100}
+    rv = client.post("/mcp/search", json=body | {"consistency": "strong"})
+    assert_error(rv, 422, "query_too_expensive", "query")
+    assert "CPU" in rv.get_json()["error"]
+    # the same query on the read index, and a cheap strong one, answer
+    assert len(client.post("/mcp/search", json=body).get_json()["results"]) == 100
+    assert client.post("/mcp/search", json={"query": "unit7", "consistency": "strong"}).status_code == 200
+    app = make_app(search_cpu_ms=0)
+    rv = app.test_client().post("/mcp/search", json=body | {"consistency": "strong"})
+    assert rv.status_code == 200 and len(rv.get_json()["results"]) == 100
