@@ -29,14 +29,12 @@ import click
 from .config import Config
 from .formats import DAY_FILE_RE, TENANT_RE
 from .rows import delete_rows
+from .shards import fetch_all, fetch_one, sql
 
 MANIFEST = "manifest.json"
 FORMAT = 1
-# The tables whose rows the manifest counts, per kind of file.
-_COUNT_SQL = {
-    "catalog": "SELECT count(*) FROM catalog",
-    "shard": "SELECT count(*), coalesce(sum(indexed = 0), 0) FROM units",
-}
+# The rows the manifest counts, per kind of file (named statements in sql/queries.sql).
+_COUNT_SQL = {"catalog": "backup_count_catalog", "shard": "backup_count_shard"}
 
 
 # A day file with its SQLite side files, or a replica refresh's temporary copy.
@@ -122,10 +120,9 @@ def _drop_orphans(shard: Path, catalog: Path) -> int:
     conn = sqlite3.connect(str(shard), isolation_level=None)
     conn.row_factory = sqlite3.Row
     try:
-        conn.execute("ATTACH DATABASE ? AS cat", (str(catalog),))
-        cids = [r[0] for r in conn.execute(
-            "SELECT cid FROM main.units WHERE cid NOT IN (SELECT cid FROM cat.catalog)").fetchall()]
-        conn.execute("DETACH DATABASE cat")
+        conn.execute(sql("backup_attach_catalog"), {"path": str(catalog)})
+        cids = [r[0] for r in fetch_all(conn, "backup_orphans")]
+        conn.execute(sql("backup_detach_catalog"))
         if cids:
             conn.execute("BEGIN IMMEDIATE")
             delete_rows(conn, cids)
@@ -139,7 +136,7 @@ def _drop_orphans(shard: Path, catalog: Path) -> int:
 def _counts(path: Path, kind: str) -> dict:
     conn = sqlite3.connect(_uri(path, "ro"), uri=True)
     try:
-        row = conn.execute(_COUNT_SQL[kind]).fetchone()
+        row = fetch_one(conn, _COUNT_SQL[kind])
     finally:
         conn.close()
     return {"rows": row[0]} if kind == "catalog" else {"units": row[0], "pending": row[1]}

@@ -95,6 +95,23 @@ class Store:
             raise result
         return result
 
+    def push_batch(self, tenant: str, raws: list) -> list[dict]:
+        """A batch push's answer, one item per unit in order: ``{"index", "status", "cid", "seq", ...}``
+        or ``{"index", "status": "error", "error", "code", "field"?}``. Valid units are stored even when
+        others fail; a storage failure (5xx) is raised for the whole batch."""
+        items = []
+        for i, r in enumerate(self.push_many(tenant, raws)):
+            if isinstance(r, ApiError):
+                if r.status >= 500:
+                    raise r
+                item = {"index": i, "status": "error", "error": r.message, "code": r.code}
+                if r.field:
+                    item["field"] = r.field
+            else:
+                item = {"index": i, **r}
+            items.append(item)
+        return items
+
     def push_many(self, tenant: str, raws: list) -> list[dict | ApiError]:
         """Validate and store units; per item a result dict or the ApiError that rejected it."""
         now = time.time()

@@ -250,3 +250,18 @@ UPDATE meta SET value = 0 WHERE key = 'forgotten_rows';
 
 -- name: fts_optimize
 INSERT INTO units_fts(units_fts) VALUES ('optimize');
+
+-- name: backup_count_catalog
+SELECT count(*) FROM catalog;
+
+-- name: backup_count_shard
+SELECT count(*), coalesce(sum(indexed = 0), 0) FROM units;
+
+-- name: backup_attach_catalog
+ATTACH DATABASE :path AS cat;
+
+-- name: backup_orphans
+SELECT cid FROM main.units WHERE cid NOT IN (SELECT cid FROM cat.catalog);
+
+-- name: backup_detach_catalog
+DETACH DATABASE cat;

@@ -104,3 +104,17 @@ def test_the_cycle_check_sees_imports_inside_functions(tmp_path):
     graph = {f"pkg.{m}": imports_of(f"pkg.{m}", pkg / f"{m}.py", known) for m in "abc"}
     assert graph == {"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a", "pkg.c"}, "pkg.c": set()}
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
+def test_only_the_store_and_search_touch_the_searcher():
+    """Health, metrics, maintenance and the doors use the store's API (freshness, stats, tokenizer,
+    push_batch), never ``store.searcher`` (readindex's ``view.searcher`` is tantivy's own)."""
+    allowed = {"service.store", "service.search", "service.readindex"}
+    reaching = []
+    for name, path in service_modules().items():
+        if name in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "searcher":
+                reaching.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert reaching == []

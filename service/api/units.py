@@ -4,7 +4,7 @@ from __future__ import annotations
 from flask import Blueprint, jsonify
 
 from ..auth import require
-from ..errors import ApiError, BadRequest, NotFound
+from ..errors import BadRequest, NotFound
 from ..formats import is_cid
 from . import config, json_body, store
 
@@ -26,18 +26,7 @@ def push(tenant):
         if len(body) > config().max_batch:
             raise BadRequest(f"A batch holds at most {config().max_batch} units.", code="batch_too_large",
                              field="units")
-        results = []
-        for i, r in enumerate(store().push_many(tenant, body)):
-            if isinstance(r, ApiError):
-                item = {"index": i, "status": "error", "error": r.message, "code": r.code}
-                if r.field:
-                    item["field"] = r.field
-                if r.status >= 500:
-                    raise r
-            else:
-                item = {"index": i, **r}
-            results.append(item)
-        return jsonify({"results": results})
+        return jsonify({"results": store().push_batch(tenant, body)})
     return jsonify(store().push_one(tenant, body))
 
 
