@@ -9,6 +9,7 @@ import logging
 import os
 import time
 
+from .instruments import DAYS_COMPACTED, DAYS_UNLINKED, UNITS_PURGED
 from .rows import remove_rows
 from .shards import sql
 
@@ -23,11 +24,6 @@ def _purge_expired(conn, now: int) -> tuple[int, int | None]:
 
 
 class Janitor:
-    def __init__(self):
-        self.purged = 0
-        self.unlinked = 0
-        self.compacted = 0      # day files compacted after forgetting (issue 15)
-
     def run(self, t) -> dict:
         now = int(time.time())
         purged = 0
@@ -52,16 +48,16 @@ class Janitor:
         self._remove_old_replicas(t)
         compacted = self._compact(t)
         self._checkpoint(t)
-        self.purged += purged
-        self.unlinked += len(unlinked)
-        self.compacted += len(compacted)
+        UNITS_PURGED.inc(purged)
+        DAYS_UNLINKED.inc(len(unlinked))
+        DAYS_COMPACTED.inc(len(compacted))
         return {"purged": purged, "unlinked": len(unlinked), "unlinked_days": unlinked}
 
     def _compact(self, t) -> list[str]:
         """Day files a tenth of which was forgotten (DELETE, bulk forget): their space back (issue 15)."""
         from .manage import compact, compact_due
         done = []
-        for day in self.store.live_days(t):
+        for day in t.live_days():
             db = t.shard(day, create=False)
             if db is not None and compact_due(db) and compact(db):
                 log.info("compacted day %s of tenant %s after forgetting", day, t.name)

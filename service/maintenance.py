@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import readindex
 from .indexer import index_pending
-from .instruments import INDEX_LAG_SECONDS
+from .instruments import INDEX_LAG_SECONDS, UNITS_INDEXED
 from .janitor import Janitor
 from .shards import fetch_one
 
@@ -64,7 +64,6 @@ class Maintenance:
         self.tokenizer = store.tokenizer
         self.pool = ThreadPoolExecutor(max(1, self.config.index_threads), thread_name_prefix="indexer")
         self.lags: collections.deque = collections.deque(maxlen=10_000)
-        self.indexed_total = 0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._locks: dict[str, TenantLock] = {}
@@ -174,7 +173,7 @@ class Maintenance:
                 total += n
                 if n < self.config.index_batch:
                     break
-        self.indexed_total += total
+        UNITS_INDEXED.inc(total)
         return total
 
     def _record_lags(self, lags_ms: list[float]) -> None:

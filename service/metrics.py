@@ -17,7 +17,8 @@ from prometheus_client.core import GaugeMetricFamily
 
 from .auth import current_principal
 from .errors import Forbidden
-from .instruments import INDEX_LAG_SECONDS, REQUEST_SECONDS
+from .instruments import (DAYS_COMPACTED, DAYS_UNLINKED, INDEX_LAG_SECONDS, REQUEST_SECONDS, UNITS_INDEXED,
+                          UNITS_PURGED)
 
 ACCESS_LOG = logging.getLogger("service.access")
 
@@ -81,7 +82,8 @@ def init_app(app: Flask) -> None:
         if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
             multiprocess.MultiProcessCollector(registry)
         else:
-            registry.register(REQUEST_SECONDS)
-            registry.register(INDEX_LAG_SECONDS)
+            for instrument in (REQUEST_SECONDS, INDEX_LAG_SECONDS, UNITS_INDEXED, UNITS_PURGED, DAYS_UNLINKED,
+                               DAYS_COMPACTED):
+                registry.register(instrument)
         registry.register(StoreCollector(app, tenants))
         return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)

@@ -38,9 +38,6 @@ ON CONFLICT(day) DO UPDATE SET
 -- name: days_live
 SELECT day FROM days WHERE max_expires_at > :now AND day >= :first AND day <= :last ORDER BY day;
 
--- name: days_all
-SELECT day, max_expires_at, min_expires_at FROM days ORDER BY day;
-
 -- name: days_with_expired
 SELECT day, max_expires_at FROM days WHERE min_expires_at <= :now ORDER BY day;
 
@@ -89,9 +86,6 @@ SELECT id, content, pushed_ms, tokens FROM units WHERE indexed = 0 ORDER BY id L
 -- name: pending_count
 SELECT count(*) FROM units WHERE indexed = 0;
 
--- name: pending_max_seq_below
-SELECT count(*) FROM units WHERE indexed = 0 AND seq <= :seq;
-
 -- name: fts_insert
 INSERT INTO units_fts(rowid, tokens) VALUES (:id, :tokens);
 
@@ -112,10 +106,6 @@ UPDATE meta SET value = CASE key
     END
 WHERE key IN ('index_version', 'dirty_since_ms');
 
--- name: meta_clean
-UPDATE meta SET value = 0 WHERE key = 'dirty_since_ms'
-  AND (SELECT value FROM meta WHERE key = 'index_version') = :version;
-
 -- name: expired_fetch
 SELECT id, indexed, ntok, tokens FROM units WHERE expires_at <= :now;
 
@@ -127,16 +117,6 @@ SELECT term, doc FROM units_vocab WHERE term = :term;
 
 -- name: schema_version
 SELECT value FROM meta WHERE key = 'schema_version';
-
--- name: shard_last_push
-SELECT pushed_ms FROM units ORDER BY id DESC LIMIT 1;
-
--- name: shard_freshness
-SELECT (SELECT count(*) FROM units WHERE indexed = 0),
-       (SELECT value FROM meta WHERE key = 'dirty_since_ms');
-
--- name: expired_ids
-SELECT id FROM units WHERE expires_at <= :now;
 
 -- ===== read index sync (service/readindex.py) =====
 -- name: unit_read_delete

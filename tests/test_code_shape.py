@@ -118,3 +118,12 @@ def test_only_the_store_and_search_touch_the_searcher():
             if isinstance(node, ast.Attribute) and node.attr == "searcher":
                 reaching.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert reaching == []
+
+
+def test_every_named_statement_is_used():
+    """sql/queries.sql holds no statement the service never runs (dead SQL drifts from the schema)."""
+    import re
+    names = re.findall(r"^--\s*name:\s*(\S+)\s*$", (ROOT / "sql" / "queries.sql").read_text(), flags=re.M)
+    source = "\n".join(p.read_text(encoding="utf-8") for p in service_modules().values())
+    assert len(names) > 40
+    assert [n for n in names if f'"{n}"' not in source] == []

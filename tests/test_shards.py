@@ -2,6 +2,7 @@
 import json
 import os
 import random
+import re
 import sqlite3
 import time
 
@@ -201,6 +202,23 @@ def test_metrics_exposes_latency_queue_lag_and_units(client, app):
     text = client.get("/metrics").get_data(as_text=True)
     assert 'context_index_queue_depth{tenant="default"} 0.0' in text
     assert "context_index_lag_seconds_count" in text
+
+
+def test_metrics_count_indexed_purged_and_unlinked(client, app):
+    def totals():
+        text = client.get("/metrics").get_data(as_text=True)
+        return {name: float(re.search(rf"^context_{name}_total (\S+)$", text, flags=re.M).group(1))
+                for name in ("units_indexed", "units_purged", "days_unlinked")}
+    before = totals()
+    now = int(time.time())
+    client.post("/mcp/push", json=make_unit("doomed gnu", timestamp=now - 2 * 86_400, ttl=2 * 86_400 + 2))
+    client.post("/mcp/push", json=make_unit("short gnu", timestamp=now - 10, ttl=12))
+    client.post("/mcp/push", json=make_unit("lasting gnu"))
+    drain(app)
+    time.sleep(now + 2.5 - time.time())
+    app.extensions["context_maintenance"].run_once(force_janitor=True)
+    after = totals()
+    assert {k: after[k] - before[k] for k in after} == {"units_indexed": 3, "units_purged": 1, "days_unlinked": 1}
 
 
 def _open_new_shard(path, barrier, results):
