@@ -211,6 +211,9 @@ def test_metadata_condition_then_top_k(seeded):
     json.dumps(dify_request(metadata_condition=cond("timestamp", "before", "yesterday"))),
     json.dumps(dify_request(metadata_condition=cond("type", "in", {"a": 1}))),
     json.dumps(dify_request(metadata_condition=cond("type", "is", None))),
+    # the strict decoder of every door: NaN and Infinity are not JSON
+    '{"knowledge_id": "", "query": "x", "retrieval_setting": {"top_k": 5, "score_threshold": NaN}}',
+    '{"knowledge_id": "", "query": "x", "retrieval_setting": {"top_k": Infinity, "score_threshold": 0.1}}',
 ])
 def test_bad_bodies_are_400_in_difys_shape(seeded, data):
     client, _ = seeded

@@ -8,11 +8,10 @@ fails the registration only on 403, 404 or 502: that probe gets an empty record 
 """
 from __future__ import annotations
 
-import json
-
 from flask import Blueprint, current_app, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from ..api import parse_json
 from ..auth import DEFAULT_TENANT, bearer_token
 from ..errors import ApiError
 from ..params import MAX_QUERY_CHARS, parse_search
@@ -71,7 +70,7 @@ def _body():
     if not raw.strip():
         return _PROBE
     try:
-        return json.loads(raw.decode("utf-8"))
+        return parse_json(raw)       # the strict decoder of every door: UTF-8, no NaN/Infinity
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise DifyError(400, INVALID_REQUEST, "The request body is not valid UTF-8 JSON.") from None
 
