@@ -94,7 +94,7 @@ def former(r, rs):
 
 def service_scale(r, rs):
     """The service's normalisation (service/search.py Scale), recomputed from the raw scores."""
-    from service.search import Scale
+    from service.scoring import Scale
     return Scale.of(rs[0]["bm25"], rs[0]["idf"], rs[0]["documents"]).score(r["bm25"])
 
 

@@ -5,7 +5,7 @@ import math
 import re
 import secrets
 
-from .search import near_best
+from .scoring import near_best
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 

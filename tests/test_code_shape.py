@@ -7,6 +7,7 @@ can be papered over with an import moved into a function.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import ROOT
@@ -122,8 +123,45 @@ def test_only_the_store_and_search_touch_the_searcher():
 
 def test_every_named_statement_is_used():
     """sql/queries.sql holds no statement the service never runs (dead SQL drifts from the schema)."""
-    import re
     names = re.findall(r"^--\s*name:\s*(\S+)\s*$", (ROOT / "sql" / "queries.sql").read_text(), flags=re.M)
     source = "\n".join(p.read_text(encoding="utf-8") for p in service_modules().values())
     assert len(names) > 40
     assert [n for n in names if f'"{n}"' not in source] == []
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def function_lengths() -> list[tuple[int, str]]:
+    """(lines, where) of every function and method in service/, longest first. Declarative tables
+    (the MCP method table, the parameter declarations) are module-level data, not functions."""
+    found = []
+    for path in service_modules().values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                found.append((node.end_lineno - node.lineno + 1, f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"))
+    return sorted(found, reverse=True)
+
+
+def test_no_function_over_80_lines():
+    lengths = function_lengths()
+    assert len(lengths) > 300
+    assert [f for f in lengths if f[0] > MAX_FUNCTION_LINES] == []
+
+
+# SQL is written in sql/*.sql and run by name; only these modules build statements in Python:
+# shards.py (connection pragmas, transactions, the FTS5 probe) and fts.py (the scoring statement,
+# whose shape depends on the query's terms and filters).
+SQL_BUILDERS = {"service.shards", "service.fts"}
+_SQL_RE = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ATTACH|DETACH|REPLACE)\s+\S")
+
+
+def test_no_sql_text_outside_sql_files_and_the_statement_builders():
+    found = []
+    for name, path in service_modules().items():
+        if name in SQL_BUILDERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL_RE.match(node.value):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value[:40]!r}")
+    assert found == []

@@ -216,7 +216,7 @@ def test_pending_units_past_the_time_budget_are_reported(make_app):
 
 
 def test_token_cache_is_bounded():
-    from service.search import TokenCache
+    from service.tail import TokenCache
     cache = TokenCache(max_bytes=100)
     for i in range(50):
         cache.put("t", "2026-01-01", i, f"{i:012x}", ["word"] * 3)

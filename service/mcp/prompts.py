@@ -14,7 +14,7 @@ import mcp_types as types
 from ..errors import ApiError
 from ..formats import is_cid
 from ..params import parse_search
-from ..search import near_best
+from ..scoring import near_best
 from . import uris
 from .context import Call
 from .protocol import invalid_params

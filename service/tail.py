@@ -1,0 +1,211 @@
+"""Read-your-writes for default searches (docs/consistency-and-scores.md): the *tail*, the units
+acknowledged to a tenant that its read index may lack, read from the primary day files and scored
+with the read index's statistics. Split out of service/search.py (issue 13).
+
+Past the low-water mark of the leader's last pass (every unit below it is in the index) a search
+reads, per day: the units in FTS5 but not sent (or changed since) by SQL, and those still waiting
+for the indexer by their tokens, made by the first search that meets them (``TokenCache``) and
+stored in the row for other workers and the indexer. What it cannot read in time is ``Unseen``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from . import fts
+from .fts import Bm25, CpuBudget, ShardHit
+from .params import SearchParams
+from .rows import unit_dict
+from .scoring import Ranked
+from .shards import fetch_all, fetch_one, sql
+
+log = logging.getLogger(__name__)
+
+# A day with at most this many units the read index lacks is scanned row by row (by their partial
+# index); with more (a bulk import), FTS5 finds the matches among them.
+TAIL_SCAN_MAX = 5000
+TOKEN_BATCH = 64
+
+
+class TokenCache:
+    """Tokens of units still waiting for the indexer, made by searches (read-your-writes), kept per
+    process so that each is made once; bounded in bytes, oldest out first."""
+
+    def __init__(self, max_bytes: int = 32 << 20):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: dict[tuple, tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, tenant: str, day: str, rowid: int, cid: str) -> tuple[str, int] | None:
+        return self._items.get((tenant, day, rowid, cid))
+
+    def put(self, tenant: str, day: str, rowid: int, cid: str, tokens: list[str]) -> tuple[str, int]:
+        # spaces doubled, as fts.scoring_sql does in SQL: " term " occurrences then never overlap
+        entry = (" " + "  ".join(tokens) + " ", len(tokens))
+        with self._lock:
+            self._items[(tenant, day, rowid, cid)] = entry
+            self.bytes += len(entry[0])
+            while self.bytes > self.max_bytes and self._items:
+                old = self._items.pop(next(iter(self._items)))
+                self.bytes -= len(old[0])
+        return entry
+
+
+class Unseen:
+    """Units acknowledged before a search that it could not read in time (freshness)."""
+
+    def __init__(self):
+        self.count = 0
+        self.oldest_ms: int | None = None
+
+    def add(self, pushed_ms: int) -> None:
+        self.count += 1
+        self.oldest_ms = pushed_ms if self.oldest_ms is None else min(self.oldest_ms, pushed_ms)
+
+    def report(self) -> tuple[int, int]:
+        return self.count, max(0, int(time.time() * 1000 - self.oldest_ms)) if self.oldest_ms else 0
+
+
+@dataclass(frozen=True)
+class Tail:
+    """What a default search reads from the primaries because the read index may lack it: the units
+    at or past the low-water mark of the leader's last pass (every unit below it is in the index)."""
+    low: int
+    seq: int                  # the tenant's newest unit when the search began
+    days: dict[str, int]      # day -> units at or past ``low``
+
+
+class TailReader:
+    """Reads one tenant's tail for a search: which days, their best units, what stays unseen."""
+
+    def __init__(self, config, tokenizer, tokens: TokenCache):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.tokens = tokens
+
+    def tail(self, t, state: dict | None, first: str, last: str) -> Tail | None:
+        """The days of the units a default search reads from the primaries, or None when
+        read-your-writes is off or they are too many (a bulk import: freshness reports them)."""
+        if self.config.read_your_writes_ms <= 0:
+            return None
+        low = (state or {}).get("low", 0)
+
+        def read(c):
+            seq = c.execute(sql("catalog_max_seq")).fetchone()[0]
+            days = {r["day"]: r["n"] for r in c.execute(
+                sql("ryw_tail_days"), {"low": low, "first": first, "last": last})}
+            return seq, days
+        seq, days = t.catalog.read(read)
+        if sum(days.values()) > self.config.read_your_writes_max:
+            return None
+        return Tail(low, seq, days)
+
+    def freshness(self, t, tail: Tail) -> tuple[int, int]:
+        """The units acknowledged before the search that it could not see (still pending after the
+        catch-up), and how long the oldest of them has waited."""
+        pending, oldest = 0, None
+        for day in tail.days:
+            db = t.shard(day, create=False)
+            if db is None:
+                continue
+            n, first = db.read(fetch_one, "ryw_pending", {"seq": tail.seq})
+            pending += n
+            if n:
+                oldest = first if oldest is None else min(oldest, first)
+        return pending, max(0, int(time.time() * 1000 - oldest)) if oldest else 0
+
+    def top(self, t, p: SearchParams, terms: list[str], bm25: Bm25, tail: Tail, now: int,
+            budget: CpuBudget, unseen: Unseen) -> list[Ranked]:
+        """The best k of the units the read index lacks, scored like the index's with its statistics,
+        within read_your_writes_ms; the rest are ``unseen``."""
+        live = [term for term, w in zip(terms, bm25.weights) if w]
+        found = []
+        deadline = time.monotonic() + self.config.read_your_writes_ms / 1000
+        for day, n in tail.days.items():
+            db = t.shard(day, create=False)
+            if db is None or not live:
+                continue
+            args: dict = {"low": tail.low}
+            where = ["u.indexed IN (1, 3)", "u.seq >= :low", "u.ntok > 0"] + fts.filters(p, args)
+            if n <= TAIL_SCAN_MAX or db.read(fetch_one, "ryw_unsent")[0] <= TAIL_SCAN_MAX:
+                source, require = fts.unsent_source(where, None), p.operator
+            else:
+                args["match"] = fts.fts_query(list(dict.fromkeys(live)), p.operator)
+                source, require = fts.unsent_source(where, args["match"]), None
+            hits = db.read(budget.run, fts.score, source, args, terms, bm25, p.top_k, now, require)
+            hits += self.pending_top(t, db, day, p, terms, bm25, now, deadline, unseen, budget)
+            hits = sorted(hits, key=lambda h: h.order)[:p.top_k]
+            if hits:
+                units = db.read(fts.rows_by_id, [h.rowid for h in hits])
+                found += [Ranked(unit_dict(units[h.rowid]), h.score, h.ntok, h.tfs) for h in hits if h.rowid in units]
+        found.sort(key=lambda r: r.order)
+        return found[:p.top_k]
+
+    def pending_top(self, t, db, day: str, p: SearchParams, terms: list[str], bm25: Bm25, now: int,
+                    deadline: float, unseen: Unseen, budget: CpuBudget | None = None) -> list[ShardHit]:
+        """The best k units of this shard still waiting for the indexer. Their tokens are made by the
+        first search that meets them (while time allows) and stored in the row when the file is free at
+        once, so other workers and the indexer reuse them; until then this process keeps them."""
+        args: dict = {"now": now}
+        where = ["u.indexed = 0"] + fts.filters(p, args)
+        hits: list[ShardHit] = []
+        if bm25.avgdl:
+            # the tokens are in the row: scored in SQL like the others
+            source = fts.pending_source(where + ["u.ntok > 0"])
+            run = budget.run if budget is not None else (lambda conn, fn, *a: fn(conn, *a))
+            hits = db.read(run, fts.score, source, dict(args), terms, bm25, p.top_k, now, p.operator)
+        bare = db.read(fts.pending_bare, where, args)
+        if not bare:
+            return hits
+        known = self._tokens(t, db, day, bare, deadline, unseen)
+        for r in bare:
+            entry = known.get(r["id"])
+            if entry is None:
+                continue
+            hit = _score_tokens(entry, r, p, terms, bm25)
+            if hit is not None:
+                hits.append(hit)
+        hits.sort(key=lambda h: h.order)
+        return hits[:p.top_k]
+
+    def _tokens(self, t, db, day: str, bare: list, deadline: float, unseen: Unseen) -> dict:
+        """rowid -> (padded tokens, length) of these waiting units: cached, or made now while the
+        deadline allows (and offered to the row); those left are ``unseen``."""
+        known = {r["id"]: self.tokens.get(t.name, day, r["id"], r["cid"]) for r in bare}
+        missing = [r for r in bare if known[r["id"]] is None]
+        made = []
+        for start in range(0, len(missing), TOKEN_BATCH):
+            if time.monotonic() > deadline:
+                for r in missing[start:]:
+                    unseen.add(r["pushed_ms"])
+                break
+            chunk = missing[start:start + TOKEN_BATCH]
+            contents = {r["id"]: r["content"] for r in db.read(
+                fetch_all, "units_content_by_ids", {"ids": json.dumps([r["id"] for r in chunk])})}
+            for r in chunk:
+                if r["id"] in contents:
+                    toks = self.tokenizer.tokens(contents[r["id"]])
+                    known[r["id"]] = self.tokens.put(t.name, day, r["id"], r["cid"], toks)
+                    made.append({"id": r["id"], "tokens": " ".join(toks), "ntok": len(toks)})
+        if made:
+            try:
+                db.try_write(lambda c: c.executemany(sql("ryw_store_tokens"), made))
+            except Exception as e:  # noqa: BLE001  (sharing them is optional: the indexer makes them anyway)
+                log.debug("tokens of pending units not stored: %s", e)
+        return known
+
+
+def _score_tokens(entry: tuple[str, int], r, p: SearchParams, terms: list[str], bm25: Bm25) -> ShardHit | None:
+    """One waiting unit scored from its tokens in Python, exactly as scoring_sql scores a row."""
+    padded, ntok = entry
+    tfs = [padded.count(f" {term} ") for term in terms]
+    if not ntok or (p.operator == "and" and not all(tfs)) or not any(tfs):
+        return None
+    k1, b, avgdl = bm25.k1, bm25.b, bm25.avgdl
+    norm = k1 * (1 - b + b * ntok / avgdl) if avgdl else k1    # (nothing indexed yet: its own length)
+    return ShardHit(sum(w * tf / (tf + norm) for w, tf in zip(bm25.weights, tfs)), r["cid"], r["id"], ntok, tfs)
+
