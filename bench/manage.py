@@ -39,7 +39,7 @@ def main(argv=None) -> None:
     quiet_service_logs()
     from corpus import queries, service_dir
     from service import create_app, manage
-    from service.search import parse_search
+    from service.params import parse_search
 
     cached = service_dir(a.size, a.seed)
     d = TMP / f"manage-copy-n{a.size}"
@@ -61,7 +61,7 @@ def main(argv=None) -> None:
         res[name] = summary(lat)
         print(f"  {name:<42} p50 {res[name]['p50_ms']:>8} ms  p99 {res[name]['p99_ms']:>8} ms  (n={len(lat)})")
 
-    print(f"== list, stats, export, forget on {a.size} units ({len(store.live_days(t))} days)")
+    print(f"== list, stats, export, forget on {a.size} units ({len(t.live_days())} days)")
     sample = manage.list_units(store, "default", filters(), 200)[0]
     some_source = sample[0]["source"]
     prefix = some_source.split("_")[0] + "_*"

@@ -148,18 +148,20 @@ def keys_revoke(key_id, path):
 
 def _register_plugins() -> None:
     """Commands that live beside the service: backup/restore, the MCP stdio bridge, and the
-    client commands (push, search, import) when the Python client package is installed."""
+    client commands (push, search, import; list, stats, export, forget) when the Python client
+    package is installed."""
     from . import backup
     from .mcp import stdio
     backup.register_cli(main)
     stdio.register_cli(main)
     try:
-        from . import cli_client
+        from . import cli_client, cli_manage
     except ModuleNotFoundError as e:
         if e.name != "context_mode_client":
             raise
         return  # installed without clients/python: no push/search/import commands
     cli_client.register_cli(main)
+    cli_manage.register_cli(main)
 
 
 _register_plugins()

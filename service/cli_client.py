@@ -45,8 +45,6 @@ def register_cli(main: click.Group) -> None:
     main.add_command(push)
     main.add_command(search)
     main.add_command(import_jsonl)
-    from . import cli_manage
-    cli_manage.register_cli(main)
 
 
 @click.command()
@@ -150,6 +148,54 @@ def _file_units(text: str, fmt: str, max_chars: int, name: str):
         yield chunk.line, {"content": chunk.text, "metadata": meta}, None, None
 
 
+class _Import:
+    """One import run's pushes: batches, counts, failures, and units waiting for their parent."""
+
+    def __init__(self, client, batch_size: int):
+        self.client = client
+        self.batch_size = batch_size
+        self.counts: Counter = Counter()
+        self.failures: list[tuple[int, str, str]] = []   # (line number, code, message)
+        self.batch: list[tuple[int, dict]] = []
+        self.waiting: list[tuple[int, dict, str]] = []   # parent not stored yet: maybe later in the file
+
+    def flush(self) -> None:
+        if not self.batch:
+            return
+        try:
+            results = self.client.push_batch([u for _, u in self.batch])
+        except ContextModeError as e:
+            for lineno, _ in self.batch:
+                self.failures.append((lineno, e.code, e.message))
+            self.counts["error"] += len(self.batch)
+        else:
+            for r in results:
+                lineno, unit = self.batch[r["index"]]
+                if r["status"] == "error" and r.get("code") == "parent_not_found":
+                    self.waiting.append((lineno, unit, r.get("error", "")))
+                    continue
+                self.counts[r["status"]] += 1
+                if r["status"] == "error":
+                    self.failures.append((lineno, r.get("code", "?"), r.get("error", "")))
+        self.batch.clear()
+
+    def retry_waiting(self) -> None:
+        """Units whose parent came later in the file (an export lists by ack order; a re-push may have
+        given a unit a newer parent): push them again while that stores any."""
+        while self.waiting:
+            pending = list(self.waiting)
+            self.waiting.clear()
+            for i in range(0, len(pending), self.batch_size):
+                self.batch.extend((lineno, unit) for lineno, unit, _ in pending[i:i + self.batch_size])
+                self.flush()
+            if len(self.waiting) == len(pending):
+                break
+        for lineno, _, message in self.waiting:
+            self.counts["error"] += 1
+            self.failures.append((lineno, "parent_not_found", message))
+        self.waiting.clear()
+
+
 @click.command("import")
 @_options
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
@@ -178,48 +224,8 @@ def import_jsonl(url, api_key, path, fmt, type_, source, timestamp, ttl, max_cha
     if ttl is not None:
         defaults["ttl"] = ttl
     items = list(_file_units(text, fmt, max_chars, os.path.basename(path) if path != "-" else "stdin"))
-    client = _client(url, api_key)
-    counts: Counter = Counter()
-    failures: list[tuple[int, str, str]] = []   # (line number, code, message)
-    batch: list[tuple[int, dict]] = []
-
-    waiting: list[tuple[int, dict, str]] = []   # parent not stored yet: maybe later in the file
-
-    def flush():
-        if not batch:
-            return
-        try:
-            results = client.push_batch([u for _, u in batch])
-        except ContextModeError as e:
-            for lineno, _ in batch:
-                failures.append((lineno, e.code, e.message))
-            counts["error"] += len(batch)
-        else:
-            for r in results:
-                lineno, unit = batch[r["index"]]
-                if r["status"] == "error" and r.get("code") == "parent_not_found":
-                    waiting.append((lineno, unit, r.get("error", "")))
-                    continue
-                counts[r["status"]] += 1
-                if r["status"] == "error":
-                    failures.append((lineno, r.get("code", "?"), r.get("error", "")))
-        batch.clear()
-
-    def retry_waiting():
-        """Units whose parent came later in the file (an export lists by ack order; a re-push may have
-        given a unit a newer parent): push them again while that stores any."""
-        while waiting:
-            pending = list(waiting)
-            waiting.clear()
-            for i in range(0, len(pending), batch_size):
-                batch.extend((lineno, unit) for lineno, unit, _ in pending[i:i + batch_size])
-                flush()
-            if len(waiting) == len(pending):
-                break
-        for lineno, _, message in waiting:
-            counts["error"] += 1
-            failures.append((lineno, "parent_not_found", message))
-        waiting.clear()
+    run = _Import(_client(url, api_key), batch_size)
+    counts, failures = run.counts, run.failures
 
     def status(_item) -> str:
         return f"{counts['ok']} new, {counts['duplicate']} duplicate, {counts['error']} failed"
@@ -231,11 +237,11 @@ def import_jsonl(url, api_key, path, fmt, type_, source, timestamp, ttl, max_cha
                 counts["error"] += 1
                 failures.append((lineno, code, message))
             else:
-                batch.append((lineno, {**defaults, **unit}))
-            if len(batch) >= batch_size or i == len(items):
-                flush()                 # before the step, so the bar's last frame has the final counts
+                run.batch.append((lineno, {**defaults, **unit}))
+            if len(run.batch) >= batch_size or i == len(items):
+                run.flush()             # before the step, so the bar's last frame has the final counts
             bar.update(1, lineno)
-    retry_waiting()
+    run.retry_waiting()
 
     click.echo(f"imported {counts['ok']} new, {counts['duplicate']} duplicate, {counts['error']} failed")
     if failures:

@@ -24,6 +24,9 @@ def _purge_expired(conn, now: int) -> tuple[int, int | None]:
 
 
 class Janitor:
+    def __init__(self):
+        self.compacted = 0      # day files this janitor compacted (also context_days_compacted_total)
+
     def run(self, t) -> dict:
         now = int(time.time())
         purged = 0
@@ -51,6 +54,7 @@ class Janitor:
         UNITS_PURGED.inc(purged)
         DAYS_UNLINKED.inc(len(unlinked))
         DAYS_COMPACTED.inc(len(compacted))
+        self.compacted += len(compacted)
         return {"purged": purged, "unlinked": len(unlinked), "unlinked_days": unlinked}
 
     def _compact(self, t) -> list[str]:

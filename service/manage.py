@@ -2,15 +2,15 @@
 
 Like service/store.py these functions know the files and SQL; the REST views, the MCP tool and
 the console call them with a tenant that auth already checked. Filters are a
-:class:`~service.search.SearchParams` from ``parse_search`` (its query unused), so listing,
-exporting and forgetting select units exactly as search filters them (``search._filters``).
+:class:`~service.params.SearchParams` from ``parse_search`` (its query unused), so listing,
+exporting and forgetting select units exactly as search filters them (``fts.filters``).
 
 - Listing and export walk the catalog by ``seq`` (ack order, as MCP ``resources/list``) and read
   the units from their day files, one query per day per page.
 - Stats group each live day file by type; a day's figures are cached per process until the file
   changes (``shard_signature``) or its next unit expires.
 - Forget finds the matching units day by day (FTS5 for a query) and removes them in chunks with the
-  same tombstones as expiry (``store.remove_rows``), then from the catalog: default searches drop
+  same tombstones as expiry (``rows.remove_rows``), then from the catalog: default searches drop
   read-index answers the catalog no longer holds (``Searcher._gone``), so they leave search at once;
   the read index forgets them at its next pass. The janitor compacts a day file once a tenth of it
   was forgotten (``compact``).
@@ -24,10 +24,12 @@ import time
 import weakref
 from dataclasses import replace
 
+from .fts import filters, fts_query
 from .indexer import index_pending
-from .search import MAX_QUERY_TERMS, SearchParams, _filters, fts_query
-from .shards import sql
-from .store import remove_rows, unit_dict
+from .params import SearchParams
+from .rows import remove_rows, unit_dict
+from .search import MAX_QUERY_TERMS
+from .shards import fetch_all, fetch_one, sql
 from .units import FIELDS, day_of
 
 LIST_MAX = 200                 # GET /mcp/units: at most this many units per page
@@ -45,18 +47,22 @@ def export_fields(unit: dict) -> dict:
     return {k: unit[k] for k in FIELDS}
 
 
+def _all(conn, query: str, args: dict) -> list:
+    return conn.execute(query, args).fetchall()
+
+
 # --- list and export ------------------------------------------------------------------------------
 def _catalog_page(t, p: SearchParams, pos: int, descending: bool, n: int, now: int, max_seq: int | None = None):
     """Catalog rows (seq, cid, day) past ``pos`` that the catalog's own columns do not rule out."""
     args: dict = {"now": now, "pos": pos, "n": n}
-    where = _filters(replace(p, types=None), args)      # expiry, source, since, until, parent
+    where = filters(replace(p, types=None), args)      # expiry, source, since, until, parent
     where.append("u.seq < :pos" if descending else "u.seq > :pos")
     if max_seq is not None:
         args["max_seq"] = max_seq
         where.append("u.seq <= :max_seq")
     query = (f"SELECT seq, cid, day FROM catalog u WHERE {' AND '.join(where)} "
              f"ORDER BY seq {'DESC' if descending else 'ASC'} LIMIT :n")
-    return t.catalog.read(lambda c: c.execute(query, args).fetchall())
+    return t.catalog.read(_all, query, args)
 
 
 def _fetch(t, p: SearchParams, rows, now: int) -> dict[str, dict]:
@@ -70,9 +76,9 @@ def _fetch(t, p: SearchParams, rows, now: int) -> dict[str, dict]:
         if db is None:
             continue
         args: dict = {"cids": json.dumps(cids), "now": now}
-        where = ["u.cid IN (SELECT value FROM json_each(:cids))"] + _filters(p, args)
+        where = ["u.cid IN (SELECT value FROM json_each(:cids))"] + filters(p, args)
         query = f"SELECT {UNIT_COLUMNS} FROM units u WHERE {' AND '.join(where)}"
-        for r in db.read(lambda c: c.execute(query, args).fetchall()):
+        for r in db.read(_all, query, args):
             out[r["cid"]] = unit_dict(r)
     return out
 
@@ -112,7 +118,7 @@ def export_units(store, tenant: str, p: SearchParams):
     """Every live unit that passes the filters, oldest seq first (parents before the children
     pushed after them), up to the newest seq when the export began; yields export_fields dicts."""
     t = store.tenant(tenant)
-    max_seq = store.max_seq(tenant)
+    max_seq = t.max_seq()
     pos = 0
     while True:
         now = int(time.time())
@@ -166,7 +172,7 @@ def stats(store, tenant: str) -> dict:
     the read index still lack, and the day files on disk."""
     t = store.tenant(tenant)
     now = int(time.time())
-    days = store.live_days(t)
+    days = t.live_days()
     by_type: dict[str, dict] = {}
     by_day = []
     oldest = newest = None
@@ -189,16 +195,16 @@ def stats(store, tenant: str) -> dict:
     for day in t.primary_days():
         db = t.shard(day, create=False)
         if db is not None:
-            pending += db.read(lambda c: c.execute(sql("pending_count")).fetchone()[0])
-    view = store.searcher.view(t)
-    backlog, lag_ms = store.searcher.freshness(t, days, view, exact=True)
+            pending += db.read(fetch_one, "pending_count")[0]
+    fresh = store.freshness(tenant)
+    in_use, backlog, lag_ms = fresh["read_index"], fresh["index_pending"], fresh["replica_lag_ms"]
     files = t.primary_days()
     return {
         "units": sum(d["units"] for d in by_day), "bytes": sum(d["bytes"] for d in by_day),
         "types": dict(sorted(by_type.items())), "days": by_day,
         "oldest": oldest, "newest": newest,
         "index_pending": pending,
-        "read_index": {"in_use": view is not None, "pending": backlog if view is not None else None},
+        "read_index": {"in_use": in_use, "pending": backlog if in_use else None},
         "replica_lag_ms": lag_ms,
         "day_files": {"count": len(files), "bytes": sum(_file_bytes(t.primary_path(d)) for d in files),
                       "first": files[0] if files else None, "last": files[-1] if files else None},
@@ -214,7 +220,7 @@ def _catch_up(store, t, days: list[str]) -> None:
     for day in days:
         db = t.shard(day, create=False)
         while db is not None and time.monotonic() < deadline:
-            if index_pending(db, store.searcher.tokenizer, store.config.index_batch) < store.config.index_batch:
+            if index_pending(db, store.tokenizer, store.config.index_batch) < store.config.index_batch:
                 break
 
 
@@ -226,8 +232,8 @@ def matches(store, tenant: str, p: SearchParams, *, cids: list[str] | None = Non
     now = int(time.time())
     first = day_of(p.since) if p.since is not None else "0000-00-00"
     last = day_of(p.until) if p.until is not None else "9999-99-99"
-    days = store.live_days(t, first, last)
-    terms = store.searcher.tokenizer.query_terms(p.query)[:MAX_QUERY_TERMS] if p.query else None
+    days = t.live_days(first, last)
+    terms = store.tokenizer.query_terms(p.query)[:MAX_QUERY_TERMS] if p.query else None
     if terms is not None:
         if not terms:
             return []
@@ -238,7 +244,7 @@ def matches(store, tenant: str, p: SearchParams, *, cids: list[str] | None = Non
         if db is None:
             continue
         args: dict = {"now": now}
-        where = _filters(p, args)
+        where = filters(p, args)
         if cids is not None:
             args["cids"] = json.dumps(cids)
             where.append("u.cid IN (SELECT value FROM json_each(:cids))")
@@ -252,7 +258,7 @@ def matches(store, tenant: str, p: SearchParams, *, cids: list[str] | None = Non
             args["match"] = fts_query(list(dict.fromkeys(terms)), p.operator)
             query = (f"SELECT {columns} FROM units_fts JOIN units u ON u.id = units_fts.rowid "
                      f"WHERE units_fts MATCH :match AND {' AND '.join(where)}")
-        found += [dict(r, day=day) for r in db.read(lambda c: c.execute(query, args).fetchall())]
+        found += [dict(r, day=day) for r in db.read(_all, query, args)]
     found.sort(key=lambda r: r["seq"])
     return found
 
@@ -276,7 +282,7 @@ def remove(store, tenant: str, by_day: dict[str, list[str]]) -> int:
         for i in range(0, len(cids), FORGET_CHUNK):
             chunk = cids[i:i + FORGET_CHUNK]
             removed += len(db.write(_remove_in_shard, chunk)) if db is not None else 0
-            t.catalog.write(lambda c: c.execute(sql("catalog_delete_many"), {"cids": json.dumps(chunk)}))
+            t.catalog.write(fetch_all, "catalog_delete_many", {"cids": json.dumps(chunk)})
     return removed
 
 

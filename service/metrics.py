@@ -38,7 +38,7 @@ class StoreCollector:
         if self.tenants is not None:
             names = [n for n in names if n in self.tenants]
         for name in names:
-            stats = store.stats(name)
+            stats = store.live_counts(name)
             depth.add_metric([name], stats["index_pending"])
             lag.add_metric([name], stats["replica_lag_ms"] / 1000)
             stored.add_metric([name], stats["units_live"])

@@ -19,11 +19,11 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from . import readindex
+from . import manage, readindex
 from .config import Config
 from .errors import ApiError, BadRequest, Busy, Conflict, NotFound, Unprocessable
 from .formats import TENANT_RE, is_cid
-from .rows import delete_rows, now_ms, unit_dict
+from .rows import now_ms, unit_dict
 from .search import Searcher
 from .shards import fetch_all, fetch_one, sql
 from .tenant import Tenant
@@ -311,21 +311,26 @@ class Store:
         if found is None:
             raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
         t, row = found
-        from .manage import remove      # also leaves default searches at once (issue 15)
-        if not remove(self, tenant, {row["day"]: [cid]}):
+        if not manage.remove(self, tenant, {row["day"]: [cid]}):     # also leaves default searches at once
             raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
         return {"status": "deleted", "cid": cid}
 
     # --- operations -----------------------------------------------------------------------------
     def freshness(self, tenant: str) -> dict:
         """What a default search of this tenant cannot see yet, counted now in every shard (readiness,
-        metrics): ``index_pending`` units, the oldest of them waiting ``replica_lag_ms``."""
+        metrics, stats): ``index_pending`` units, the oldest of them waiting ``replica_lag_ms``, and whether
+        default searches read the ``read_index`` (else the primaries)."""
         t = self.tenant(tenant)
-        pending, lag_ms = self.searcher.freshness(t, t.live_days(), self.searcher.view(t), exact=True)
-        return {"index_pending": pending, "replica_lag_ms": lag_ms}
+        view = self.searcher.view(t)
+        pending, lag_ms = self.searcher.freshness(t, t.live_days(), view, exact=True)
+        return {"index_pending": pending, "replica_lag_ms": lag_ms, "read_index": view is not None}
 
-    def stats(self, tenant: str) -> dict:
-        """Live units of the tenant, with its freshness (/metrics)."""
+    def max_seq(self, tenant: str) -> int:
+        """The tenant's newest acked seq (forget binds its confirmation to it, service/api/manage.py)."""
+        return self.tenant(tenant).max_seq()
+
+    def live_counts(self, tenant: str) -> dict:
+        """Live units of the tenant, with its freshness (/metrics; /mcp/stats is service/manage.py)."""
         return {"units_live": self.tenant(tenant).count_live(), **self.freshness(tenant)}
 
     # --- search -------------------------------------------------------------------------------

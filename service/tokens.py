@@ -12,6 +12,10 @@ import base64
 import hashlib
 import hmac
 import json
+import os
+import secrets
+import time
+from pathlib import Path
 
 from flask import current_app
 
@@ -22,8 +26,35 @@ MAC_BYTES = 16
 
 
 def key() -> bytes:
-    from .mcp.transport import _cursor_key
-    return _cursor_key(current_app, current_app.config["CONTEXT"])
+    return cursor_key(current_app, current_app.config["CONTEXT"])
+
+
+def cursor_key(app, config) -> bytes:
+    """The deployment's cursor key: CONTEXT_MCP_CURSOR_SECRET, else ``mcp-cursor.key`` in the data
+    directory (moved here from service/mcp/transport.py: REST tokens and MCP cursors share it)."""
+    key = app.extensions.get("mcp_cursor_key")
+    if key is None:
+        key = config.mcp_cursor_secret.encode() if config.mcp_cursor_secret else _key_file(config)
+        app.extensions["mcp_cursor_key"] = key
+    return key
+
+
+def _key_file(config) -> bytes:
+    """A per-deployment random key shared by every gunicorn worker through the data directory."""
+    path = Path(config.data_dir) / "mcp-cursor.key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+    for _ in range(50):                  # another worker may be between create and write
+        text = path.read_text().strip()
+        if len(text) == 64:
+            return bytes.fromhex(text)
+        time.sleep(0.01)
+    raise RuntimeError(f"unreadable MCP cursor key file {path}")
 
 
 def _mac(secret: bytes, purpose: str, tenant: str, payload: bytes) -> bytes:

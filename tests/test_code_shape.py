@@ -150,9 +150,10 @@ def test_no_function_over_80_lines():
 
 
 # SQL is written in sql/*.sql and run by name; only these modules build statements in Python:
-# shards.py (connection pragmas, transactions, the FTS5 probe) and fts.py (the scoring statement,
-# whose shape depends on the query's terms and filters).
-SQL_BUILDERS = {"service.shards", "service.fts"}
+# shards.py (connection pragmas, transactions, the FTS5 probe), fts.py (the scoring statement, whose
+# shape depends on the query's terms and filters) and manage.py (issue 15's filtered list, export and
+# forget statements, built from fts.filters).
+SQL_BUILDERS = {"service.shards", "service.fts", "service.manage"}
 _SQL_RE = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ATTACH|DETACH|REPLACE)\s+\S")
 
 

@@ -13,12 +13,8 @@ KEY = "console-key-0123456789abcdef"
 
 
 @pytest.fixture
-def keyed(tmp_path):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "data"), "background": False,
-                      "api_keys": f"{KEY}:acme:push+search"})
-    yield app.test_client()
-    app.extensions["context_shutdown"]()
+def keyed(make_app):
+    return make_app(api_keys=f"{KEY}:acme:push+search").test_client()
 
 
 def csp(rv) -> dict[str, str]:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import make_unit
+from conftest import drain, make_unit
 
 DAY = 86_400
 ADMIN = "manage-admin-0123456789abcdef"
@@ -23,22 +23,13 @@ def auth(key):
 
 
 @pytest.fixture
-def app(tmp_path):
-    from service import create_app
-    app = create_app({"data_dir": str(tmp_path / "data"), "background": False, "replica_debounce_ms": 0,
-                      "api_keys": KEYS})
-    yield app
-    app.extensions["context_shutdown"]()
+def app(make_app):
+    return make_app(replica_debounce_ms=0, api_keys=KEYS)
 
 
 @pytest.fixture
 def client(app):
     return app.test_client()
-
-
-def drain(app) -> None:
-    while app.extensions["context_maintenance"].run_once():
-        pass
 
 
 def push(client, content, key=ADMIN, **fields):

@@ -1,13 +1,18 @@
 """The OpenAPI operations of issue 15 (list, stats, export, forget), merged into /openapi.json's paths.
 
-Parameters reuse the search's property declarations (``openapi._search_properties``), so the
-filters are described once; request bodies stay inline and flat for Dify's importer.
+Parameters reuse the search's field declarations (``params.properties``), so the filters are
+described once; request bodies stay inline and flat for Dify's importer.
 """
 from __future__ import annotations
 
 from ..api.manage import CONFIRM_SECONDS, DEFAULT_LIMIT, MAX_CIDS
 from ..manage import LIST_MAX
-from .openapi import CID, _json, _nullable, _ref, _responses, _search_properties
+from ..params import properties
+from ..units import nullable as _nullable
+from .openapi_parts import CID
+from .openapi_parts import json_content as _json
+from .openapi_parts import ref as _ref
+from .openapi_parts import responses as _responses
 
 
 def _filter_params(props: dict) -> list[dict]:
@@ -20,8 +25,7 @@ def _filter_params(props: dict) -> list[dict]:
 
 
 def paths(config) -> dict:
-    types = list(config.types)
-    props = _search_properties(types)
+    props = properties("search", config)
     filters = _filter_params(props)
     unit_list = {"type": "object", "required": ["units", "next_cursor"], "properties": {
         "units": {"type": "array", "items": _ref("Unit")},

@@ -10,8 +10,8 @@ from flask import Blueprint, Response, jsonify, request
 from .. import manage, tokens
 from ..auth import require
 from ..errors import BadRequest, Conflict
-from ..search import SearchParams, parse_search
-from ..units import is_cid
+from ..params import SearchParams, parse_search
+from ..formats import is_cid
 from . import config, json_body, store
 
 bp = Blueprint("manage", __name__)

@@ -14,6 +14,7 @@ import mcp_types as types
 
 from .. import manage as store_manage
 from ..api.manage import MAX_CIDS, forget_units
+from ..units import CID_SCHEMA
 from . import resources, tools, uris
 from .context import Call
 
@@ -23,7 +24,7 @@ STATS_TEMPLATE = types.ResourceTemplate(
     description="What the memory holds: live units and content bytes per type and per day, oldest and newest, "
                 "units waiting for indexing, read-index lag, day files. One fixed URI (no parameters).")
 
-_CID = tools._CID
+_CID = {"type": "string", "pattern": CID_SCHEMA["pattern"]}
 
 
 def forget_input(config) -> dict:
@@ -46,6 +47,10 @@ def forget_input(config) -> dict:
         },
         "additionalProperties": False,
     }
+
+
+def forget_output(config) -> dict:
+    return FORGET_OUTPUT
 
 
 FORGET_OUTPUT = {
@@ -80,7 +85,7 @@ FORGET = tools.ToolSpec(
     "call it without 'confirm': nothing is forgotten, it answers how many units match, a sample and a "
     "'confirm' value. Call it again with the same arguments plus that 'confirm' to forget them (never more "
     "than counted). Needs an admin key; cannot be undone.",
-    "admin", forget_input, FORGET_OUTPUT,
+    "admin", forget_input, forget_output,
     types.ToolAnnotations(title="Forget stored context", read_only_hint=False, destructive_hint=True,
                           idempotent_hint=True, open_world_hint=False),
     _forget)
@@ -98,5 +103,6 @@ def read_stats(call: Call) -> types.ReadResourceResult:
 def register() -> None:
     """Add the tool and the stats template to the MCP tables (idempotent)."""
     tools.TOOLS.setdefault(FORGET.name, FORGET)
+    resources.FIXED_READERS[uris.STATS_URI] = read_stats
     if STATS_TEMPLATE not in resources.TEMPLATES:
         resources.TEMPLATES.append(STATS_TEMPLATE)

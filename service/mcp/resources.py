@@ -124,6 +124,11 @@ def list_resources(call: Call, req: types.ListResourcesRequest) -> types.ListRes
                                      meta=meta, ttl_ms=LIST_TTL_MS, cache_scope="private")
 
 
+# Resources at one fixed URI, read by a handler a later module registers (context://stats: mcp/manage.py),
+# so this module needs no import of theirs.
+FIXED_READERS: dict = {}
+
+
 def list_templates(call: Call, req: types.ListResourceTemplatesRequest) -> types.ListResourceTemplatesResult:
     """The two URI templates; the same for every caller."""
     return types.ListResourceTemplatesResult(resource_templates=TEMPLATES, ttl_ms=CATALOGUE_TTL_MS,
@@ -133,9 +138,9 @@ def list_templates(call: Call, req: types.ListResourceTemplatesRequest) -> types
 def read_resource(call: Call, req: types.ReadResourceRequest) -> types.ReadResourceResult:
     """One unit (text/plain) or one search (text/markdown)."""
     uri = req.params.uri
-    if uri == uris.STATS_URI:
-        from .manage import read_stats
-        return read_stats(call)
+    fixed = FIXED_READERS.get(uri)
+    if fixed is not None:
+        return fixed(call)
     try:
         target = uris.parse(uri)
     except uris.BadUri as e:

@@ -11,16 +11,13 @@ import base64
 import binascii
 import json
 import logging
-import os
-import secrets
-import time
-from pathlib import Path
 
 from flask import Blueprint, Response, current_app, request
 
 from ..api import parse_json
 from ..auth import current_principal
 from ..errors import ApiError, Unauthorized, error_body, storage_error
+from ..tokens import cursor_key
 from . import protocol as p
 from .context import Call
 from .dispatch import dispatch
@@ -103,32 +100,6 @@ def resolve_era(msg: p.Message) -> p.Era:
 
 
 # --- the endpoint -------------------------------------------------------------------------------
-def _cursor_key(app, config) -> bytes:
-    key = app.extensions.get("mcp_cursor_key")
-    if key is None:
-        key = config.mcp_cursor_secret.encode() if config.mcp_cursor_secret else _key_file(config)
-        app.extensions["mcp_cursor_key"] = key
-    return key
-
-
-def _key_file(config) -> bytes:
-    """A per-deployment random key shared by every gunicorn worker through the data directory."""
-    path = Path(config.data_dir) / "mcp-cursor.key"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32))
-    for _ in range(50):                  # another worker may be between create and write
-        text = path.read_text().strip()
-        if len(text) == 64:
-            return bytes.fromhex(text)
-        time.sleep(0.01)
-    raise RuntimeError(f"unreadable MCP cursor key file {path}")
-
-
 def _error_status(e: p.RpcError, era: p.Era | None, dispatched: bool) -> int:
     if e.status:
         return e.status
@@ -174,7 +145,7 @@ def endpoint():
             return _accepted()
         call = Call(tenant=principal.tenant, scopes=principal.scopes, era=era,
                     store=current_app.extensions["context_store"], config=config,
-                    cursor_key=_cursor_key(current_app, config))
+                    cursor_key=cursor_key(current_app, config))
     except p.RpcError as e:
         rid = e.id if msg is None else msg.id
         return _rpc_response(rid, _error_status(e, era, False), error=e)
