@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import fts
 from .fts import Bm25, CpuBudget, ShardHit
@@ -153,11 +153,12 @@ class TailReader:
         args: dict = {"now": now}
         where = ["u.indexed = 0"] + fts.filters(p, args)
         hits: list[ShardHit] = []
-        if bm25.avgdl:
-            # the tokens are in the row: scored in SQL like the others
-            source = fts.pending_source(where + ["u.ntok > 0"])
-            run = budget.run if budget is not None else (lambda conn, fn, *a: fn(conn, *a))
-            hits = db.read(run, fts.score, source, dict(args), terms, bm25, p.top_k, now, p.operator)
+        # the tokens are in the row: scored in SQL like the others (with nothing indexed yet there is
+        # no average length: each unit is then normalised by its own, as _score_tokens does, b = 0)
+        stored = bm25 if bm25.avgdl else replace(bm25, avgdl=1.0, b=0.0)
+        source = fts.pending_source(where + ["u.ntok > 0"])
+        run = budget.run if budget is not None else (lambda conn, fn, *a: fn(conn, *a))
+        hits = db.read(run, fts.score, source, dict(args), terms, stored, p.top_k, now, p.operator)
         bare = db.read(fts.pending_bare, where, args)
         if not bare:
             return hits

@@ -222,3 +222,23 @@ def test_token_cache_is_bounded():
         cache.put("t", "2026-01-01", i, f"{i:012x}", ["word"] * 3)
     assert cache.bytes <= 100 and cache.get("t", "2026-01-01", 49, f"{49:012x}") is not None
     assert cache.get("t", "2026-01-01", 0, f"{0:012x}") is None
+
+
+def test_nothing_indexed_yet_and_tokens_stored_by_an_earlier_search(app, client):
+    """Found by the issue 18 helper: on a tenant with nothing indexed, a unit whose tokens an earlier
+    search stored (pending, tokens in the row) must still be found by the next searches, AND too."""
+    new = [push(client, f"heron egret {i}") for i in range(3)] + [push(client, "heron alone")]
+    assert set(cids(search(client, "heron"))) == set(new)            # makes and stores the tokens
+    store = app.extensions["context_store"]
+    t = store.tenant("default")
+    from service.shards import sql
+    day = t.live_days()[-1]
+    assert t.shard(day).read(lambda c: c.execute(
+        "SELECT count(*) FROM units WHERE indexed = 0 AND tokens IS NOT NULL").fetchone()[0]) == 4
+    assert t.shard(day).read(lambda c: c.execute(sql("pending_count")).fetchone()[0]) == 4
+    assert set(cids(search(client, "heron"))) == set(new)
+    assert set(cids(search(client, "heron egret", operator="and"))) == set(new[:3])
+    # scored as the tokens the search made in this process would be: the same scores both times
+    first = {r["cid"]: r["bm25_score"] for r in search(client, "egret")["results"]}
+    store.searcher.tokens._items.clear()      # (only the rows hold them now)
+    assert {r["cid"]: r["bm25_score"] for r in search(client, "egret")["results"]} == first
