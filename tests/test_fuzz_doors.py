@@ -15,6 +15,7 @@ import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from urllib3.util.retry import Retry
 
 from conftest import LiveServer, make_unit
 
@@ -22,6 +23,10 @@ from conftest import LiveServer, make_unit
 # so a door gets several requests per generated example.
 EXAMPLES = int(os.environ.get("FUZZ_DOOR_EXAMPLES", os.environ.get("FUZZ_EXAMPLES", "300")))
 HTTP = requests.Session()
+# gunicorn closes a keep-alive connection idle for 2 s, which a slow example can outlast: a request
+# on such a connection is sent again on a new one (a 5xx is still a 5xx: statuses are never retried)
+HTTP.mount("http://", requests.adapters.HTTPAdapter(max_retries=Retry(total=2, connect=2, read=2, status=0,
+                                                                      allowed_methods=None, raise_on_status=False)))
 KEY = "fuzz-doors-key-0123456789abcdef"
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 COUNTS: dict[str, dict[str, int]] = {}
