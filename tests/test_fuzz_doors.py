@@ -109,7 +109,9 @@ def mcp_requests(draw):
     base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
             "Authorization": f"Bearer {KEY}"}
     modern = dict(base, **{"MCP-Protocol-Version": era})
-    if era == MODERN and isinstance(method, str) and method.isascii() and method.isprintable():
+    # (a header value cannot start or end with whitespace: requests refuses to send one)
+    if era == MODERN and isinstance(method, str) and method.isascii() and method.isprintable() \
+            and method == method.strip():
         modern["Mcp-Method"] = method
     # the same message as each revision's client would send it, and with no revision header
     return raw, [modern, dict(base, **{"MCP-Protocol-Version": LEGACY}), base]
