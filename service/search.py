@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from . import fts, readindex
 from .fts import Bm25, CpuBudget
@@ -28,7 +29,7 @@ from .rows import unit_dict
 from .scoring import Ranked, Scale, Stats, explain
 from .shards import fetch_all, fetch_one
 from .snippets import snippet
-from .tail import Tail, TailReader, TokenCache, Unseen
+from .tail import Tail, TailReader, TokenCache, Unseen, best
 from .units import day_of
 
 MAX_QUERY_TERMS = 64
@@ -79,9 +80,12 @@ class Searcher:
         unseen = None
         if terms and (days or (tail and tail.days)):
             budget = CpuBudget(self.config.search_cpu_ms)
-            if view is not None:
-                ranked, stats, unseen = self._search_index(t, p, terms, view, now, tail, budget)
+            found = self._search_index(t, p, terms, view, now, tail, budget) if view is not None else None
+            if found is not None:
+                ranked, stats, unseen = found
             else:
+                if view is not None:    # a commit it could not load: the primaries answer instead
+                    days, view, tail = self._days(t, first, last, fresh=True), None, None
                 # read-your-writes on the primaries too (no read index yet): pending units by their tokens
                 unseen = Unseen() if not p.strong and self.config.read_your_writes_ms > 0 else None
                 ranked, stats = self._search_shards(t, p, terms, days, now, budget, unseen)
@@ -144,9 +148,10 @@ class Searcher:
 
     # --- the read index (default searches) ------------------------------------------------------
     def _search_index(self, t, p: SearchParams, terms: list[str], view, now: int, tail: Tail | None,
-                      budget: CpuBudget) -> tuple[list[Ranked], Stats, Unseen | None]:
+                      budget: CpuBudget) -> tuple[list[Ranked], Stats, Unseen | None] | None:
         """The read index's candidates (tantivy), scored again with exact lengths, merged with the
-        units it lacks (``tail``, read from the primaries); the top k with the units' fields."""
+        units it lacks (``tail``, read from the primaries); the top k with the units' fields. None
+        when a commit made while the tail was read cannot be loaded."""
         k1, b = readindex.K1, readindex.B
         for _ in range(3):
             # a term only the tail holds weighs what it would in one unit
@@ -156,10 +161,13 @@ class Searcher:
             unseen = Unseen()
             fresh = self.tail.top(t, p, terms, bm25, tail, now, budget, unseen) if tail else []
             # A pass that committed while the tail was read may have flagged rows sent that this view
-            # lacks: read both again against the new commit.
+            # lacks: read both again against the new commit (the primaries answer if it cannot be loaded).
             if tail is None or not readindex.moved(t, view):
                 break
-            view = self.view(t) or view
+            newer = self.view(t)
+            if newer is None or newer is view:
+                return None
+            view = newer
         ranked = list(fresh)
         if all(idf) or p.operator == "or":
             ranked += self._index_top(t, p, terms, bm25.weights, view, now, {r.unit["cid"] for r in fresh})
@@ -221,16 +229,20 @@ class Searcher:
 
         def top(day):
             db, st = per_day[day]
-            match = [term for term in dict.fromkeys(live) if st["df"][term]]
-            hits = []
+            # (with read-your-writes every term: a row the indexer took since the statistics were read
+            # is in FTS5 now with a term they did not count)
+            match = [term for term in dict.fromkeys(live) if st["df"][term] or unseen is not None]
+            # the waiting rows before the indexed ones: one the indexer takes in between is read twice
+            hits = [] if unseen is None else self.tail.pending_top(
+                t, db, day, p, terms, bm25, now, deadline, unseen, budget)
             if match and not (p.operator == "and" and len(match) < len(set(live))):
                 # Score every match exactly unless the shard holds too many (the sum of df bounds them).
                 exact = sum(st["df"][term] for term in match) <= self.config.exact_match_limit
-                hits = db.read(budget.run, fts.shard_top, p, fts.fts_query(match, p.operator), terms, bm25,
-                               None if exact else local_n, p.top_k, now)
-            if unseen is not None:
-                hits += self.tail.pending_top(t, db, day, p, terms, bm25, now, deadline, unseen, budget)
-            return [(hit, db) for hit in hits]
+                # (nothing was indexed when the statistics were read: each unit by its own length, b = 0)
+                stats = bm25 if bm25.avgdl else replace(bm25, avgdl=1.0, b=0.0)
+                hits += db.read(budget.run, fts.shard_top, p, fts.fts_query(match, p.operator), terms, stats,
+                                None if exact else local_n, p.top_k, now)
+            return [(hit, db) for hit in best(hits, len(hits))]
 
         found = [x for part in self._map(top, list(per_day)) for x in part]
         found.sort(key=lambda x: x[0].order)

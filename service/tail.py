@@ -136,9 +136,11 @@ class TailReader:
             else:
                 args["match"] = fts.fts_query(list(dict.fromkeys(live)), p.operator)
                 source, require = fts.unsent_source(where, args["match"]), None
-            hits = db.read(budget.run, fts.score, source, args, terms, bm25, p.top_k, now, require)
-            hits += self.pending_top(t, db, day, p, terms, bm25, now, deadline, unseen, budget)
-            hits = sorted(hits, key=lambda h: h.order)[:p.top_k]
+            # the waiting rows before the indexed ones: a row the indexer takes in between is then read
+            # twice (kept once), never missed
+            hits = self.pending_top(t, db, day, p, terms, bm25, now, deadline, unseen, budget)
+            hits = best(hits + db.read(budget.run, fts.score, source, args, terms, bm25, p.top_k, now, require),
+                        p.top_k)
             if hits:
                 units = db.read(fts.rows_by_id, [h.rowid for h in hits])
                 found += [Ranked(unit_dict(units[h.rowid]), h.score, h.ntok, h.tfs) for h in hits if h.rowid in units]
@@ -152,26 +154,25 @@ class TailReader:
         once, so other workers and the indexer reuse them; until then this process keeps them."""
         args: dict = {"now": now}
         where = ["u.indexed = 0"] + fts.filters(p, args)
+        # Each row moves one way: no tokens, tokens stored by a search, indexed. Read in that order (the
+        # caller reads the indexed ones after this), a row that moves on between two reads is read twice
+        # (kept once), never missed.
+        bare = db.read(fts.pending_bare, where, args)
         hits: list[ShardHit] = []
+        if bare:
+            known = self._tokens(t, db, day, bare, deadline, unseen)
+            for r in bare:
+                entry = known.get(r["id"])
+                hit = _score_tokens(entry, r, p, terms, bm25) if entry is not None else None
+                if hit is not None:
+                    hits.append(hit)
         # the tokens are in the row: scored in SQL like the others (with nothing indexed yet there is
         # no average length: each unit is then normalised by its own, as _score_tokens does, b = 0)
         stored = bm25 if bm25.avgdl else replace(bm25, avgdl=1.0, b=0.0)
         source = fts.pending_source(where + ["u.ntok > 0"])
         run = budget.run if budget is not None else (lambda conn, fn, *a: fn(conn, *a))
-        hits = db.read(run, fts.score, source, dict(args), terms, stored, p.top_k, now, p.operator)
-        bare = db.read(fts.pending_bare, where, args)
-        if not bare:
-            return hits
-        known = self._tokens(t, db, day, bare, deadline, unseen)
-        for r in bare:
-            entry = known.get(r["id"])
-            if entry is None:
-                continue
-            hit = _score_tokens(entry, r, p, terms, bm25)
-            if hit is not None:
-                hits.append(hit)
-        hits.sort(key=lambda h: h.order)
-        return hits[:p.top_k]
+        return best(hits + db.read(run, fts.score, source, dict(args), terms, stored, p.top_k, now, p.operator),
+                    p.top_k)
 
     def _tokens(self, t, db, day: str, bare: list, deadline: float, unseen: Unseen) -> dict:
         """rowid -> (padded tokens, length) of these waiting units: cached, or made now while the
@@ -198,6 +199,18 @@ class TailReader:
             except Exception as e:  # noqa: BLE001  (sharing them is optional: the indexer makes them anyway)
                 log.debug("tokens of pending units not stored: %s", e)
         return known
+
+
+def best(hits: list[ShardHit], k: int) -> list[ShardHit]:
+    """The best k of one shard's hits, each row once (reads of a row that changed state between them
+    may both find it)."""
+    seen: set[int] = set()
+    out = []
+    for h in sorted(hits, key=lambda h: h.order):
+        if h.rowid not in seen:
+            seen.add(h.rowid)
+            out.append(h)
+    return out[:k]
 
 
 def _score_tokens(entry: tuple[str, int], r, p: SearchParams, terms: list[str], bm25: Bm25) -> ShardHit | None:

@@ -242,3 +242,69 @@ def test_nothing_indexed_yet_and_tokens_stored_by_an_earlier_search(app, client)
     first = {r["cid"]: r["bm25_score"] for r in search(client, "egret")["results"]}
     store.searcher.tokens._items.clear()      # (only the rows hold them now)
     assert {r["cid"]: r["bm25_score"] for r in search(client, "egret")["results"]} == first
+
+
+class Interleave:
+    """Runs ``step`` once, right after the search's n-th read of a day file: another worker's search
+    storing tokens, the indexer, or the leader's pass moving a row on while the search reads it."""
+
+    def __init__(self, monkeypatch, n: int, step):
+        from service.shards import Db
+        self.n, self.step, self.reads, self.done = n, step, 0, False
+        original = Db.read
+        hook = self
+
+        def read(db, fn, *args, **kwargs):
+            result = original(db, fn, *args, **kwargs)
+            if not hook.done and db.path.parent.name == "primary":
+                hook.reads += 1
+                if hook.reads == hook.n:
+                    hook.done = True
+                    hook.step()
+            return result
+        monkeypatch.setattr(Db, "read", read)
+
+
+@pytest.mark.parametrize("indexed_before", [False, True], ids=["primaries", "read-index"])
+@pytest.mark.parametrize("step_name", ["tokens", "index", "send"])
+def test_a_row_moving_on_during_the_search_is_found(make_app, tmp_path, monkeypatch, indexed_before, step_name):
+    """Each read of a unit's row sees one of its states (no tokens, tokens stored by a search, in FTS5,
+    sent to the read index); whichever read of the search it moves on after, the search finds it."""
+    found_at = []
+    for n in range(1, 12):
+        data = tmp_path / f"d{n}"
+        app = make_app(**INDEX_NOW, data_dir=data)
+        client = app.test_client()
+        if indexed_before:
+            push(client, "an older note about gulls")
+            sent_to_index(app)
+        new = push(client, "a shearwater over the bay")
+        other = make_app(**INDEX_NOW, data_dir=data)        # another worker on the same files
+        maint = app.extensions["context_maintenance"]
+        t = app.extensions["context_store"].tenant("default")
+        steps = {"tokens": lambda other=other: search(other.test_client(), "shearwater"),
+                 "index": lambda maint=maint, t=t: maint.index_tenant(t),
+                 "send": lambda maint=maint: maint.run_once()}
+        with monkeypatch.context() as m:
+            hook = Interleave(m, n, steps[step_name])
+            body = search(client, "shearwater")
+        assert cids(body) == [new], (n, step_name, body)
+        found_at.append(hook.done)
+    assert any(found_at)     # the step did land inside some searches' reads
+
+
+def test_a_view_older_than_the_leaders_state_is_not_trusted(app, client, monkeypatch):
+    """A worker that cannot load the leader's last commit (a reload fails) must not read the tail from
+    that pass's low-water mark against its old view, which lacks the units below it: the primaries answer."""
+    from service import maintenance, readindex
+    monkeypatch.setattr(maintenance, "IN_FLIGHT_MS", 0)      # nothing counts as in flight
+    push(client, "an older note about gulls")
+    sent_to_index(app)
+    assert cids(search(client, "gulls"))                      # this process's view loaded
+    monkeypatch.setattr(readindex.Reader, "_load", lambda self, sig: None)   # every reload fails
+    new = push(client, "a shearwater over the bay")
+    sent_to_index(app)
+    store = app.extensions["context_store"]
+    state = store.searcher.readers.state(store.tenant("default"))
+    assert state["low"] > state["seq"] - 1 and state["backlog"] == 0     # the leader: all in, none in flight
+    assert cids(search(client, "shearwater")) == [new]
