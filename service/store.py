@@ -23,6 +23,7 @@ from . import manage, readindex
 from .config import Config
 from .errors import ApiError, BadRequest, Busy, Conflict, NotFound, Unprocessable
 from .formats import TENANT_RE, is_cid
+from .groupcommit import Group, Job
 from .rows import now_ms, unit_dict
 from .search import Searcher
 from .shards import fetch_all, fetch_one, sql
@@ -44,6 +45,7 @@ class Store:
         (self.root / "tenants").mkdir(parents=True, exist_ok=True)
         self._tenants: dict[str, Tenant] = {}
         self._lock = threading.Lock()
+        self._groups: dict[str, Group] = {}        # tenant -> its pushes' group commit (issue 17)
         self.listeners: list = []   # callables(tenant, days) told about new pending rows
         self._lru: OrderedDict[tuple[str, str], Tenant] = OrderedDict()
         self._lru_lock = threading.Lock()
@@ -125,9 +127,35 @@ class Store:
         if valid:
             t = self.tenant(tenant)
             self._check_days(t, {u.day for _, u in valid})
-            planned = t.catalog.write(self._reserve, t, valid, now, results)
-            self._store_rows(t, planned, results)
+            self._group(t).submit(Job(valid, results, now))
         return results  # type: ignore[return-value]
+
+    def _group(self, t: Tenant) -> Group:
+        g = self._groups.get(t.name)
+        if g is None:
+            with self._lock:
+                g = self._groups.setdefault(t.name, Group(lambda jobs: self._write_group(t, jobs),
+                                                          self.config.group_commit_units))
+        return g
+
+    def _write_group(self, t: Tenant, jobs: list[Job]) -> None:
+        """The units of these requests in one catalog transaction, then one per day file; each
+        request's results in its own slots."""
+        if len(jobs) == 1:
+            job = jobs[0]
+            planned = t.catalog.write(self._reserve, t, job.valid, job.now, job.results)
+            self._store_rows(t, planned, job.results)
+            return
+        valid, results, owners = [], [], []
+        for job in jobs:
+            for i, u in job.valid:
+                valid.append((len(results), u))
+                results.append(None)
+                owners.append((job, i))
+        planned = t.catalog.write(self._reserve, t, valid, max(job.now for job in jobs), results)
+        self._store_rows(t, planned, results)
+        for (job, i), result in zip(owners, results):
+            job.results[i] = result
 
     def _check_days(self, t: Tenant, days: set[str]) -> None:
         """Each day is a file (and its replica and WAL): one request may not create hundreds of them

@@ -97,8 +97,10 @@ def free_port() -> int:
 class LiveServer:
     """A real gunicorn (``service:create_app()``) on a free loopback port."""
 
-    def __init__(self, data_dir: Path, *, workers: int = 2, keys: dict | None = None, env: dict | None = None):
+    def __init__(self, data_dir: Path, *, workers: int = 2, keys: dict | None = None, env: dict | None = None,
+                 conf: Path | None = None):
         self.data_dir = Path(data_dir)
+        self.conf = conf or ROOT / "service" / "gunicorn_conf.py"     # a test's own settings may extend it
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.workers = workers
@@ -121,7 +123,7 @@ class LiveServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [str(VENV_BIN / "gunicorn"), "-c", str(ROOT / "service" / "gunicorn_conf.py"), "service:create_app()"],
+            [str(VENV_BIN / "gunicorn"), "-c", str(self.conf), "service:create_app()"],
             cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
