@@ -11,6 +11,7 @@ push of the same CID repairs it.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -173,12 +174,15 @@ class Store:
     def _reserve(self, conn: sqlite3.Connection, t: Tenant, valid, now: float, results) -> list:
         """Catalog transaction: assign seqs, detect duplicates and collisions, check parents."""
         planned = []          # (index, unit, seq, status)
-        batch_cids: dict[str, int] = {}   # cid -> expires_at, for parents earlier in this batch
         expiry: dict[str, tuple[int, int]] = {}   # day -> (min, max) expires_at of this batch
         ms = now_ms()
+        # The catalog rows of every CID and parent of the batch, in one query; kept up to date below, so a
+        # unit or parent earlier in the batch counts as stored.
+        wanted = {u.cid for _, u in valid} | {u.parent_cid for _, u in valid if u.parent_cid}
+        known = {r["cid"]: dict(r) for r in conn.execute(sql("catalog_get_many"), {"cids": json.dumps(sorted(wanted))})}
         for i, u in valid:
             try:
-                row = conn.execute(sql("catalog_get"), {"cid": u.cid}).fetchone()
+                row = known.get(u.cid)
                 if row is not None and not (row["digest"] == u.digest and row["timestamp"] == u.timestamp
                                             and row["source"] == u.source):
                     if self._stale_reservation(t, row, ms):
@@ -187,7 +191,7 @@ class Store:
                     else:
                         raise Conflict(f"CID {u.cid} already names a different unit (48-bit collision); "
                                        "the stored unit was not changed.", field="cid")
-                self._check_parent(conn, u, now, batch_cids)
+                self._check_parent(u, now, known)
                 params = {"cid": u.cid, "day": u.day, "timestamp": u.timestamp, "source": u.source,
                           "digest": u.digest, "expires_at": u.expires_at, "parent_cid": u.parent_cid,
                           "reserved_ms": ms}
@@ -197,9 +201,10 @@ class Store:
                 else:
                     conn.execute(sql("catalog_update_mutable"), params)
                     seq, status = row["seq"], "duplicate"
+                    params["reserved_ms"] = row["reserved_ms"]
+                known[u.cid] = params | {"seq": seq}
                 lo, hi = expiry.get(u.day, (u.expires_at, u.expires_at))
                 expiry[u.day] = (min(lo, u.expires_at), max(hi, u.expires_at))
-                batch_cids[u.cid] = u.expires_at
                 planned.append((i, u, seq, status))
             except ApiError as e:
                 results[i] = e
@@ -208,14 +213,12 @@ class Store:
             conn.execute(sql("days_upsert"), {"day": day, "min_expires_at": lo, "max_expires_at": hi})
         return planned
 
-    def _check_parent(self, conn, u: Unit, now: float, batch_cids: dict) -> None:
+    @staticmethod
+    def _check_parent(u: Unit, now: float, known: dict) -> None:
         if u.parent_cid is None:
             return
-        exp = batch_cids.get(u.parent_cid)
-        if exp is None:
-            prow = conn.execute(sql("catalog_get"), {"cid": u.parent_cid}).fetchone()
-            exp = prow["expires_at"] if prow is not None else None
-        if exp is None or exp <= now:
+        parent = known.get(u.parent_cid)
+        if parent is None or parent["expires_at"] <= now:
             raise Unprocessable(f"Parent unit {u.parent_cid} does not exist or has expired.",
                                 code="parent_not_found", field="parent_cid")
 

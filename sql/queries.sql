@@ -5,6 +5,11 @@
 SELECT seq, cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms
 FROM catalog WHERE cid = :cid;
 
+-- name: catalog_get_many
+-- catalog_get for a push's CIDs and parents at once (a JSON array).
+SELECT seq, cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms
+FROM catalog WHERE cid IN (SELECT value FROM json_each(:cids));
+
 -- name: catalog_insert
 INSERT INTO catalog(cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms)
 VALUES (:cid, :day, :timestamp, :source, :digest, :expires_at, :parent_cid, :reserved_ms);
