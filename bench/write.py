@@ -1,0 +1,258 @@
+"""The write path (issue 17), service vs the naive baseline (and optionally the service at an older
+commit) in one run, each on a copy of the same corpus, loopback only, every cell bounded in time:
+
+- single-unit pushes from 50 closed-loop writers (wrk): pushes/s, ack p50/p95/p99, and the server's
+  CPU per push (user+sys of every server process over the cell / pushes answered: on a shared
+  machine this moves far less than throughput does);
+- a fixed offered load (open loop, bench/openloop.mjs: sent on schedule whether or not answered,
+  latency from the scheduled time): ack p50/p99 at --rate pushes/s;
+- batch ingest over HTTP (1000 units per request, --clients clients), units/s, with a probe unit
+  pushed every 0.5 s and searched for (default consistency) until found: index lag p50/p99;
+- RSS, PSS and private (anonymous) memory per server process: peak under load and idle after it.
+
+    python bench/write.py --sizes 100000 --duration 10 --name write-100k
+    python bench/write.py --sizes 1000000 --duration 10 --compare-src 80df381 --name write-1m
+"""
+from __future__ import annotations
+
+import os as _os
+import sys as _sys
+# bench/http.py would shadow the stdlib's http package: keep bench/ last on sys.path.
+_HERE = _os.path.dirname(_os.path.abspath(__file__))
+_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
+
+import argparse
+import http.client
+import json
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from functools import partial
+
+from common import BENCH, TMP, machine, service_rev, service_src, summary, write_json
+
+
+def _http_bench():
+    """bench/http.py's server helpers (it cannot be imported as ``http``: that is the stdlib)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_http", _os.path.join(_HERE, "http.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+H = _http_bench()
+
+
+def server_cpu(pid: int) -> float:
+    import psutil
+    root = psutil.Process(pid)
+    total = 0.0
+    for p in [root] + root.children(recursive=True):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def closed_loop(pid: int, port: int, script, conns: int, duration: float) -> dict:
+    c0 = server_cpu(pid)
+    data = H.wrk(script, port, conns, duration)
+    time.sleep(0.5)
+    data["server_cpu_ms_per_push"] = round((server_cpu(pid) - c0) * 1000 / max(1, data["requests"]), 3)
+    return data
+
+
+def open_loop(port: int, bodies, rate: float, duration: float) -> dict:
+    cmd = ["node", str(BENCH / "openloop.mjs"), "--url", f"http://127.0.0.1:{port}/mcp/push", "--bodies", str(bodies),
+           "--rate", str(rate), "--duration", str(duration), "--drain", "30", "--nonce", f"o{uuid.uuid4().hex[:8]}"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 90)
+    line = next((x for x in res.stdout.splitlines() if x.startswith("JSON ")), None)
+    if line is None:
+        raise RuntimeError(f"openloop failed: {res.stdout}\n{res.stderr}")
+    return json.loads(line[5:])
+
+
+class Probe(threading.Thread):
+    """Pushes a unique unit every 0.5 s and searches for it (default consistency) until found."""
+
+    def __init__(self, port: int):
+        super().__init__(daemon=True)
+        self.port, self.lags, self.misses = port, [], 0
+        self.stop = threading.Event()
+
+    def run(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        while not self.stop.is_set():
+            token = "probe" + uuid.uuid4().hex[:10]
+            unit = {"type": "system_notice", "source": "bench_probe_v1_local", "timestamp": int(time.time()),
+                    "ttl": 86_400, "content": f"write path probe {token}"}
+            c.request("POST", "/mcp/push", json.dumps(unit), {"Content-Type": "application/json"})
+            c.getresponse().read()
+            acked = time.perf_counter()
+            q = json.dumps({"query": token, "top_k": 1})
+            found = None
+            while time.perf_counter() - acked < 30:
+                c.request("POST", "/mcp/search", q, {"Content-Type": "application/json"})
+                resp = c.getresponse()
+                body = json.loads(resp.read())
+                if resp.status == 200 and body.get("results"):
+                    found = time.perf_counter()
+                    break
+                time.sleep(0.02)
+            if found is None:
+                self.misses += 1
+            else:
+                self.lags.append((found - acked) * 1000)
+            self.stop.wait(max(0.0, 0.5 - (time.perf_counter() - acked)))
+
+
+def batch_ingest(port: int, units: list[dict], clients: int) -> dict:
+    from ingest import http_batch_ingest
+    probe = Probe(port)
+    probe.start()
+    try:
+        out = http_batch_ingest(port, units, clients=clients)
+    finally:
+        probe.stop.set()
+        probe.join(timeout=40)
+    out["index_lag_while_ingesting"] = summary(probe.lags)
+    out["probe_misses"] = probe.misses
+    return out
+
+
+def ingest_units(n: int, seed: int) -> list[dict]:
+    from corpus import Generator
+    now = int(time.time()) - 60
+    units = []
+    for i, u in enumerate(Generator(seed + 901).units(n)):
+        u.pop("cid", None), u.pop("parent_cid", None)
+        u["timestamp"] = now
+        u["content"] = f"{u['content']} w{seed}x{i}x{uuid.uuid4().hex[:6]}"
+        units.append(u)
+    return units
+
+
+def memory(sampler, proc_pid: int, idle: dict) -> dict:
+    out = {}
+    for pid, peak in sampler.peak.items():
+        role = "master" if pid == proc_pid else "worker"
+        out.setdefault(role + "_rss_peak", []).append(round(peak / 2**20, 1))
+        if pid in sampler.peak_pss:
+            out.setdefault(role + "_pss_peak", []).append(round(sampler.peak_pss[pid] / 2**20, 1))
+            out.setdefault(role + "_anon_peak", []).append(round(sampler.peak_anon[pid] / 2**20, 1))
+    out.update(idle)
+    return out
+
+
+def idle_memory(pid: int) -> dict:
+    import psutil
+    root = psutil.Process(pid)
+    out: dict = {}
+    for p in [root] + root.children(recursive=True):
+        role = "master" if p.pid == pid else "worker"
+        try:
+            full = p.memory_full_info()
+        except psutil.Error:
+            continue
+        out.setdefault(role + "_rss_idle", []).append(round(full.rss / 2**20, 1))
+        out.setdefault(role + "_pss_idle", []).append(round(full.pss / 2**20, 1))
+    return out
+
+
+def run_system(name: str, start, port: int, a, scripts: dict, bodies, units: list[dict]) -> dict:
+    proc = start()
+    out: dict = {}
+    try:
+        H.wait_ready(port, 180)
+        sampler = H.RssSampler(proc.pid)
+        sampler.start()
+        H.wrk(scripts["push"], port, 8, 2)          # warm up: connections, first day file
+        H.wait_idle(proc.pid)
+        out["push_closed_50"] = closed_loop(proc.pid, port, scripts["push"], 50, a.duration)
+        print(f"  {name:10s} push x50 closed  {out['push_closed_50']['rps']:8.1f}/s  p50 {out['push_closed_50']['p50']:7.2f}  "
+              f"p99 {out['push_closed_50']['p99']:7.2f} ms  server CPU {out['push_closed_50']['server_cpu_ms_per_push']} ms/push",
+              flush=True)
+        H.wait_idle(proc.pid)
+        out["healthz_closed_50"] = closed_loop(proc.pid, port, scripts["healthz"], 50, min(a.duration, 5)) \
+            if name != "baseline" else None
+        H.wait_idle(proc.pid)
+        ol = out["push_open_loop"] = open_loop(port, bodies, a.rate, a.duration)
+        print(f"  {name:10s} push open {a.rate:.0f}/s  answered {ol['achieved_per_s']}/s  p50 {ol['p50']:7.2f}  "
+              f"p99 {ol['p99']:7.2f} ms  errors {ol['errors']} dropped {ol['dropped']}", flush=True)
+        H.wait_idle(proc.pid)
+        bi = out["batch_ingest"] = batch_ingest(port, units, a.clients)
+        lag = bi["index_lag_while_ingesting"]
+        print(f"  {name:10s} batch ingest {bi['units_per_s']:8d} units/s  index lag p50 {lag.get('p50_ms')}  "
+              f"p99 {lag.get('p99_ms')} ms  misses {bi['probe_misses']}", flush=True)
+        H.wait_idle(proc.pid, 120)
+        time.sleep(3)
+        sampler.stop.set()
+        sampler.join()
+        out["memory_mib"] = memory(sampler, proc.pid, idle_memory(proc.pid))
+        print(f"  {name:10s} memory MiB {out['memory_mib']}", flush=True)
+        return out
+    finally:
+        H.stop(proc)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="100000")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--duration", type=float, default=10)
+    ap.add_argument("--rate", type=float, default=1000, help="open-loop offered pushes/s")
+    ap.add_argument("--ingest-units", type=int, default=60_000)
+    ap.add_argument("--clients", type=int, default=4, help="batch-ingest clients")
+    ap.add_argument("--service-src", default="head")
+    ap.add_argument("--compare-src", default=None, help="also run the service at this older commit")
+    ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--name", default="write")
+    a = ap.parse_args(argv)
+    if not shutil.which("wrk") or not shutil.which("node"):
+        raise SystemExit("wrk and node are needed (apt-get install -y wrk; Node 20)")
+    src = service_src(a.service_src)
+    old = service_src(a.compare_src) if a.compare_src else None
+    from corpus import baseline_db, service_dir
+    scripts = H.write_inputs(a.seed, nonce=f"w{int(time.time())}")
+    bodies = TMP / "http-push-bodies.txt"
+    out = {"machine": machine(), "service_rev": service_rev(src), "duration_s": a.duration, "rate": a.rate,
+           "load_at_start": _os.getloadavg(), "sizes": {}}
+    if old is not None:
+        out["compare_rev"] = service_rev(old)
+    for size in [int(x) for x in a.sizes.split(",")]:
+        print(f"== {size} units")
+        entry = {}
+        systems = [("service", src)] + ([("service@" + service_rev(old), old)] if old is not None else [])
+        for name, code in systems:
+            run_dir = TMP / "run-write"
+            shutil.rmtree(run_dir, ignore_errors=True)
+            shutil.copytree(service_dir(size, a.seed), run_dir / "service")
+            port = H.free_port()
+            entry[name] = run_system(name, partial(H.start_service, code, run_dir / "service", port), port, a,
+                                     scripts, bodies, ingest_units(a.ingest_units, a.seed))
+            shutil.rmtree(run_dir, ignore_errors=True)
+        if not a.no_baseline:
+            run_dir = TMP / "run-write"
+            shutil.rmtree(run_dir, ignore_errors=True)
+            run_dir.mkdir(parents=True)
+            db = run_dir / "baseline.db"
+            shutil.copy(baseline_db(size, a.seed), db)
+            port = H.free_port()
+            entry["baseline"] = run_system("baseline", partial(H.start_baseline, db, port), port, a, scripts, bodies,
+                                           ingest_units(a.ingest_units, a.seed))
+            shutil.rmtree(run_dir, ignore_errors=True)
+        out["sizes"][str(size)] = entry
+    out["load_at_end"] = _os.getloadavg()
+    out["targets"] = {"push_closed_50_per_s": 2000, "open_loop_1000_p50_ms": 5, "open_loop_1000_p99_ms": 20,
+                      "batch_ingest_units_per_s": 20_000, "index_lag_p99_ms": 2000,
+                      "worker_rss_mib_under_load_1m": 150, "worker_rss_mib_idle": 100}
+    write_json(a.name, out)
+
+
+if __name__ == "__main__":
+    main()
