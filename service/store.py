@@ -3,11 +3,12 @@
 Only the store knows about files, SQL and threads. HTTP views and adapters (MCP, Dify,
 Continue) call these methods with a tenant name that auth already checked.
 
-Push protocol, per batch: (1) one catalog transaction reserves each new CID with its
-per-tenant ``seq`` (or finds a duplicate / collision); (2) one transaction per day shard
-stores the rows as pending; (3) only then the ack. A crash between (1) and (2) leaves a
-catalog row without a shard row: it was never acked, reads treat it as absent, and a later
-push of the same CID repairs it.
+Push protocol, per group of concurrent requests (service/groupcommit.py; one request when it
+arrives alone): (1) one catalog transaction reserves each new CID with its per-tenant ``seq`` (or
+finds a duplicate / collision); (2) one transaction per day shard stores the rows as pending;
+(3) only then each request's ack. A crash between (1) and (2) leaves a catalog row without a shard
+row: it was never acked, reads treat it as absent, and a later push of the same CID repairs it. A
+crash between (2) and (3) leaves units stored but unacknowledged: a re-push says "duplicate".
 """
 from __future__ import annotations
 
