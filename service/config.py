@@ -74,7 +74,7 @@ class Config:
     bm25_b: float = 0.75
     # Storage.
     busy_timeout_ms: int = 10_000
-    group_commit_units: int = 4000    # concurrent pushes written in one transaction per file, up to this many units
+    group_commit_units: int = 1000    # concurrent pushes written in one transaction per file, up to this many units (a batch over it goes alone)
     synchronous: str = "NORMAL"
     cache_size_kib: int = 8192        # catalog connections
     shard_cache_kib: int = 512        # per connection to a day shard (there are many: keep RSS bounded)
