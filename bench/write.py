@@ -4,8 +4,8 @@ commit) in one run, each on a copy of the same corpus, loopback only, every cell
 - single-unit pushes from 50 closed-loop writers (wrk): pushes/s, ack p50/p95/p99, and the server's
   CPU per push (user+sys of every server process over the cell / pushes answered: on a shared
   machine this moves far less than throughput does);
-- a fixed offered load (open loop, bench/openloop.mjs: sent on schedule whether or not answered,
-  latency from the scheduled time): ack p50/p99 at --rate pushes/s;
+- fixed offered loads (open loop, bench/openloop.mjs: sent on schedule whether or not answered,
+  latency from the scheduled time): ack p50/p99 at each of --rates pushes/s;
 - batch ingest over HTTP (1000 units per request, --clients clients), units/s, with a probe unit
   pushed every 0.5 s and searched for (default consistency) until found: index lag p50/p99;
 - RSS, PSS and private (anonymous) memory per server process: peak under load and idle after it.
@@ -181,10 +181,12 @@ def run_system(name: str, start, port: int, a, scripts: dict, bodies, units: lis
         out["healthz_closed_50"] = closed_loop(proc.pid, port, scripts["healthz"], 50, min(a.duration, 5)) \
             if name != "baseline" else None
         H.wait_idle(proc.pid)
-        ol = out["push_open_loop"] = open_loop(port, bodies, a.rate, a.duration)
-        print(f"  {name:10s} push open {a.rate:.0f}/s  answered {ol['achieved_per_s']}/s  p50 {ol['p50']:7.2f}  "
-              f"p99 {ol['p99']:7.2f} ms  errors {ol['errors']} dropped {ol['dropped']}", flush=True)
-        H.wait_idle(proc.pid)
+        out["push_open_loop"] = {}
+        for rate in a.rates:
+            ol = out["push_open_loop"][str(int(rate))] = open_loop(port, bodies, rate, a.duration)
+            print(f"  {name:10s} push open {rate:.0f}/s  answered {ol['achieved_per_s']}/s  p50 {ol['p50']:7.2f}  "
+                  f"p99 {ol['p99']:7.2f} ms  errors {ol['errors']} dropped {ol['dropped']}", flush=True)
+            H.wait_idle(proc.pid)
         bi = out["batch_ingest"] = batch_ingest(port, units, a.clients)
         lag = bi["index_lag_while_ingesting"]
         print(f"  {name:10s} batch ingest {bi['units_per_s']:8d} units/s  index lag p50 {lag.get('p50_ms')}  "
@@ -205,7 +207,7 @@ def main(argv=None) -> None:
     ap.add_argument("--sizes", default="100000")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--duration", type=float, default=10)
-    ap.add_argument("--rate", type=float, default=1000, help="open-loop offered pushes/s")
+    ap.add_argument("--rates", default="250,1000", help="open-loop offered pushes/s, one cell each")
     ap.add_argument("--ingest-units", type=int, default=60_000)
     ap.add_argument("--clients", type=int, default=4, help="batch-ingest clients")
     ap.add_argument("--service-src", default="head")
@@ -213,6 +215,7 @@ def main(argv=None) -> None:
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--name", default="write")
     a = ap.parse_args(argv)
+    a.rates = [float(x) for x in a.rates.split(",")]
     if not shutil.which("wrk") or not shutil.which("node"):
         raise SystemExit("wrk and node are needed (apt-get install -y wrk; Node 20)")
     src = service_src(a.service_src)
@@ -220,7 +223,7 @@ def main(argv=None) -> None:
     from corpus import baseline_db, service_dir
     scripts = H.write_inputs(a.seed, nonce=f"w{int(time.time())}")
     bodies = TMP / "http-push-bodies.txt"
-    out = {"machine": machine(), "service_rev": service_rev(src), "duration_s": a.duration, "rate": a.rate,
+    out = {"machine": machine(), "service_rev": service_rev(src), "duration_s": a.duration, "rates": a.rates,
            "load_at_start": _os.getloadavg(), "sizes": {}}
     if old is not None:
         out["compare_rev"] = service_rev(old)
