@@ -7,9 +7,9 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import cached_property
+from functools import lru_cache
 
 from .config import Config
 from .errors import BadRequest, Unprocessable
@@ -44,7 +44,12 @@ def content_digest(content: str) -> str:
 
 def day_of(timestamp: int) -> str:
     """The unit's own UTC day names its shard file (DESIGN.md section 5)."""
-    return datetime.fromtimestamp(timestamp, tz=timezone.utc).strftime("%Y-%m-%d")
+    return _day_name(timestamp // 86_400)
+
+
+@lru_cache(maxsize=4096)
+def _day_name(days: int) -> str:
+    return datetime.fromtimestamp(days * 86_400, tz=timezone.utc).strftime("%Y-%m-%d")
 
 
 @dataclass(frozen=True)
@@ -57,23 +62,24 @@ class Unit:
     content: str
     metadata: dict | None
     parent_cid: str | None
+    metadata_text: str | None = field(default=None, compare=False, repr=False)   # the metadata as stored
+    # derived once here (a push reads them several times)
+    day: str = field(init=False, compare=False, repr=False)
+    digest: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "day", day_of(self.timestamp))
+        object.__setattr__(self, "digest", content_digest(self.content))
+        if self.metadata is not None and self.metadata_text is None:
+            object.__setattr__(self, "metadata_text", json.dumps(
+                self.metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
 
     @property
     def expires_at(self) -> int:
         return self.timestamp + self.ttl
 
-    @cached_property
-    def day(self) -> str:
-        return day_of(self.timestamp)
-
-    @cached_property
-    def digest(self) -> str:
-        return content_digest(self.content)
-
     def metadata_json(self) -> str | None:
-        if self.metadata is None:
-            return None
-        return json.dumps(self.metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return self.metadata_text
 
 
 def _is_int(v) -> bool:
@@ -173,7 +179,8 @@ def _check_content(content, config: Config) -> str:
     return content
 
 
-def _check_metadata(metadata, config: Config) -> dict | None:
+def _check_metadata(metadata, config: Config) -> str | None:
+    """The metadata as stored (compact JSON), once checked."""
     if metadata is None:
         return None
     if not isinstance(metadata, dict):
@@ -186,7 +193,7 @@ def _check_metadata(metadata, config: Config) -> dict | None:
     if len(encoded) > config.max_metadata_bytes:
         raise BadRequest(f"Field 'metadata' exceeds {config.max_metadata_bytes} bytes serialized.",
                          code="metadata_too_large", field="metadata")
-    return metadata
+    return encoded.decode("utf-8")
 
 
 def _check_parent(parent) -> str | None:
@@ -221,7 +228,8 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
     timestamp = _check_timestamp(raw.get("timestamp"), config, now)
     ttl = _check_ttl(raw.get("ttl"), config)
     content = _check_content(raw.get("content"), config)
-    metadata = _check_metadata(raw.get("metadata"), config)
+    metadata = raw.get("metadata")
+    metadata_text = _check_metadata(metadata, config)
     parent = _check_parent(raw.get("parent_cid"))
     expected = compute_cid(content, timestamp, source)
     _check_cid(raw.get("cid"), expected)
@@ -231,7 +239,7 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
         raise Unprocessable("The unit expired before it arrived (timestamp + ttl is in the past).",
                             code="already_expired", field="ttl")
     return Unit(cid=expected, type=utype, source=source, timestamp=timestamp, ttl=ttl,
-                content=content, metadata=metadata, parent_cid=parent)
+                content=content, metadata=metadata, parent_cid=parent, metadata_text=metadata_text)
 
 
 # --- the unit's JSON shapes ------------------------------------------------------------------------
