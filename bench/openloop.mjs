@@ -24,7 +24,7 @@ const agent = new http.Agent({ keepAlive: true, maxSockets: opts.maxInflight });
 const total = Math.round(opts.rate * opts.duration);
 const interval = 1000 / opts.rate;
 const lat = [];
-let inflight = 0, done = 0, errors = 0, dropped = 0, i = 0;
+let inflight = 0, done = 0, errors = 0, socketErrors = 0, dropped = 0, i = 0;
 const statuses = {};
 
 function fire(n, scheduled) {
@@ -41,7 +41,8 @@ function fire(n, scheduled) {
       lat.push(performance.now() - scheduled);
     });
   });
-  req.on("error", () => { inflight--; errors++; });
+  // (a connection the server closed as the request went out: counted apart from HTTP errors)
+  req.on("error", () => { inflight--; socketErrors++; });
   req.end(body);
 }
 
@@ -62,7 +63,7 @@ const timer = setInterval(() => {
       if (inflight > 0 && performance.now() < waitEnd) return;
       clearInterval(finish);
       const sorted = lat.slice().sort((a, b) => a - b);
-      const out = { offered_per_s: opts.rate, scheduled: total, answered: done, errors, dropped,
+      const out = { offered_per_s: opts.rate, scheduled: total, answered: done, errors, socket_errors: socketErrors, dropped,
         unanswered: inflight, send_s: Math.round(sendEnd - start) / 1000,
         achieved_per_s: Math.round(done / ((sendEnd - start) / 1000)), statuses,
         p50: pct(sorted, 50), p90: pct(sorted, 90), p99: pct(sorted, 99), "p99.9": pct(sorted, 99.9),
