@@ -80,16 +80,39 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.register_blueprint(search.bp)
     app.register_blueprint(health.bp)
     register_manage(app)
+    hub, registry, changes = register_live(app, store)
     mcp.init_app(app)
     adapters.init_app(app)
     limits.init_app(app)
 
     def shutdown():
+        hub.stop()
         maintenance.stop()
+        registry.close()
+        changes.close()
         store.close()
     app.extensions["context_shutdown"] = shutdown
     atexit.register(shutdown)
     return app
+
+
+def register_live(app: Flask, store) -> tuple:
+    """Live context and the tool registry (issue 16): a change log of what any worker changes, the hub
+    that tells this worker's listeners, the registry; GET /mcp/stream and /mcp/tools. Returns the three
+    for shutdown."""
+    from .api import stream, tools
+    from .events import ChangeLog
+    from .hub import Hub
+    from .registry import Registry
+    changes = ChangeLog(store)
+    store.observers.append(changes.observe)
+    hub = Hub(store, changes)
+    app.extensions["context_hub"] = hub
+    registry = Registry(store, changes)
+    app.extensions["context_registry"] = registry
+    app.register_blueprint(stream.bp)
+    app.register_blueprint(tools.bp)
+    return hub, registry, changes
 
 
 def register_manage(app: Flask) -> None:

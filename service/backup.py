@@ -7,7 +7,9 @@ FIRST and catalog.db LAST: a push reserves its catalog row before it stores the 
 also hold reservations for units pushed after their shard was copied; the backup has no shard
 row for those, so they read as absent, exactly like a push that crashed before its ack (and a
 later push of the same CID repairs the reservation). Replicas are not copied: they are derived
-and the running service rebuilds them. Pending rows stay pending and are indexed at start.
+and the running service rebuilds them. Pending rows stay pending and are indexed at start. A
+tenant's tool registry (tools.db, issue 16) is copied too; its change log (events.db) is not: it
+only tells open streams what changed.
 
 Paths are only ever built from validated tenant names and ``YYYY-MM-DD.db`` file names, both
 when reading a data directory and when reading a (possibly hostile) manifest.
@@ -34,7 +36,8 @@ from .shards import fetch_all, fetch_one, sql
 MANIFEST = "manifest.json"
 FORMAT = 1
 # The rows the manifest counts, per kind of file (named statements in sql/queries.sql).
-_COUNT_SQL = {"catalog": "backup_count_catalog", "shard": "backup_count_shard"}
+_COUNT_SQL = {"catalog": "backup_count_catalog", "shard": "backup_count_shard",
+              "tools": "backup_count_tools"}      # the tool registry (issue 16), tools.db
 
 
 # A day file with its SQLite side files, or a replica refresh's temporary copy.
@@ -139,7 +142,9 @@ def _counts(path: Path, kind: str) -> dict:
         row = fetch_one(conn, _COUNT_SQL[kind])
     finally:
         conn.close()
-    return {"rows": row[0]} if kind == "catalog" else {"units": row[0], "pending": row[1]}
+    if kind == "shard":
+        return {"units": row[0], "pending": row[1]}
+    return {"rows": row[0]}
 
 
 def _integrity(path: Path) -> str:
@@ -179,6 +184,11 @@ def backup(data_dir: Path, out_dir: Path) -> dict:
             dst = dst_t / "catalog.db"
             _copy_db(src_t / "catalog.db", dst, src_readonly=False)
             entry["catalog"] = {**_counts(dst, "catalog"), "bytes": dst.stat().st_size, "sha256": _sha256(dst)}
+        if (src_t / "tools.db").exists():
+            # The tool registry stands alone (no unit refers to it): one consistent copy of its own.
+            dst = dst_t / "tools.db"
+            _copy_db(src_t / "tools.db", dst, src_readonly=False)
+            entry["tools"] = {**_counts(dst, "tools"), "bytes": dst.stat().st_size, "sha256": _sha256(dst)}
         for fname in copied:
             dst = dst_t / "primary" / fname
             orphans = _drop_orphans(dst, dst_t / "catalog.db") if entry["catalog"] else 0
@@ -284,9 +294,12 @@ def restore(backup_dir: Path, data_dir: Path, *, force: bool = False) -> dict:
                 if _DAY_FILE_ANY_RE.match(fname):
                     (dst_t / d / fname).unlink(missing_ok=True)
         _remove_sqlite(dst_t / "catalog.db")
+        _remove_sqlite(dst_t / "tools.db")
         files = [(src_t / "primary" / f, dst_t / "primary" / f, "shard", entry["shards"][f]) for f in day_files]
         if entry.get("catalog") is not None:
             files.append((src_t / "catalog.db", dst_t / "catalog.db", "catalog", entry["catalog"]))
+        if entry.get("tools") is not None:
+            files.append((src_t / "tools.db", dst_t / "tools.db", "tools", entry["tools"]))
         units = sum(_restore_file(*f, summary["problems"]) for f in files)
         summary["files"] += len(files)
         _fsync(dst_t / "primary")

@@ -101,6 +101,17 @@ class Config:
     request_deadline_s: float = 30.0  # ... and one whose headers and body take longer than this in total
     access_log: bool = True           # one stderr line per request: tenant, method, route, status, ms
     background: bool = True          # start indexer/janitor threads (tests may turn off)
+    # Live context (issue 16): MCP subscriptions/listen and GET /mcp/stream. Each open stream holds one
+    # gunicorn thread, so streams per worker stay below CONTEXT_THREADS (service/hub.py).
+    max_streams: int = -1             # open streams per worker; -1: half the threads; at most threads - 2
+    max_listeners_per_key: int = 16   # open streams of one API key, over every worker
+    max_listeners_per_tenant: int = 64
+    max_subscriptions: int = 100      # resource URIs in one subscriptions/listen
+    listen_poll_ms: int = 100         # how often each worker looks for new units and changes
+    listen_heartbeat_s: float = 15.0  # an SSE comment on a quiet stream (proxies and clients keep it open)
+    listen_idle_s: float = 1800.0     # a stream that delivered nothing this long ends (client re-listens)
+    # Tool registry (issue 16, service/registry.py).
+    max_tools_per_tenant: int = 10_000
 
     def __post_init__(self):
         if self.max_ttl < 0 or self.default_ttl < 0:
@@ -108,6 +119,15 @@ class Config:
         if self.max_ttl and not 0 < self.default_ttl <= self.max_ttl:
             raise ValueError(f"CONTEXT_DEFAULT_TTL ({self.default_ttl or 'no expiry'}) must be between 1 and "
                              f"CONTEXT_MAX_TTL ({self.max_ttl}); set CONTEXT_MAX_TTL=0 to allow no expiry.")
+        if self.max_streams < -1 or self.max_streams > max(0, self.threads - 2):
+            raise ValueError(f"CONTEXT_MAX_STREAMS ({self.max_streams}) must be between 0 and CONTEXT_THREADS - 2 "
+                             f"({max(0, self.threads - 2)}): every open stream holds a gunicorn thread, and "
+                             "requests need the others. Raise CONTEXT_THREADS to serve more streams.")
+
+    @property
+    def stream_cap(self) -> int:
+        """Streams one worker holds open at most (each holds one of its threads)."""
+        return self.threads // 2 if self.max_streams < 0 else self.max_streams
 
     @property
     def types(self) -> tuple[str, ...]:

@@ -1,7 +1,11 @@
 """gunicorn settings for `make run` (`gunicorn -c service/gunicorn_conf.py 'service:create_app()'`).
 
 Timeouts are deliberate: a slow or stalled client cannot hold a worker thread for long,
-and a worker that hangs is replaced.
+and a worker that hangs is replaced. Live streams (subscriptions/listen, GET /mcp/stream) are the
+one kind of response that holds a thread for long, on purpose: at most CONTEXT_MAX_STREAMS of a
+worker's CONTEXT_THREADS (half by default; service/hub.py), so requests always find a free thread.
+The slow-client guard bounds how a request *arrives*; a stream's writes are bounded separately
+(a client that reads nothing for 30 s is dropped), and its heartbeats keep idle proxies quiet.
 """
 import os
 import tempfile
@@ -48,6 +52,13 @@ def on_starting(server):
     # Request histograms from every worker are summed through this directory.
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="context-mode-metrics-")
+
+
+def post_worker_init(worker):
+    # Live streams (service/hub.py) end with their final message once gunicorn stops this worker.
+    hub = getattr(worker.wsgi, "extensions", {}).get("context_hub")
+    if hub is not None:
+        hub.worker = worker
 
 
 def child_exit(server, worker):

@@ -283,6 +283,8 @@ def remove(store, tenant: str, by_day: dict[str, list[str]]) -> int:
             chunk = cids[i:i + FORGET_CHUNK]
             removed += len(db.write(_remove_in_shard, chunk)) if db is not None else 0
             t.catalog.write(fetch_all, "catalog_delete_many", {"cids": json.dumps(chunk)})
+    for observer in store.observers:          # open streams hear about forgotten units (issue 16)
+        observer(tenant, [{"status": "deleted", "cid": cid} for cids in by_day.values() for cid in cids])
     return removed
 
 

@@ -34,13 +34,19 @@ def _sql_file(filename: str) -> str:
 
 @lru_cache(maxsize=None)
 def _named() -> dict[str, str]:
-    text = _sql_file("queries.sql")
-    parts = _NAME_RE.split(text)
-    return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts) - 1, 2)}
+    named: dict[str, str] = {}
+    # queries.sql, and one *_queries.sql per area that keeps its own (e.g. live_queries.sql: issue 16)
+    for path in sorted(SQL_DIR.glob("*queries.sql")):
+        parts = _NAME_RE.split(_sql_file(path.name))
+        for i in range(1, len(parts) - 1, 2):
+            if parts[i] in named:
+                raise RuntimeError(f"sql/{path.name}: statement {parts[i]!r} is named twice")
+            named[parts[i]] = parts[i + 1].strip()
+    return named
 
 
 def sql(name: str) -> str:
-    """A named statement from sql/queries.sql."""
+    """A named statement from sql/queries.sql (or another sql/*_queries.sql)."""
     return _named()[name]
 
 

@@ -49,6 +49,9 @@ class Store:
         self._lock = threading.Lock()
         self._groups: dict[str, Group] = {}        # tenant -> its pushes' group commit (issue 17)
         self.listeners: list = []   # callables(tenant, days) told about new pending rows
+        # callables(tenant, changes) told about stored and deleted units, each {"status", "cid"} (issue 16:
+        # the change log of service/events.py); called after the change is durable, must not raise
+        self.observers: list = []
         self._lru: OrderedDict[tuple[str, str], Tenant] = OrderedDict()
         self._lru_lock = threading.Lock()
         n = config.max_concurrent_searches
@@ -241,6 +244,10 @@ class Store:
             t.shard(day).write(self._insert_rows, items, ms, results)
         for listener in self.listeners:
             listener(t.name, list(by_day))
+        if self.observers:
+            stored = [r for r in results if isinstance(r, dict)]
+            for observer in self.observers:
+                observer(t.name, stored)
 
     @staticmethod
     def _insert_rows(conn: sqlite3.Connection, items: list, ms: int, results: list) -> None:
@@ -345,6 +352,8 @@ class Store:
         t, row = found
         if not manage.remove(self, tenant, {row["day"]: [cid]}):     # also leaves default searches at once
             raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
+        for observer in self.observers:
+            observer(tenant, [{"status": "deleted", "cid": cid}])
         return {"status": "deleted", "cid": cid}
 
     # --- operations -----------------------------------------------------------------------------
@@ -356,6 +365,14 @@ class Store:
         view = self.searcher.view(t)
         pending, lag_ms = self.searcher.freshness(t, t.live_days(), view, exact=True)
         return {"index_pending": pending, "replica_lag_ms": lag_ms, "read_index": view is not None}
+
+    def read_index_state(self, tenant: str) -> dict | None:
+        """The read index's state (low-water mark, seq of its last pass, backlog) when default searches of
+        this tenant read it; None when they read the primaries (live context, service/hub.py)."""
+        t = self.tenant(tenant)
+        if self.searcher.view(t) is None:
+            return None
+        return self.readers.state(t) or {}
 
     def max_seq(self, tenant: str) -> int:
         """The tenant's newest acked seq (forget binds its confirmation to it, service/api/manage.py)."""

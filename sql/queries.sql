@@ -242,6 +242,9 @@ SELECT count(*) FROM catalog;
 -- name: backup_count_shard
 SELECT count(*), coalesce(sum(indexed = 0), 0) FROM units;
 
+-- name: backup_count_tools
+SELECT count(*) FROM tools;
+
 -- name: backup_attach_catalog
 ATTACH DATABASE :path AS cat;
 

@@ -90,7 +90,7 @@ def test_negotiates_the_revision_and_lists_resources_newest_first(server, seeded
 
             templates = await client.list_resource_templates()
             assert {t.uri_template for t in templates.resource_templates} == {
-                "context://units/{cid}", "context://search/{query}", "context://stats"}
+                "context://units/{cid}", "context://search/{query}", "context://stats", "context://tools/{name}"}
 
             search = await client.read_resource("context://search/ORD-7890%20shipped")
             [doc] = search.contents

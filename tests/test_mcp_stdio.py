@@ -165,6 +165,53 @@ def test_client_configs_point_at_the_endpoint_and_the_bridge(server):
                           input=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).encode() + b"\n")
     assert proc.returncode == 0, proc.stderr
     [reply] = replies(proc)
-    assert {t["name"] for t in reply["result"]["tools"]} == {"context_search", "context_push", "context_forget"}
+    assert {t["name"] for t in reply["result"]["tools"]} == {"context_search", "context_push", "context_forget",
+                                                             "tool_search"}
     assert _expand(claude["context-mode"]["url"], env) == server.mcp
     assert "CONTEXT_MODE_" not in json.dumps([cursor, vscode, claude])     # the CLI's names everywhere
+
+
+def test_a_listen_stream_through_the_bridge_and_its_cancellation(server):
+    """subscriptions/listen over stdio (issue 16): the bridge relays the stream's messages as lines, and the
+    host's notifications/cancelled for the listen id closes it (on Streamable HTTP, closing is cancelling)."""
+    import queue
+    import threading
+    import time
+
+    import requests
+
+    from conftest import make_unit
+    from service.units import compute_cid
+    u = make_unit("stdio listener unit ORD-3131", source="stdio_listen_v1")
+    uri = f"context://units/{compute_cid(u['content'], u['timestamp'], u['source'])}"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_")}
+    proc = subprocess.Popen([str(context_mode_bin()), "mcp-stdio", "--url", server.url, "--api-key", KEY],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(json.loads(x)) for x in proc.stdout], daemon=True).start()
+
+    def send(msg):
+        proc.stdin.write(json.dumps(msg).encode() + b"\n")
+        proc.stdin.flush()
+    try:
+        send({"jsonrpc": "2.0", "id": "sub-1", "method": "subscriptions/listen",
+              "params": {"_meta": meta(), "notifications": {"resourceSubscriptions": [uri]}}})
+        ack = lines.get(timeout=15)
+        assert ack["method"] == "notifications/subscriptions/acknowledged"
+        assert ack["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": "sub-1"}
+        send({"jsonrpc": "2.0", "id": 2, "method": "server/discover", "params": {"_meta": meta()}})
+        assert lines.get(timeout=15)["id"] == 2            # other requests still flow beside the open stream
+        requests.post(server.url + "/mcp/push", json=u, headers=server.headers(KEY), timeout=10).raise_for_status()
+        update = lines.get(timeout=15)
+        assert update["method"] == "notifications/resources/updated" and update["params"]["uri"] == uri
+        send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "sub-1"}})
+        time.sleep(0.5)
+        requests.post(server.url + "/mcp/push", json=dict(u, metadata={"v": 2}), headers=server.headers(KEY),
+                      timeout=10).raise_for_status()
+        send(dict(PING, id=3))
+        assert lines.get(timeout=15) == {"jsonrpc": "2.0", "id": 3, "result": {}}
+        time.sleep(1.0)
+        assert lines.empty()                               # nothing more for the cancelled subscription
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=20) == 0

@@ -92,7 +92,9 @@ def test_every_operation_is_importable_as_a_tool(doc):
             assert "schema" in param and param["in"] in ("query", "path"), where
     assert len(ids) == len(set(ids)), "operationIds must be unique"
     expected = {"pushUnits", "searchUnits", "searchUnitsByQueryString", "packContext", "getUnit", "deleteUnit",
-                "getUnitLineage", "difyRetrieval", "listUnits", "getStats", "exportUnits", "forgetUnits"}
+                "getUnitLineage", "difyRetrieval", "listUnits", "getStats", "exportUnits", "forgetUnits",
+                # issue 16: the live stream and the tool registry
+                "streamUnits", "findTools", "registerTool", "getTool", "updateTool", "deleteTool"}
     assert set(ids) == expected
 
 
@@ -225,7 +227,7 @@ def openwebui_tools(doc: dict) -> list[dict]:
 
 def test_open_webui_loader_accepts_the_document(doc):
     tools = openwebui_tools(doc)
-    assert len(tools) == 12
+    assert len(tools) == 18       # 12, and issue 16's stream and five tool-registry operations
     for tool in tools:
         assert tool["description"]
         for name, prop in tool["parameters"]["properties"].items():

@@ -177,6 +177,58 @@ export class ContextModeClient {
    * same filters and `confirm` to forget them. Filters: types, source, since, until, parent_cid, query, operator, cids. */
   async forget(params = {}) { return this.request("POST", "/mcp/forget", params); }
 
+  // --- live context (issue 16) ------------------------------------------------------------------
+
+  /**
+   * GET /mcp/stream: new units matching `params` ({query, types, source, operator}) as they are indexed.
+   *   const s = cm.stream({ query: "ORD-7890" });
+   *   for await (const unit of s) { ... }      // s.close() (any time) ends it
+   * Reconnects after a dropped connection or a server end, resuming after `s.lastEventId` (a unit's seq),
+   * so nothing is lost. Pass `lastEventId` to resume an earlier stream.
+   */
+  stream(params = {}, { lastEventId = null, reconnect = true } = {}) {
+    return new UnitStream(this, params, lastEventId, reconnect);
+  }
+
+  /** Call `onUnit(unit)` for each new matching unit; returns the stream (call `.close()` to stop). */
+  watch(onUnit, params = {}, options = {}) {
+    const s = this.stream(params, options);
+    (async () => { for await (const unit of s) await onUnit(unit); })().catch(() => s.close());
+    return s;
+  }
+
+  // --- tool registry (issue 16) ------------------------------------------------------------------
+
+  /** Register a tool (admin key): {name, description, input_schema, title?, endpoint?, auth_type?, tags?, metadata?, output_schema?}. */
+  async registerTool(tool) { return this.request("POST", "/mcp/tools", tool); }
+
+  async updateTool(name, tool) { return this.request("PUT", `/mcp/tools/${encodeURIComponent(name)}`, tool); }
+
+  async getTool(name) { return this.request("GET", `/mcp/tools/${encodeURIComponent(name)}`); }
+
+  async deleteTool(name) { return this.request("DELETE", `/mcp/tools/${encodeURIComponent(name)}`); }
+
+  /** The registered tools best matching what they should do, with their JSON Schemas: {topK, tags, authType}. */
+  async findTools(query, { topK = 5, tags, authType } = {}) {
+    const qs = new URLSearchParams({ q: query, top_k: String(topK) });
+    if (tags?.length) qs.set("tags", tags.join(","));
+    if (authType) qs.set("auth_type", authType);
+    return (await this.request("GET", `/mcp/tools?${qs}`)).tools;
+  }
+
+  /** Every registered tool by name, page by page. */
+  async *listTools({ tags, authType, pageSize = 100 } = {}) {
+    const qs = new URLSearchParams({ limit: String(pageSize) });
+    if (tags?.length) qs.set("tags", tags.join(","));
+    if (authType) qs.set("auth_type", authType);
+    for (;;) {
+      const page = await this.request("GET", `/mcp/tools?${qs}`);
+      yield* page.tools;
+      if (!page.next_after) return;
+      qs.set("after", page.next_after);
+    }
+  }
+
   /** The plugin habit: the top `topK` results scoring above `threshold`, each cut to `maxChars` characters. */
   async recall(query, { threshold = 0.5, topK = 3, maxChars = 200, ...params } = {}) {
     const { results } = await this.search(query, { top_k: topK, ...params });
@@ -195,6 +247,110 @@ function withQuery(path, params) {
   }
   const s = q.toString();
   return s ? `${path}?${s}` : path;
+}
+
+/** An open GET /mcp/stream: an async iterable of units that resumes after `lastEventId` when it reconnects. */
+export class UnitStream {
+  constructor(client, params, lastEventId, reconnect) {
+    this.client = client;
+    this.params = params;
+    this.lastEventId = lastEventId;
+    this.reconnect = reconnect;
+    this.closed = false;
+    this.controller = null;
+  }
+
+  close() {
+    this.closed = true;
+    this.controller?.abort();
+  }
+
+  async *[Symbol.asyncIterator]() {
+    const qs = new URLSearchParams();
+    for (const [k, v] of Object.entries(this.params)) {
+      if (v !== undefined && v !== null && v !== "") qs.set(k, Array.isArray(v) ? v.join(",") : String(v));
+    }
+    try {
+      yield* this.#run(qs);
+    } finally {
+      this.controller?.abort();          // a consumer that stops iterating (break) closes the connection
+    }
+  }
+
+  async *#run(qs) {
+    let retryMs = 2000;
+    let attempt = 0;
+    while (!this.closed) {
+      const headers = { Accept: "text/event-stream" };
+      if (this.client.apiKey) headers.Authorization = `Bearer ${this.client.apiKey}`;
+      if (this.lastEventId !== null && this.lastEventId !== undefined) headers["Last-Event-ID"] = String(this.lastEventId);
+      this.controller = new AbortController();
+      let error = null;
+      try {
+        const rv = await this.client.fetch(`${this.client.url}/mcp/stream?${qs}`, { headers, signal: this.controller.signal });
+        if (!rv.ok) {
+          const text = await rv.text();
+          let data = null;
+          try { data = JSON.parse(text); } catch { data = null; }
+          error = errorFrom(rv, data, text);
+          if (!error.retryable) throw error;
+        } else {
+          attempt = 0;
+          for await (const { event, data, id } of sseEvents(rv.body)) {
+            if (event === "unit") {
+              const unit = JSON.parse(data);
+              this.lastEventId = id ? Number(id) : unit.seq;
+              yield unit;
+            } else if (event === "retry") {
+              retryMs = Math.max(100, Number(data));
+            }
+          }
+        }
+      } catch (e) {
+        if (e instanceof ContextModeError && !e.retryable) throw e;
+        if (this.closed) return;
+        error = e instanceof ContextModeError ? e : new ContextModeError(`${e.name}: ${e.message}`, { code: "connection_error" });
+      }
+      if (this.closed || !this.reconnect) return;
+      if (error && attempt >= this.client.retries) throw error;
+      const delay = error ? Math.min(this.client.maxBackoffMs, this.client.backoffMs * 2 ** attempt) : retryMs;
+      if (error) attempt++;
+      await sleep(delay * (0.5 + Math.random() / 2));
+    }
+  }
+}
+
+/** {event, data, id} of each SSE event of a byte stream; `retry:` fields come out as {event: "retry"}. */
+async function* sseEvents(body) {
+  const decoder = new TextDecoder();
+  let buffer = "", tail = "";
+  let event = "message", data = [], id = null;
+  for await (const chunk of body) {
+    // Lines end in \n, \r\n or \r; a \r at the end of a chunk waits for the next (it may precede a \n).
+    const text = tail + decoder.decode(chunk, { stream: true });
+    const cut = text.endsWith("\r") ? text.length - 1 : text.length;
+    buffer += text.slice(0, cut).replace(/\r\n?/g, "\n");
+    tail = text.slice(cut);
+    let nl;
+    while ((nl = buffer.indexOf("\n")) >= 0) {
+      const line = buffer.slice(0, nl);
+      buffer = buffer.slice(nl + 1);
+      if (line === "") {
+        if (data.length) yield { event, data: data.join("\n"), id };
+        event = "message"; data = []; id = null;
+        continue;
+      }
+      if (line.startsWith(":")) continue;          // a comment: the server's heartbeat
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? "" : line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (field === "event") event = value;
+      else if (field === "data") data.push(value);
+      else if (field === "id") id = value;
+      else if (field === "retry" && /^\d+$/.test(value)) yield { event: "retry", data: value, id: null };
+    }
+  }
 }
 
 function errorFrom(rv, data, text) {

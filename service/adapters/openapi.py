@@ -17,6 +17,7 @@ from flask import Blueprint, current_app, jsonify
 
 from ..params import properties, query_parameters
 from ..units import PUSH_FIELDS, RESULT_FIELDS, STORED_FIELDS, nullable, object_schema
+from . import openapi_live
 from .openapi_manage import paths as manage_paths
 from .openapi_parts import CID
 from .openapi_parts import json_content as _json
@@ -167,10 +168,11 @@ def build(config) -> dict:
         "servers": [{"url": config.public_url.rstrip("/")}],
         "security": [{"bearerAuth": []}],
         "paths": {**_unit_paths(config), **_search_paths(config), **_retrieval_path(),
-                  **manage_paths(config)},       # list, stats, export, forget (issue 15)
+                  **manage_paths(config),         # list, stats, export, forget (issue 15)
+                  **openapi_live.paths(config)},  # the SSE stream and the tool registry (issue 16)
         "components": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer",
                                                           "description": "An API key: Authorization: Bearer <key>."}},
-                       "schemas": _schemas(config)},
+                       "schemas": {**_schemas(config), **openapi_live.schemas()}},
     }
 
 

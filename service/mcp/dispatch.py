@@ -13,10 +13,10 @@ import mcp_types as types
 from mcp_types.methods import parse_client_request, serialize_server_result
 from pydantic import ValidationError
 
-from . import prompts, resources, tools
+from . import listen, prompts, resources, tools
 from .context import Call
-from .protocol import (HANDSHAKE_VERSIONS, LATEST_HANDSHAKE, METHOD_NOT_FOUND, MODERN_VERSIONS, FORBIDDEN,
-                       RpcError, invalid_params, validation_message)
+from .protocol import (FORBIDDEN, HANDSHAKE_VERSIONS, INVALID_REQUEST, LATEST_HANDSHAKE, METHOD_NOT_FOUND,
+                       MODERN_VERSIONS, RpcError, invalid_params, validation_message)
 
 SERVER_NAME = "context-mode"
 SERVER_VERSION = "0.1.0"
@@ -31,17 +31,20 @@ class Method:
     handler: Callable[[Call, Any], Any]
     scope: str | None = None          # API-key scope the method needs (tools check their own)
     eras: str = "both"                # "legacy" | "modern" | "both"
+    stream: bool = False              # answered as an SSE stream by the transport (subscriptions/listen)
 
 
 def server_info() -> types.Implementation:
     return types.Implementation(name=SERVER_NAME, title="Context Mode Service", version=SERVER_VERSION)
 
 
-def capabilities() -> types.ServerCapabilities:
-    """Derived from the method table."""
-    names = set(METHODS)
+def capabilities(modern: bool = False) -> types.ServerCapabilities:
+    """Derived from the method table: resource updates and list changes exist only where
+    subscriptions/listen is served (2026-07-28; 2025-11-25's session-based subscribe is not)."""
+    names = {name for name, m in METHODS.items() if m.eras in ("both", "modern" if modern else "legacy")}
+    live = "subscriptions/listen" in names
     return types.ServerCapabilities(
-        resources=types.ResourcesCapability(subscribe=False, list_changed=False)
+        resources=types.ResourcesCapability(subscribe=live, list_changed=live)
         if "resources/read" in names else None,
         prompts=types.PromptsCapability(list_changed=False) if "prompts/get" in names else None,
         tools=types.ToolsCapability(list_changed=False) if "tools/call" in names else None,
@@ -52,14 +55,14 @@ def initialize(call: Call, req: types.InitializeRequest) -> types.InitializeResu
     """Echo a handshake revision we speak, else offer our latest (the client decides whether to go on)."""
     requested = req.params.protocol_version
     version = requested if requested in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE
-    return types.InitializeResult(protocol_version=version, capabilities=capabilities(),
+    return types.InitializeResult(protocol_version=version, capabilities=capabilities(modern=False),
                                   server_info=server_info(), instructions=INSTRUCTIONS)
 
 
 def discover(call: Call, req: types.DiscoverRequest) -> types.DiscoverResult:
     """2026-07-28 discovery: static, so publicly cacheable."""
     return types.DiscoverResult(
-        supported_versions=list(MODERN_VERSIONS), capabilities=capabilities(), instructions=INSTRUCTIONS,
+        supported_versions=list(MODERN_VERSIONS), capabilities=capabilities(modern=True), instructions=INSTRUCTIONS,
         ttl_ms=DISCOVER_TTL_MS, cache_scope="public",
         meta={types.SERVER_INFO_META_KEY: server_info().model_dump(by_alias=True, mode="json", exclude_none=True)})
 
@@ -79,11 +82,12 @@ METHODS: dict[str, Method] = {
     "prompts/get": Method(prompts.get_prompt, scope="search"),
     "tools/list": Method(tools.list_tools),
     "tools/call": Method(tools.call_tool),
+    "subscriptions/listen": Method(listen.open_stream, scope="search", eras="modern", stream=True),
 }
 
 
-def dispatch(call: Call, method: str, params: dict | None) -> dict:
-    """Serve one request; return the wire result for ``call.era`` or raise RpcError."""
+def prepare(call: Call, method: str, params: dict | None) -> tuple[Method, Any]:
+    """Look the method up for ``call.era``, validate its params with mcp-types, check the key's scope."""
     entry = METHODS.get(method)
     version = call.era.version
     if entry is None or entry.eras == ("legacy" if call.era.modern else "modern"):
@@ -100,6 +104,15 @@ def dispatch(call: Call, method: str, params: dict | None) -> dict:
         raise invalid_params("Invalid params.") from None
     if entry.scope and entry.scope not in call.scopes:
         raise RpcError(FORBIDDEN, f"This API key lacks the {entry.scope!r} scope.", status=403)
+    return entry, req
+
+
+def dispatch(call: Call, method: str, params: dict | None) -> dict:
+    """Serve one request; return the wire result for ``call.era`` or raise RpcError."""
+    entry, req = prepare(call, method, params)
+    if entry.stream:
+        raise RpcError(INVALID_REQUEST, f"{method} is answered as a stream over Streamable HTTP only.")
+    version = call.era.version
     result = entry.handler(call, req)
     data = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     if method == "initialize":

@@ -30,6 +30,9 @@ RESOURCE_NOT_FOUND_LEGACY = -32002
 # Auth failures ride on HTTP 401/403; their JSON-RPC bodies use the implementation-defined band.
 UNAUTHORIZED = -32010
 FORBIDDEN = -32011
+# subscriptions/listen refused: too many open streams for the key, the tenant or this server (issue 16).
+TOO_MANY_LISTENERS = -32012
+SUBSCRIPTION_ID_META_KEY = "io.modelcontextprotocol/subscriptionId"
 
 VERSION_HEADER = "MCP-Protocol-Version"
 METHOD_HEADER = "Mcp-Method"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import time
 from datetime import datetime, timezone
 
@@ -39,6 +40,11 @@ TEMPLATES = [
         mime_type="text/markdown",
         description="BM25 search over the stored units; {query} is one percent-encoded path segment "
                     "(space is %20). A markdown document with one section per unit and its URI."),
+    types.ResourceTemplate(
+        name="registered-tool", title="Registered tool", uri_template=uris.TOOL_TEMPLATE,
+        mime_type="application/json",
+        description="One tool of the caller's tool registry by name: description, endpoint, auth_type, "
+                    "tags, metadata and its input/output JSON Schemas (find names with the tool_search tool)."),
 ]
 
 
@@ -130,7 +136,7 @@ FIXED_READERS: dict = {}
 
 
 def list_templates(call: Call, req: types.ListResourceTemplatesRequest) -> types.ListResourceTemplatesResult:
-    """The two URI templates; the same for every caller."""
+    """The URI templates; the same for every caller."""
     return types.ListResourceTemplatesResult(resource_templates=TEMPLATES, ttl_ms=CATALOGUE_TTL_MS,
                                              cache_scope="public")
 
@@ -145,6 +151,14 @@ def read_resource(call: Call, req: types.ReadResourceRequest) -> types.ReadResou
         target = uris.parse(uri)
     except uris.BadUri as e:
         raise call.not_found(uri, f"Resource not found: {e}") from None
+    if isinstance(target, uris.ToolUri):
+        tool = call.registry.get(call.tenant, target.name) if call.registry is not None else None
+        if tool is None:
+            raise call.not_found(uri, f"Resource not found: no registered tool {target.name!r}.")
+        text = json.dumps(tool, ensure_ascii=False, allow_nan=False)
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type="application/json", text=text)],
+            ttl_ms=SEARCH_TTL_MS, cache_scope="private")
     if isinstance(target, uris.UnitUri):
         unit = call.store.get(call.tenant, target.cid)
         if unit is None:

@@ -66,6 +66,10 @@ class Bridge:
         self.negotiated: str | None = None   # set by an `initialize` result (handshake era)
         self._write_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mcp-stdio")
+        # Open subscriptions/listen streams by request id: each on its own thread (they last), closed by
+        # the host's notifications/cancelled (on stdio that is how a client ends a subscription).
+        self._listens: dict = {}
+        self._listen_threads: list[threading.Thread] = []
 
     # --- headers ---------------------------------------------------------------------------------
     def headers_for(self, msg) -> dict:
@@ -98,10 +102,26 @@ class Bridge:
             # The host sent something unparsable: answer as a server would, then carry on.
             self.write({"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": "Parse error"}})
             return
-        if isinstance(msg, dict) and msg.get("method") == "initialize":
+        method = msg.get("method") if isinstance(msg, dict) else None
+        if method == "initialize":
             self.forward(line, msg)      # later messages need the negotiated revision: no overtaking
+        elif method == "subscriptions/listen" and "id" in msg:
+            thread = threading.Thread(target=self.forward, args=(line, msg), name="mcp-stdio-listen", daemon=True)
+            self._listen_threads.append(thread)
+            thread.start()
+        elif method == "notifications/cancelled" and self._cancel_listen(msg.get("params")):
+            return                       # closing the HTTP stream is the cancellation (Streamable HTTP)
         else:
             self._pool.submit(self.forward, line, msg)
+
+    def _cancel_listen(self, params) -> bool:
+        rid = params.get("requestId") if isinstance(params, dict) else None
+        if isinstance(rid, (str, int)) and not isinstance(rid, bool):
+            rv = self._listens.pop(rid, None)
+            if rv is not None:
+                rv.close()
+                return True
+        return False
 
     def forward(self, body: bytes, msg) -> None:
         rid = msg.get("id") if isinstance(msg, dict) else None
@@ -119,8 +139,18 @@ class Bridge:
                 return
             ctype = rv.headers.get("Content-Type", "").split(";")[0].strip().lower()
             if ctype == "text/event-stream":
-                for reply in _sse_messages(rv):
-                    self._reply(reply, rid, msg, rv.status_code)
+                listen = msg.get("method") == "subscriptions/listen"
+                if listen:
+                    self._listens[rid] = rv
+                try:
+                    for reply in _sse_messages(rv):
+                        self._reply(reply, rid, msg, rv.status_code)
+                except (requests.RequestException, AttributeError, ValueError):
+                    if not listen or rid in self._listens:
+                        log.error("the SSE stream of request %r broke off", rid)
+                finally:
+                    if listen:
+                        self._listens.pop(rid, None)
                 return
             try:
                 reply = rv.json()
@@ -155,7 +185,11 @@ class Bridge:
             self.out.flush()
 
     def close(self) -> None:
+        for rv in list(self._listens.values()):
+            rv.close()                   # stdin closed: the host is gone, so are its subscriptions
         self._pool.shutdown(wait=True)
+        for thread in self._listen_threads:
+            thread.join(timeout=5)
         self.session.close()
 
     def run(self, stdin) -> None:

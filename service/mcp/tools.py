@@ -1,4 +1,5 @@
-"""Tools (DESIGN.md section 7): ``context_search`` (read-only) and ``context_push``.
+"""Tools (DESIGN.md section 7): ``context_search`` (read-only), ``context_push`` and ``tool_search``
+(read-only, issue 16: the tool registry).
 
 A tool's business failure (a unit the store rejects, a bad search field, a missing scope) is a
 result with ``isError: true`` the model can read and correct; calling a tool that does not
@@ -15,6 +16,8 @@ import mcp_types as types
 
 from ..errors import ApiError
 from ..params import parse_search, properties
+from ..toolcheck import AUTH_TYPES
+from ..toolcheck import parse_search as parse_tool_search
 from ..units import CID_SCHEMA, PUSH_FIELDS, RESULT_FIELDS, STORED_FIELDS, object_schema
 from . import uris
 from .context import Call
@@ -70,6 +73,41 @@ def push_input(config) -> dict:
             "additionalProperties": False}
 
 
+def tool_search_input(config) -> dict:
+    return {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "minLength": 1,
+                      "description": "What the tool should do, in plain words (Chinese and English mix fine)."},
+            "top_k": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
+            "tags": {"type": "array", "items": {"type": "string"}, "description": "Only tools with all these tags."},
+            "auth_type": {"type": "string", "enum": list(AUTH_TYPES), "description": "Only tools with this auth type."},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+
+
+def tool_search_output(config) -> dict:
+    """What tool_search answers (the same for every configuration)."""
+    return {
+        "type": "object",
+        "properties": {"tools": {"type": "array", "items": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"}, "uri": {"type": "string"}, "title": {"type": ["string", "null"]},
+                "description": {"type": "string"}, "endpoint": {"type": ["string", "null"]},
+                "auth_type": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
+                "metadata": {"type": ["object", "null"]}, "input_schema": {"type": "object"},
+                "output_schema": {"type": ["object", "null"]}, "version": {"type": "integer"},
+                "bm25_score": {"type": "number"},
+            },
+            "required": ["name", "uri", "description", "auth_type", "input_schema", "bm25_score"],
+        }}},
+        "required": ["tools"],
+    }
+
+
 def _error(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
 
@@ -99,6 +137,13 @@ def _push(call: Call, args: dict) -> types.CallToolResult:
     acked = call.store.push_one(call.tenant, unit)
     return _ok({"status": acked["status"], "cid": acked["cid"], "uri": uris.unit_uri(acked["cid"]),
                 "seq": acked["seq"], "timestamp": unit["timestamp"], "indexed": acked["indexed"]})
+
+
+def _tool_search(call: Call, args: dict) -> types.CallToolResult:
+    found = parse_tool_search(args)
+    tools = call.registry.search(call.tenant, found["query"], top_k=found["top_k"], tags=found["tags"],
+                                 auth_type=found["auth_type"])
+    return _ok({"tools": tools})
 
 
 @dataclass(frozen=True)
@@ -133,11 +178,18 @@ TOOLS: dict[str, ToolSpec] = {t.name: t for t in (
              types.ToolAnnotations(title="Store a context unit", read_only_hint=False, destructive_hint=False,
                                    idempotent_hint=True, open_world_hint=False),
              _push),
+    ToolSpec("tool_search", "Find a registered tool",
+             "BM25 search over the caller's tool registry (names, descriptions, schema fields): the best "
+             "matching tools with their endpoint, auth_type and input/output JSON Schemas, to build a valid "
+             "call. Describe what the tool should do; this server never calls the tools it lists.",
+             "search", tool_search_input, tool_search_output,
+             types.ToolAnnotations(title="Find a registered tool", read_only_hint=True, open_world_hint=False),
+             _tool_search),
 )}
 
 
 def list_tools(call: Call, req: types.ListToolsRequest) -> types.ListToolsResult:
-    """Both tools; the catalogue depends on configuration only, never on the caller."""
+    """The tools; the catalogue depends on configuration only, never on the caller."""
     return types.ListToolsResult(tools=[t.tool(call.config) for t in TOOLS.values()], ttl_ms=CATALOGUE_TTL_MS,
                                  cache_scope="public")
 

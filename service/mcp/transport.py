@@ -20,7 +20,7 @@ from ..errors import ApiError, Unauthorized, error_body, storage_error
 from ..tokens import cursor_key
 from . import protocol as p
 from .context import Call
-from .dispatch import dispatch
+from .dispatch import METHODS, dispatch, prepare
 
 log = logging.getLogger(__name__)
 bp = Blueprint("mcp", __name__)
@@ -115,7 +115,8 @@ def endpoint():
     config = current_app.config["CONTEXT"]
     # Host and Origin (DNS rebinding), content type and body size: service/doors.py, before this view.
     if request.method != "POST":
-        # No server-to-client stream and no sessions: only POST exists (spec: 405 for GET/DELETE).
+        # No GET stream and no sessions: only POST exists (spec: 405 for GET/DELETE). Change notifications
+        # come on the response of a POSTed subscriptions/listen (2026-07-28).
         rv = Response(json.dumps(error_body("Use POST: this MCP endpoint has no GET stream and no sessions.",
                                             "method_not_allowed")), status=405, mimetype="application/json")
         rv.headers["Allow"] = "POST"
@@ -145,11 +146,18 @@ def endpoint():
             return _accepted()
         call = Call(tenant=principal.tenant, scopes=principal.scopes, era=era,
                     store=current_app.extensions["context_store"], config=config,
-                    cursor_key=cursor_key(current_app, config))
+                    cursor_key=cursor_key(current_app, config),
+                    registry=current_app.extensions.get("context_registry"))
     except p.RpcError as e:
         rid = e.id if msg is None else msg.id
         return _rpc_response(rid, _error_status(e, era, False), error=e)
     try:
+        entry = METHODS.get(msg.method)
+        if entry is not None and entry.stream and era.modern:
+            # subscriptions/listen: the response is the stream (service/mcp/listen.py)
+            entry, req = prepare(call, msg.method, msg.params)
+            return entry.handler(call, req, request_id=msg.id, key_id=principal.key_id,
+                                 sock=request.environ.get("gunicorn.socket"))
         result = dispatch(call, msg.method, msg.params)
     except p.RpcError as e:
         return _rpc_response(msg.id, _error_status(e, era, True), error=e)

@@ -1,4 +1,5 @@
-"""Resource URIs (DESIGN.md section 7): ``context://units/{cid}`` and ``context://search/{query}``.
+"""Resource URIs (DESIGN.md section 7): ``context://units/{cid}``, ``context://search/{query}`` and
+``context://tools/{name}`` (issue 16: the tool registry).
 
 Parsing is deliberately strict: a URI is accepted only in the exact form the server itself
 builds, so no spelling (dot segments, encoded slashes, double encoding, case games, query
@@ -13,13 +14,16 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote_to_bytes
 
 from ..formats import ASCII_CONTROL_RE, is_cid
+from ..toolcheck import is_tool_name
 
 SCHEME = "context://"
 UNITS_PREFIX = SCHEME + "units/"
 SEARCH_PREFIX = SCHEME + "search/"
+TOOLS_PREFIX = SCHEME + "tools/"
 UNIT_TEMPLATE = UNITS_PREFIX + "{cid}"
 STATS_URI = SCHEME + "stats"        # what the memory holds (issue 15, service/mcp/manage.py)
 SEARCH_TEMPLATE = SEARCH_PREFIX + "{query}"
+TOOL_TEMPLATE = TOOLS_PREFIX + "{name}"
 
 MAX_URI_CHARS = 2048
 MAX_URI_QUERY_CHARS = 512     # a search URI's query (a search request's own limit is far larger)
@@ -42,6 +46,11 @@ class SearchUri:
     query: str
 
 
+@dataclass(frozen=True)
+class ToolUri:
+    name: str
+
+
 def unit_uri(cid: str) -> str:
     return UNITS_PREFIX + cid
 
@@ -50,7 +59,11 @@ def search_uri(query: str) -> str:
     return SEARCH_PREFIX + quote(query, safe="")
 
 
-def parse(uri: str) -> UnitUri | SearchUri:
+def tool_uri(name: str) -> str:
+    return TOOLS_PREFIX + name       # tool names are unreserved URI characters only (service/toolcheck.py)
+
+
+def parse(uri: str) -> UnitUri | SearchUri | ToolUri:
     """Parse a resource URI or raise BadUri."""
     if not isinstance(uri, str) or not uri:
         raise BadUri("The resource URI is empty.")
@@ -65,7 +78,14 @@ def parse(uri: str) -> UnitUri | SearchUri:
         return UnitUri(cid)
     if uri.startswith(SEARCH_PREFIX):
         return SearchUri(_query(uri[len(SEARCH_PREFIX):]))
-    raise BadUri("Unknown resource URI: this server serves context://units/{cid} and context://search/{query}.")
+    if uri.startswith(TOOLS_PREFIX):
+        name = uri[len(TOOLS_PREFIX):]
+        if not is_tool_name(name):
+            raise BadUri("A tool URI is context://tools/ followed by the tool's name (letters, digits, '_', '-', "
+                         "'.'; at most 128, starting with a letter or digit).")
+        return ToolUri(name)
+    raise BadUri("Unknown resource URI: this server serves context://units/{cid}, context://search/{query} "
+                 "and context://tools/{name}.")
 
 
 def _query(segment: str) -> str:

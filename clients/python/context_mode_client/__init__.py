@@ -17,6 +17,7 @@ from .client import (
     compute_cid,
     make_unit,
 )
+from .live import Stream
 
-__all__ = ["ContextModeClient", "ContextModeError", "RETRY_STATUSES", "compute_cid", "make_unit"]
+__all__ = ["ContextModeClient", "ContextModeError", "RETRY_STATUSES", "Stream", "compute_cid", "make_unit"]
 __version__ = "0.1.0"

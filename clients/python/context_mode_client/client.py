@@ -9,6 +9,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 import requests
 
+from .live import LiveMixin, Stream  # noqa: F401 - stream() and the tool registry (issue 16)
+
 # Worth retrying: the server is busy or storage is briefly unavailable. Every other 4xx is the
 # caller's mistake and would fail again. Pushes are safe to repeat: the CID makes them idempotent.
 RETRY_STATUSES = frozenset({429, 503})
@@ -53,7 +55,7 @@ class ContextModeError(Exception):
         return self.status is None or self.status in RETRY_STATUSES
 
 
-class ContextModeClient:
+class ContextModeClient(LiveMixin):
     """:param retries: extra attempts after the first on 429/503/connection errors.
     :param backoff: first delay in seconds, doubled each time (with jitter), capped at ``max_backoff``."""
 

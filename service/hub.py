@@ -1,0 +1,514 @@
+"""Live context, the delivery side (issue 16): one hub per gunicorn worker fans out to its open streams.
+
+A listener (an MCP ``subscriptions/listen`` stream, service/mcp/listen.py, or a GET /mcp/stream,
+service/api/stream.py) is one long-lived response on one gunicorn thread. The hub's single thread
+polls, every ``listen_poll_ms`` and only for tenants that have listeners here, the shared sources of
+service/events.py (the feed of new units, the change log) and hands each listener what it watches.
+Nothing is queued between workers: whichever worker took a push, every worker reads it from SQLite.
+
+Bounds (README, docs/configuration.md):
+- per worker at most ``config.stream_cap`` open streams (each holds a gunicorn thread; the others
+  stay free for requests), refused with 503 + Retry-After beyond;
+- per API key and per tenant, over every worker, ``max_listeners_per_key`` / ``max_listeners_per_tenant``
+  (counted in ``<data>/streams.db``; a dead worker's rows stop counting after STALE_MS), 429 beyond;
+- a stream that delivered nothing for ``listen_idle_s`` ends (with a final message), as do all of a
+  worker's streams when it shuts down; a closed client is noticed within a second.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import secrets
+import select
+import socket
+import threading
+import time
+from pathlib import Path
+
+from .events import UNIT_PREFIX, ChangeLog, FeedUnit, read_feed, unit_expiry
+from .shards import Db, sql
+
+log = logging.getLogger(__name__)
+
+STALE_MS = 15_000          # a streams.db row not refreshed for this long belongs to a dead worker
+TOUCH_S = 3.0              # how often a worker refreshes its rows
+FEED_LIMIT = 1000          # units read per tenant and tick
+SEARCH_WAIT_S = 10.0       # longest a search subscription waits for the read index to show a new unit
+SEARCH_TOP_K = 10          # what resources/read of context://search/{query} shows (service/mcp/resources.py)
+LIST = "list"              # the pending marker of a resources list change
+
+
+class LimitReached(Exception):
+    """Too many open streams: ``scope`` is "key", "tenant" (429) or "server" (this worker, 503)."""
+
+    def __init__(self, scope: str, limit: int, message: str | None = None):
+        self.scope, self.limit = scope, limit
+        what = {"key": "this API key", "tenant": "this tenant", "server": "this server process"}[scope]
+        super().__init__(message or f"Too many open streams for {what} (at most {limit}); close one or retry later.")
+
+    @property
+    def status(self) -> int:
+        return 503 if self.scope == "server" else 429
+
+
+class Slots:
+    """Open streams of every worker, so the per-key and per-tenant limits hold across processes."""
+
+    def __init__(self, config):
+        self.config = config
+        self.owner = secrets.token_hex(8)
+        self.db = Db(Path(config.data_dir) / "streams.db", "streams_schema.sql", config, pool_size=1,
+                     cache_size_kib=256, may_be_unlinked=False)
+
+    def take(self, tenant: str, key_id: str, kind: str) -> str:
+        slot = secrets.token_hex(8)
+        cfg = self.config
+
+        def tx(conn):
+            now = int(time.time() * 1000)
+            conn.execute(sql("listeners_expire"), {"before": now - STALE_MS})
+            n_tenant, n_key = conn.execute(sql("listeners_count"), {"tenant": tenant, "key_id": key_id}).fetchone()
+            if n_key >= cfg.max_listeners_per_key:
+                raise LimitReached("key", cfg.max_listeners_per_key)
+            if n_tenant >= cfg.max_listeners_per_tenant:
+                raise LimitReached("tenant", cfg.max_listeners_per_tenant)
+            conn.execute(sql("listeners_insert"), {"id": slot, "tenant": tenant, "key_id": key_id,
+                                                   "owner": self.owner, "kind": kind, "now": now})
+        self.db.write(tx)
+        return slot
+
+    def release(self, slot: str) -> None:
+        self.db.write(lambda c: c.execute(sql("listeners_delete"), {"id": slot}))
+
+    def touch(self) -> None:
+        self.db.write(lambda c: c.execute(sql("listeners_touch"), {"now": int(time.time() * 1000),
+                                                                   "owner": self.owner}))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def client_gone(sock) -> bool:
+    """True once the peer closed the connection (readable, and a peek reads end-of-file)."""
+    raw = getattr(sock, "_sock", sock)          # service/gunicorn_guard.py wraps gunicorn's socket
+    if raw is None:
+        return False
+    try:
+        readable, _, _ = select.select([raw], [], [], 0)
+        if not readable:
+            return False
+        return raw.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
+
+
+class Listener:
+    """One open stream. The hub calls ``on_*`` from its thread; the stream's own thread waits in
+    ``wait`` and takes what was handed over. Subclasses say what they watch and how they render it."""
+
+    kind = "listen"
+    cids: frozenset[str] = frozenset()          # context://units/{cid} subscriptions
+    uris: frozenset[str] = frozenset()          # any URI the change log may name
+    queries: dict[str, frozenset[str]] = {}     # context://search/{query} subscriptions: query -> terms
+    wants_list = False                          # resources list changes
+    wants_units = False                         # every new unit (GET /mcp/stream)
+
+    def __init__(self, hub: "Hub", tenant: str, key_id: str, sock=None):
+        self.hub, self.tenant, self.key_id, self.sock = hub, tenant, key_id, sock
+        self.cond = threading.Condition()
+        self.closing: str | None = None         # why the server ends the stream: "shutdown" | "idle"
+        self.slot: str | None = None
+        self.since_seq = self.since_n = 0       # the feed and change log as they were when it opened
+        self.last_delivery = time.monotonic()
+
+    # --- hub side (hub thread, hub lock held) ---------------------------------------------------
+    def notify(self, key: str) -> None:
+        """A subscribed URI (or LIST) changed."""
+
+    def offer(self, units: list[FeedUnit], resolved: int) -> None:
+        """New units in seq order, up to ``resolved`` (streams only)."""
+
+    def end(self, reason: str) -> None:
+        with self.cond:
+            if self.closing is None:
+                self.closing = reason
+            self.cond.notify_all()
+
+    # --- stream side --------------------------------------------------------------------------
+    def ready(self) -> bool:
+        """Something to send (or to read: a stream catching up)."""
+        return False
+
+    def take(self) -> list[bytes]:
+        """The frames ready to send now."""
+        return []
+
+    def final(self, reason: str) -> bytes:
+        """The last frame when the server ends the stream."""
+        return b""
+
+    def body(self, first: list[bytes], write_timeout: float) -> "Body":
+        """The response body: ``first``, then whatever arrives, heartbeats on a quiet stream, and the final
+        frame when the server ends it. A write blocked ``write_timeout`` (a client that reads nothing) ends it."""
+        if self.sock is not None:
+            try:
+                self.sock.settimeout(write_timeout)
+            except OSError:
+                pass
+        return Body(self, self._frames(first))
+
+    def _frames(self, first: list[bytes]):
+        cfg = self.hub.config
+        heartbeat, idle = max(0.05, cfg.listen_heartbeat_s), cfg.listen_idle_s
+        try:
+            yield from first
+            self.last_delivery = beat = time.monotonic()
+            while True:
+                out = self.take()
+                if out:
+                    yield from out
+                    self.last_delivery = beat = time.monotonic()
+                    continue
+                if self.closing is not None:
+                    yield self.final(self.closing)
+                    return
+                if self.ready():
+                    continue
+                if self.gone():
+                    return                        # the client closed: that cancels the stream
+                now = time.monotonic()
+                if idle > 0 and now - self.last_delivery >= idle:
+                    self.end("idle")
+                    continue
+                if now - beat >= heartbeat:
+                    yield b":\n\n"                 # an SSE comment keeps proxies and idle timeouts at bay
+                    beat = now
+                    continue
+                self.wait(min(1.0, heartbeat - (now - beat)))
+        finally:
+            self.hub.close(self)
+
+    def wait(self, timeout: float) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.ready() or self.closing is not None, timeout)
+
+    def gone(self) -> bool:
+        return self.sock is not None and client_gone(self.sock)
+
+
+class Body:
+    """A stream's response iterable. gunicorn calls ``close`` when the response ends however it ends,
+    even when it never started: the listener is always released."""
+
+    def __init__(self, lst: Listener, frames):
+        self.lst, self.frames = lst, frames
+
+    def __iter__(self):
+        return self.frames
+
+    def close(self) -> None:
+        self.frames.close()
+        self.lst.hub.close(self.lst)
+
+
+class Watch:
+    """One tenant's listeners in this worker, indexed by what they watch, and the tenant's cursors."""
+
+    def __init__(self, t, seq: int, n: int):
+        self.t = t
+        self.seq = seq                      # the feed is resolved up to here
+        self.n = n                          # the change log is read up to here
+        self.listeners: set[Listener] = set()
+        self.by_cid: dict[str, set[Listener]] = {}
+        self.by_uri: dict[str, set[Listener]] = {}
+        self.by_query: dict[str, set[Listener]] = {}
+        self.terms: dict[str, frozenset[str]] = {}
+        self.candidates: dict[str, list[tuple[int, str, float]]] = {}   # query -> (seq, cid, first seen)
+        self.top: dict[str, set[str]] = {}                            # query -> cids of its last top k
+        self.searched_state: dict[str, object] = {}
+        self.expiry: dict[str, int] = {}
+        self.heap: list[tuple[int, str]] = []
+
+    def add(self, lst: Listener) -> None:
+        self.listeners.add(lst)
+        for cid in lst.cids:
+            self.by_cid.setdefault(cid, set()).add(lst)
+        for uri in lst.uris:
+            self.by_uri.setdefault(uri, set()).add(lst)
+        for q, terms in lst.queries.items():
+            self.by_query.setdefault(q, set()).add(lst)
+            self.terms[q] = terms
+
+    def remove(self, lst: Listener) -> None:
+        self.listeners.discard(lst)
+        for index, keys in ((self.by_cid, lst.cids), (self.by_uri, lst.uris), (self.by_query, lst.queries)):
+            for k in keys:
+                group = index.get(k)
+                if group is not None:
+                    group.discard(lst)
+                    if not group:
+                        del index[k]
+        for q in list(self.terms):
+            if q not in self.by_query:
+                for d in (self.terms, self.candidates, self.top, self.searched_state):
+                    d.pop(q, None)
+        for cid in list(self.expiry):
+            if cid not in self.by_cid:
+                del self.expiry[cid]
+
+    def expire_at(self, cid: str, when: int | None) -> None:
+        if when is None or cid not in self.by_cid:
+            return
+        self.expiry[cid] = when
+        heapq.heappush(self.heap, (when, cid))
+
+
+class Hub:
+    """This worker's listeners and the thread that feeds them."""
+
+    def __init__(self, store, changes: ChangeLog):
+        self.store = store
+        self.config = store.config
+        self.changes = changes
+        self.slots = Slots(self.config)
+        self.lock = threading.RLock()
+        self.watches: dict[str, Watch] = {}
+        self.count = 0
+        self.worker = None                  # gunicorn's worker (service/gunicorn_conf.py): alive or stopping
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._touched = 0.0
+
+    # --- opening and closing ------------------------------------------------------------------
+    def open(self, lst: Listener) -> Watch:
+        """Register a listener (LimitReached when a limit is met); its watch's cursors start now."""
+        if self._stop.is_set() or (self.worker is not None and not self.worker.alive):
+            raise LimitReached("server", 0, "This server process is shutting down; retry (another will answer).")
+        with self.lock:
+            if self.count >= self.config.stream_cap:
+                raise LimitReached("server", self.config.stream_cap)
+            self.count += 1
+        try:
+            lst.slot = self.slots.take(lst.tenant, lst.key_id, lst.kind)
+        except BaseException:
+            with self.lock:
+                self.count -= 1
+            raise
+        try:
+            t = self.store.tenant(lst.tenant)
+            with self.lock:
+                # Read under the lock the hub dispatches under: whatever is newer reaches this listener,
+                # whatever is not is older than it (a watch shared with other listeners may still hand
+                # over units acknowledged before this one opened: it skips them by their seq).
+                seq, n = self.store.max_seq(lst.tenant), self.changes.max_n(lst.tenant)
+                lst.since_seq, lst.since_n = seq, n
+                w = self.watches.get(lst.tenant)
+                if w is None:
+                    w = self.watches[lst.tenant] = Watch(t, seq, n)
+                w.add(lst)
+            self._start()
+            return w
+        except BaseException:
+            self.close(lst)
+            raise
+
+    def close(self, lst: Listener) -> None:
+        """Unregister (idempotent) and free the listener's slots."""
+        with self.lock:
+            w = self.watches.get(lst.tenant)
+            if w is not None and lst in w.listeners:
+                w.remove(lst)
+                if not w.listeners:
+                    del self.watches[lst.tenant]
+            slot, lst.slot = lst.slot, None
+            if slot is not None:
+                self.count -= 1
+        if slot is not None:
+            try:
+                self.slots.release(slot)
+            except Exception:  # noqa: BLE001 - the row stops counting after STALE_MS anyway
+                log.exception("could not release a stream slot")
+
+    def cursor(self, tenant: str) -> int | None:
+        with self.lock:
+            w = self.watches.get(tenant)
+            return w.seq if w is not None else None
+
+    # --- the thread -----------------------------------------------------------------------------
+    def _start(self) -> None:
+        with self.lock:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="live-hub", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        """End every stream (each sends its final message) and stop the thread."""
+        self._stop.set()
+        self._end_all("shutdown")
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.slots.close()
+
+    def _end_all(self, reason: str) -> None:
+        with self.lock:
+            listeners = [lst for w in self.watches.values() for lst in w.listeners]
+        for lst in listeners:
+            lst.end(reason)
+
+    def _run(self) -> None:
+        interval = max(0.01, self.config.listen_poll_ms / 1000)
+        while not self._stop.wait(interval):
+            if self.worker is not None and not self.worker.alive:
+                self._end_all("shutdown")        # gunicorn is stopping this worker: end streams gracefully
+                continue
+            with self.lock:
+                watches = list(self.watches.values())
+            for w in watches:
+                try:
+                    self.tick(w)
+                except Exception:  # noqa: BLE001 - keep feeding the others; the next tick retries
+                    log.exception("live hub: tenant %s", w.t.name)
+            if watches and time.monotonic() - self._touched > TOUCH_S:
+                self._touched = time.monotonic()
+                try:
+                    self.slots.touch()
+                except Exception:  # noqa: BLE001
+                    log.exception("live hub: could not refresh stream slots")
+
+    def tick(self, w: Watch) -> None:
+        """One look at a tenant's feed, change log, search subscriptions and expiries."""
+        name = w.t.name
+        if self.store.max_seq(name) > w.seq:
+            units, resolved = read_feed(w.t, w.seq, FEED_LIMIT, tokenizer=self.store.tokenizer,
+                                        batch=self.config.index_batch)
+            with self.lock:
+                self._units(w, units, resolved)
+        if self.changes.max_n(name) > w.n:
+            events = self.changes.since(name, w.n)
+            with self.lock:
+                self._changes(w, events)
+        if w.candidates:
+            self._searches(w)
+        now = int(time.time())
+        with self.lock:
+            while w.heap and w.heap[0][0] <= now:
+                when, cid = heapq.heappop(w.heap)
+                if w.expiry.get(cid) == when:
+                    del w.expiry[cid]
+                    self._tell(w.by_cid.get(cid), UNIT_PREFIX + cid)
+
+    # --- fan-out (hub lock held) -----------------------------------------------------------------
+    @staticmethod
+    def _tell(listeners, key: str, *, seq: int | None = None, n: int | None = None) -> None:
+        """Notify each listener that opened before the change (its ``seq`` in the feed, or ``n`` in the log)."""
+        for lst in list(listeners or ()):
+            if (seq is None or seq > lst.since_seq) and (n is None or n > lst.since_n):
+                lst.notify(key)
+
+    def _units(self, w: Watch, units: list[FeedUnit], resolved: int) -> None:
+        w.seq = max(w.seq, resolved)
+        for lst in w.listeners:
+            if lst.wants_units:
+                lst.offer(units, resolved)
+        if not units:
+            return
+        now = time.monotonic()
+        for u in units:
+            if u.cid in w.by_cid:
+                self._tell(w.by_cid[u.cid], UNIT_PREFIX + u.cid, seq=u.seq)
+                w.expire_at(u.cid, u.expires_at)
+        self._tell([lst for lst in w.listeners if lst.wants_list], LIST, seq=units[-1].seq)
+        for q, terms in w.terms.items():
+            found = [(u.seq, u.cid, now) for u in units if terms & u.terms]
+            if found:
+                w.candidates.setdefault(q, []).extend(found)
+
+    def _changes(self, w: Watch, events) -> None:
+        for ev in events:
+            n = ev["n"]
+            w.n = max(w.n, n)
+            uri = ev["uri"]
+            self._tell(w.by_uri.get(uri), uri, n=n)
+            if uri.startswith(UNIT_PREFIX):
+                cid = uri[len(UNIT_PREFIX):]
+                if cid in w.by_cid:
+                    self._tell(w.by_cid[cid], uri, n=n)
+                    if ev["kind"] == "changed":
+                        w.expire_at(cid, unit_expiry(w.t, cid))
+                if ev["kind"] == "deleted":
+                    self._tell([lst for lst in w.listeners if lst.wants_list], LIST, n=n)
+                for q, top in w.top.items():
+                    if cid in top:
+                        self._tell(w.by_query.get(q), _search_key(q), n=n)
+
+    def _searches(self, w: Watch) -> None:
+        """Search subscriptions with candidates: tell the listeners once a new unit is among the search's
+        top k as a default search (what resources/read shows) returns it; drop a candidate once such a
+        search is known to see it and it is not there; past SEARCH_WAIT_S tell them anyway (a bulk
+        import can leave more units than read-your-writes reads: they wait for the read index)."""
+        state = self._index_state(w.t)
+        now = time.monotonic()
+        with self.lock:
+            work = {q: list(c) for q, c in w.candidates.items() if c}
+        for q, cands in work.items():
+            newest = max(c[2] for c in cands)
+            if w.searched_state.get(q) == (state, newest) and now - min(c[2] for c in cands) < SEARCH_WAIT_S:
+                continue                        # nothing new to learn until the read index moves
+            top = self.top_cids(w.t.name, q)
+            if top is None:
+                continue                        # searches busy: next tick
+            fire, keep = 0, []                  # fire: the newest seq that changes what the search shows
+            for seq, cid, first in cands:
+                if cid in top:
+                    fire = max(fire, seq)
+                elif not self._visible(state, seq):
+                    if now - first > SEARCH_WAIT_S:
+                        fire = max(fire, seq)
+                    else:
+                        keep.append((seq, cid, first))
+            with self.lock:
+                w.top[q] = top
+                w.searched_state[q] = (state, newest)
+                rest = w.candidates.get(q, [])[len(cands):]     # arrived while searching
+                if q in w.terms:
+                    w.candidates[q] = keep + rest
+                if fire:
+                    self._tell(w.by_query.get(q), _search_key(q), seq=fire)
+
+    def top_cids(self, tenant: str, query: str) -> set[str] | None:
+        """The CIDs a default search for ``query`` returns (as resources/read of its URI), None when busy."""
+        from .errors import ApiError
+        from .params import parse_search
+        try:
+            found = self.store.search(tenant, parse_search({"query": query, "top_k": SEARCH_TOP_K}, self.config))
+        except ApiError as e:
+            if e.status == 503:
+                return None
+            return set()
+        return {r["cid"] for r in found["results"]}
+
+    def _index_state(self, t):
+        """What decides whether a default search sees a new unit: None when it surely does (it reads the
+        primaries, or read-your-writes covers every unit the read index may lack), else the read index's
+        (low-water mark, seq of its last pass, backlog then)."""
+        state = self.store.read_index_state(t.name)
+        if state is None:
+            return None
+        low = state.get("low", 0)
+        cfg = self.config
+        if cfg.read_your_writes_ms > 0 and self.store.max_seq(t.name) - low <= cfg.read_your_writes_max:
+            return None                         # service/search.py reads the units past the mark itself
+        return low, state.get("seq", 0), state.get("backlog", 1)
+
+    @staticmethod
+    def _visible(state, seq: int) -> bool:
+        """Whether a default search begun now sees the unit with this seq (indexed: it is in the feed)."""
+        if state is None:
+            return True
+        low, index_seq, backlog = state
+        return seq < low or (index_seq >= seq and backlog == 0)
+
+
+def _search_key(query: str) -> str:
+    from .mcp.uris import search_uri
+    return search_uri(query)

@@ -1,0 +1,282 @@
+"""The tool contract (issue 16): what a registered tool may hold, checked before anything is stored.
+
+A tool is a name, a description, an endpoint, an ``auth_type``, tags, metadata, and input/output
+schemas checked as JSON Schema 2020-12 (``jsonschema``). No credential is ever stored: field names
+and values that look like one are refused wherever they appear (metadata, the endpoint's user info
+or query, the description, literal values in the schemas); only the kind of auth is kept.
+service/registry.py stores and searches what passes.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlsplit
+
+from .errors import BadRequest, Unprocessable
+from .units import _check_metadata_values
+
+TOOL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+TAG_RE = re.compile(r"[a-z0-9][a-z0-9_.:-]{0,63}")
+TOOL_URI_PREFIX = "context://tools/"
+AUTH_TYPES = ("none", "api_key", "bearer", "basic", "oauth2", "custom")
+FIELDS = ("name", "title", "description", "endpoint", "auth_type", "tags", "metadata", "input_schema",
+          "output_schema")
+MAX_TITLE, MAX_DESCRIPTION, MAX_ENDPOINT, MAX_TAGS = 200, 8192, 2048, 32
+MAX_SCHEMA_BYTES = 256 * 1024
+MAX_SCHEMA_DEPTH = 64
+MAX_SEARCH_QUERY = 4096
+DRAFT_2020_12 = ("https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2020-12/schema#")
+
+# Credentials are refused wherever they may hide (metadata keys and values, the endpoint, schema
+# defaults and examples, the description). Key names are compared without case, '-' and '_'.
+SECRET_KEYS = frozenset({"password", "passwd", "pwd", "secret", "token", "apikey", "apitoken", "accesstoken",
+                         "refreshtoken", "authtoken", "bearer", "bearertoken", "idtoken", "sessiontoken",
+                         "sessionid", "cookie", "authorization", "credential", "credentials", "privatekey",
+                         "secretkey", "accesskey", "clientsecret", "xapikey"})
+SECRET_KEY_ENDINGS = ("password", "secret", "apikey", "accesstoken", "refreshtoken", "authtoken", "privatekey",
+                      "secretkey", "accesskey", "credentials", "sessiontoken")
+SECRET_VALUES = re.compile("|".join((
+    r"\bBearer\s+[A-Za-z0-9._~+/=-]{16,}",            # an Authorization header value
+    r"\bBasic\s+[A-Za-z0-9+/]{12,}={0,2}",
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
+    r"\bAKIA[0-9A-Z]{16}\b",                           # AWS access key id
+    r"\bgh[pousr]_[A-Za-z0-9]{30,}",                   # GitHub tokens
+    r"\bsk-[A-Za-z0-9_-]{20,}",                        # OpenAI-style secret keys
+    r"\bxox[abprs]-[A-Za-z0-9-]{10,}",                 # Slack tokens
+    r"\bAIza[0-9A-Za-z_-]{35}",                        # Google API keys
+    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",   # a JWT
+)))
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def is_tool_name(value) -> bool:
+    return isinstance(value, str) and TOOL_NAME_RE.fullmatch(value) is not None
+
+
+def tool_uri(name: str) -> str:
+    return TOOL_URI_PREFIX + name
+
+
+class CredentialRefused(Unprocessable):
+    code = "credential_not_allowed"
+
+    def __init__(self, where: str):
+        super().__init__(f"{where} looks like a credential. The registry never stores credentials: keep only "
+                         "'auth_type' here and the secret in the caller's own configuration.", field=where)
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    title: str | None
+    description: str
+    endpoint: str | None
+    auth_type: str
+    tags: tuple[str, ...]
+    metadata: dict | None
+    input_schema: dict
+    output_schema: dict | None
+
+
+def _secret_key(key: str) -> bool:
+    norm = re.sub(r"[-_\s.]", "", key.lower())
+    return norm in SECRET_KEYS or norm.endswith(SECRET_KEY_ENDINGS)
+
+
+def _scan(value, where: str, *, keys: bool) -> None:
+    """Refuse a credential-looking key (when ``keys``) or string value anywhere in ``value``."""
+    stack = [(value, where)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if SECRET_VALUES.search(item):
+                raise CredentialRefused(path)
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                if keys and _secret_key(str(k)) and v not in (None, "", False):
+                    raise CredentialRefused(f"{path}.{k}")
+                stack.append((v, f"{path}.{k}"))
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
+
+
+def _schema_values(schema, where: str) -> None:
+    """Schema keywords that carry literal values (default, const, examples, enum) must hold no credential."""
+    stack = [(schema, where)]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in ("default", "const", "examples", "enum"):
+                    _scan(v, f"{path}.{k}", keys=True)
+                else:
+                    stack.append((v, f"{path}.{k}"))
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(node))
+
+
+def _string(raw: dict, name: str, limit: int, *, required: bool = False) -> str | None:
+    value = raw.get(name)
+    if value is None:
+        if required:
+            raise BadRequest(f"Field {name!r} is required.", code="missing_field", field=name)
+        return None
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise BadRequest(f"Field {name!r} must be a{' non-empty' if required else ''} string.", field=name)
+    if len(value) > limit:
+        raise BadRequest(f"Field {name!r} must be at most {limit} characters.", field=name)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(f"Field {name!r} is not valid Unicode (lone surrogate).", field=name) from None
+    return value
+
+
+def _endpoint(raw: dict) -> str | None:
+    value = _string(raw, "endpoint", MAX_ENDPOINT)
+    if value is None:
+        return None
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        raise BadRequest("Field 'endpoint' must be an http(s) URL.", code="invalid_endpoint", field="endpoint") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or _CONTROL_RE.search(value) or port == 0:
+        raise BadRequest("Field 'endpoint' must be an http(s) URL with a host.", code="invalid_endpoint",
+                         field="endpoint")
+    if parts.username is not None or parts.password is not None:
+        raise CredentialRefused("endpoint")
+    for key, val in parse_qsl(parts.query, keep_blank_values=True):
+        if _secret_key(key) and val:
+            raise CredentialRefused("endpoint")
+    _scan(value, "endpoint", keys=False)
+    return value
+
+
+def _json_schema(raw: dict, name: str, *, required: bool) -> dict | None:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+    schema = raw.get(name)
+    if schema is None:
+        if required:
+            raise BadRequest(f"Field {name!r} is required (a JSON Schema of the tool's arguments).",
+                             code="missing_field", field=name)
+        return None
+    if not isinstance(schema, dict):
+        raise BadRequest(f"Field {name!r} must be a JSON Schema object.", code="invalid_schema", field=name)
+    try:
+        _check_metadata_values(schema, MAX_SCHEMA_DEPTH)
+    except BadRequest as e:
+        raise BadRequest(e.message.replace("'metadata'", repr(name)), code="invalid_schema", field=name) from None
+    try:
+        size = len(json.dumps(schema, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+    except (ValueError, UnicodeEncodeError):
+        raise BadRequest(f"Field {name!r} is not serializable JSON.", code="invalid_schema", field=name) from None
+    if size > MAX_SCHEMA_BYTES:
+        raise BadRequest(f"Field {name!r} exceeds {MAX_SCHEMA_BYTES} bytes serialized.", code="schema_too_large",
+                         field=name)
+    declared = schema.get("$schema")
+    if declared is not None and declared not in DRAFT_2020_12:
+        raise BadRequest(f"Field {name!r}: only JSON Schema 2020-12 is accepted ($schema {DRAFT_2020_12[0]!r} "
+                         "or none).", code="invalid_schema", field=name)
+    if schema.get("type") != "object":
+        raise BadRequest(f"Field {name!r} must describe a JSON object (\"type\": \"object\"), as MCP tools "
+                         "take and return objects.", code="invalid_schema", field=name)
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as e:
+        where = "/".join(str(p) for p in e.absolute_path)[:120]
+        raise BadRequest(f"Field {name!r} is not a valid JSON Schema 2020-12"
+                         f"{' at ' + where if where else ''}: {e.message[:200]}", code="invalid_schema",
+                         field=name) from None
+    except (RecursionError, ValueError, TypeError):
+        raise BadRequest(f"Field {name!r} is not a valid JSON Schema 2020-12.", code="invalid_schema",
+                         field=name) from None
+    _schema_values(schema, name)
+    return schema
+
+
+def validate_tool(raw, config, *, name: str | None = None) -> Tool:
+    """Check one tool description; raise ApiError (400, 422 for credentials) on the first problem.
+    ``name`` is the one in the URL of an update: the body may repeat it, not change it."""
+    if not isinstance(raw, dict):
+        raise BadRequest("A tool must be a JSON object.", code="invalid_body")
+    for key in raw:
+        if key not in FIELDS:
+            if _secret_key(str(key)) or str(key).lower() in ("auth", "headers", "header"):
+                raise CredentialRefused(str(key)[:64])
+            raise BadRequest(f"Unknown field {str(key)[:64]!r}; allowed fields are {', '.join(FIELDS)}.",
+                             code="unknown_field", field=str(key)[:64])
+    given = raw.get("name", name)
+    if name is not None and given != name:
+        raise BadRequest("Field 'name' must equal the name in the URL (a tool is renamed by deleting it and "
+                         "registering it again).", field="name")
+    if given is None:
+        raise BadRequest("Field 'name' is required.", code="missing_field", field="name")
+    if not is_tool_name(given):
+        raise BadRequest("Field 'name' must be 1-128 letters, digits, '_', '-' or '.', starting with a letter or "
+                         "digit.", code="invalid_name", field="name")
+    title = _string(raw, "title", MAX_TITLE)
+    description = _string(raw, "description", MAX_DESCRIPTION, required=True)
+    _scan(description, "description", keys=False)
+    endpoint = _endpoint(raw)
+    auth_type = raw.get("auth_type", "none")
+    if auth_type not in AUTH_TYPES:
+        raise BadRequest(f"Field 'auth_type' must be one of: {', '.join(AUTH_TYPES)}.", code="invalid_auth_type",
+                         field="auth_type")
+    tags = parse_tags(raw.get("tags"))
+    metadata = raw.get("metadata")
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise BadRequest("Field 'metadata' must be a JSON object.", field="metadata")
+        _check_metadata_values(metadata, config.max_metadata_depth)
+        try:
+            size = len(json.dumps(metadata, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+        except (ValueError, UnicodeEncodeError):
+            raise BadRequest("Field 'metadata' is not serializable JSON.", field="metadata") from None
+        if size > config.max_metadata_bytes:
+            raise BadRequest(f"Field 'metadata' exceeds {config.max_metadata_bytes} bytes serialized.",
+                             code="metadata_too_large", field="metadata")
+        _scan(metadata, "metadata", keys=True)
+    return Tool(name=given, title=title, description=description, endpoint=endpoint, auth_type=auth_type,
+                tags=tags, metadata=metadata, input_schema=_json_schema(raw, "input_schema", required=True),
+                output_schema=_json_schema(raw, "output_schema", required=False))
+
+
+def parse_tags(value, field: str = "tags") -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v]
+    if not isinstance(value, list) or len(value) > MAX_TAGS:
+        raise BadRequest(f"Field {field!r} must be a list of at most {MAX_TAGS} tags.", field=field)
+    for tag in value:
+        if not isinstance(tag, str) or not TAG_RE.fullmatch(tag):
+            raise BadRequest(f"Field {field!r}: a tag is 1-64 lowercase letters, digits, '_', '.', ':' or '-'.",
+                             code="invalid_tag", field=field)
+    return tuple(dict.fromkeys(value))
+
+
+def parse_search(body: dict) -> dict:
+    """{query, top_k (1-50, default 5), tags, auth_type} of a tool search (REST and the MCP tool)."""
+    if not isinstance(body, dict):
+        raise BadRequest("The search body must be a JSON object.", code="invalid_body")
+    unknown = sorted(set(body) - {"query", "top_k", "tags", "auth_type"})
+    if unknown:
+        raise BadRequest(f"Unknown field {unknown[0]!r}.", code="unknown_field", field=unknown[0])
+    query = body.get("query")
+    if not isinstance(query, str):
+        raise BadRequest("Field 'query' is required: plain text describing what the tool should do.",
+                         code="missing_field", field="query")
+    if len(query) > MAX_SEARCH_QUERY:
+        raise BadRequest(f"Field 'query' must be at most {MAX_SEARCH_QUERY} characters.", code="query_too_long",
+                         field="query")
+    top_k = body.get("top_k", 5)
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= 50:
+        raise BadRequest("Field 'top_k' must be an integer between 1 and 50.", field="top_k")
+    auth_type = body.get("auth_type")
+    if auth_type is not None and auth_type not in AUTH_TYPES:
+        raise BadRequest(f"Field 'auth_type' must be one of: {', '.join(AUTH_TYPES)}.", code="invalid_auth_type",
+                         field="auth_type")
+    return {"query": query, "top_k": top_k, "tags": parse_tags(body.get("tags")), "auth_type": auth_type}
