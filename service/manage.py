@@ -263,29 +263,31 @@ def matches(store, tenant: str, p: SearchParams, *, cids: list[str] | None = Non
     return found
 
 
-def _remove_in_shard(conn, cids: list[str]) -> list[int]:
-    """Delete these units (FTS rows, BM25 stats, read-index tombstones); their row ids."""
+def _remove_in_shard(conn, cids: list[str]) -> list[str]:
+    """Delete these units (FTS rows, BM25 stats, read-index tombstones); the CIDs that were stored."""
     rows = conn.execute(sql("units_delete_fetch_cids"), {"cids": json.dumps(cids)}).fetchall()
     remove_rows(conn, rows)
     if rows:
         conn.execute(sql("meta_forgotten_add"), {"n": len(rows)})
-    return [r["id"] for r in rows]
+    return [r["cid"] for r in rows]
 
 
 def remove(store, tenant: str, by_day: dict[str, list[str]]) -> int:
     """Remove units (CIDs by day) everywhere: day file, FTS5, catalog (searches leave them out at
     once; the read index drops them at its next pass). Returns how many were stored."""
     t = store.tenant(tenant)
-    removed = 0
+    removed: list[str] = []
     for day, cids in by_day.items():
         db = t.shard(day, create=False)
         for i in range(0, len(cids), FORGET_CHUNK):
             chunk = cids[i:i + FORGET_CHUNK]
-            removed += len(db.write(_remove_in_shard, chunk)) if db is not None else 0
+            removed += db.write(_remove_in_shard, chunk) if db is not None else []
             t.catalog.write(fetch_all, "catalog_delete_many", {"cids": json.dumps(chunk)})
-    for observer in store.observers:          # open streams hear about forgotten units (issue 16)
-        observer(tenant, [{"status": "deleted", "cid": cid} for cids in by_day.values() for cid in cids])
-    return removed
+    if removed:
+        # the one place a removal is told to open streams (DELETE and forget both come here; issue 16)
+        for observer in store.observers:
+            observer(tenant, [{"status": "deleted", "cid": cid} for cid in removed])
+    return len(removed)
 
 
 # --- compaction (the janitor) ---------------------------------------------------------------------

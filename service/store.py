@@ -352,8 +352,6 @@ class Store:
         t, row = found
         if not manage.remove(self, tenant, {row["day"]: [cid]}):     # also leaves default searches at once
             raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
-        for observer in self.observers:
-            observer(tenant, [{"status": "deleted", "cid": cid}])
         return {"status": "deleted", "cid": cid}
 
     # --- operations -----------------------------------------------------------------------------

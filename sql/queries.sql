@@ -211,7 +211,7 @@ FROM units WHERE id IN (SELECT value FROM json_each(:ids));
 DELETE FROM catalog WHERE cid IN (SELECT value FROM json_each(:cids));
 
 -- name: units_delete_fetch_cids
-SELECT id, indexed, ntok, tokens FROM units WHERE cid IN (SELECT value FROM json_each(:cids));
+SELECT id, cid, indexed, ntok, tokens FROM units WHERE cid IN (SELECT value FROM json_each(:cids));
 
 -- name: shard_stats
 -- Live units of one day by type: how many, their content's UTF-8 bytes, time range, next expiry.
