@@ -52,6 +52,10 @@ def server(tmp_path_factory):
             {"parent_cid": cids[-1]} if cids else {})), headers=srv.headers(KEY), timeout=30)
         cids.append(rv.json()["cid"])
     srv.cids = cids
+    # a registered tool, so that GET/PUT/DELETE /mcp/tools/{name} also meet one that exists
+    requests.post(srv.url + "/mcp/tools", json={"name": "fuzz_seed_tool", "description": "Finds fuzz seeds by order",
+                                                "input_schema": {"type": "object"}},
+                  headers=srv.headers(KEY), timeout=30).raise_for_status()
     yield srv
     srv.stop()
     total = sum(c["requests"] for c in COUNTS.values())
@@ -190,7 +194,11 @@ def test_dify_retrieval_no_5xx(server):
 ROUTES = ["/mcp/push", "/mcp/search", "/mcp/context", "/mcp/units/{cid}", "/mcp/units/{cid}/lineage",
           "/retrieval", "/mcp", "/adapters/continue", "/healthz", "/readyz",
           "/metrics", "/openapi.json", "/mcp/search?q=", "/nowhere",
-          "/mcp/units", "/mcp/units?limit=", "/mcp/stats", "/mcp/forget", "/mcp/export?types=", "/console/", "/"]
+          "/mcp/units", "/mcp/units?limit=", "/mcp/stats", "/mcp/forget", "/mcp/export?types=", "/console/", "/",
+          "/mcp/tools", "/mcp/tools?q=", "/mcp/tools/{name}", "/mcp/stream", "/mcp/stream?query="]
+STREAMS = ("/mcp/stream",)       # a GET there is a live stream that stays open: fuzzed with other methods
+tool_names = st.one_of(st.sampled_from(["fuzz_seed_tool", "no_such_tool", "%00", "..%2f", "a" * 300, "x.y-z"]),
+                       st.text(max_size=40).map(lambda t: requests.utils.quote(t, safe="")))
 
 
 @st.composite
@@ -199,8 +207,10 @@ def raw_requests(draw):
                          st.text(alphabet="0123456789abcdef", min_size=12, max_size=12)))
     query = requests.utils.quote(draw(queries))
     # the same bytes to every route
-    routes = [r.replace("{cid}", cid) + (query if r.endswith("=") else "") for r in ROUTES]
+    name = draw(tool_names)
     method = draw(st.sampled_from(["GET", "POST", "DELETE", "PUT", "PATCH", "OPTIONS"]))
+    routes = [r.replace("{cid}", cid).replace("{name}", name) + (query if r.endswith("=") else "") for r in ROUTES
+              if not (method == "GET" and r.startswith(STREAMS))]
     body = draw(st.one_of(st.binary(max_size=200), json_values.map(lambda v: json.dumps(v).encode())))
     ctype = draw(st.sampled_from(["application/json", "text/plain", "application/x-www-form-urlencoded",
                                   "application/json; charset=latin-1", ""]))
