@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from .indexer import index_pending
-from .shards import Db, fetch_all, sql
+from .shards import TenantDbs, fetch_all, sql
 from .store import STALE_RESERVATION_MS
 
 log = logging.getLogger(__name__)
@@ -134,20 +132,8 @@ class ChangeLog:
 
     def __init__(self, store):
         self.store = store
-        self._dbs: dict[str, Db] = {}
-        self._lock = threading.Lock()
+        self.db = TenantDbs(store, "events.db", "events_schema.sql", cache_size_kib=256)
         self._writes = 0
-
-    def db(self, tenant: str) -> Db:
-        db = self._dbs.get(tenant)
-        if db is None:
-            with self._lock:
-                db = self._dbs.get(tenant)
-                if db is None:
-                    path = Path(self.store.tenant(tenant).dir) / "events.db"
-                    db = self._dbs[tenant] = Db(path, "events_schema.sql", self.store.config, pool_size=2,
-                                                cache_size_kib=256, may_be_unlinked=False)
-        return db
 
     def record(self, tenant: str, changes: list[tuple[str, str]]) -> None:
         """Append (uri, kind) rows in one transaction; now and then drop rows older than KEEP_EVENTS_MS."""
@@ -182,7 +168,4 @@ class ChangeLog:
                                     .fetchall())
 
     def close(self) -> None:
-        with self._lock:
-            for db in self._dbs.values():
-                db.close()
-            self._dbs.clear()
+        self.db.close()

@@ -314,3 +314,33 @@ class Db:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+
+
+class TenantDbs:
+    """One small SQLite file per tenant beside its day files (``events.db``, ``tools.db``: issue 16),
+    opened by this process on first use and kept open until :meth:`close`."""
+
+    def __init__(self, store, filename: str, schema_file: str, *, cache_size_kib: int):
+        self.store = store
+        self.filename = filename
+        self.schema_file = schema_file
+        self.cache_size_kib = cache_size_kib
+        self._dbs: dict[str, Db] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, tenant: str) -> Db:
+        db = self._dbs.get(tenant)
+        if db is None:
+            with self._lock:
+                db = self._dbs.get(tenant)
+                if db is None:
+                    path = Path(self.store.tenant(tenant).dir) / self.filename
+                    db = self._dbs[tenant] = Db(path, self.schema_file, self.store.config, pool_size=2,
+                                                cache_size_kib=self.cache_size_kib, may_be_unlinked=False)
+        return db
+
+    def close(self) -> None:
+        with self._lock:
+            for db in self._dbs.values():
+                db.close()
+            self._dbs.clear()
