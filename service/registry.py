@@ -13,14 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 import time
-from pathlib import Path
 
 from .errors import ApiError, Conflict, NotFound, Unprocessable
 from .fts import fts_query
 from .search import MAX_QUERY_TERMS
-from .shards import Db, sql
+from .shards import TenantDbs, sql
 from .toolcheck import Tool, is_tool_name, tool_uri, validate_tool
 
 log = logging.getLogger(__name__)
@@ -124,19 +122,7 @@ class Registry:
         self.config = store.config
         self.changes = changes
         self.tokenizer = store.tokenizer
-        self._dbs: dict[str, Db] = {}
-        self._lock = threading.Lock()
-
-    def db(self, tenant: str) -> Db:
-        db = self._dbs.get(tenant)
-        if db is None:
-            with self._lock:
-                db = self._dbs.get(tenant)
-                if db is None:
-                    path = Path(self.store.tenant(tenant).dir) / "tools.db"
-                    db = self._dbs[tenant] = Db(path, "registry_schema.sql", self.config, pool_size=2,
-                                                cache_size_kib=1024, may_be_unlinked=False)
-        return db
+        self.db = TenantDbs(store, "tools.db", "registry_schema.sql", cache_size_kib=1024)
 
     def _params(self, tool: Tool) -> dict:
         return {"name": tool.name, "title": tool.title, "description": tool.description, "endpoint": tool.endpoint,
@@ -169,12 +155,7 @@ class Registry:
         params = self._params(tool)
 
         def tx(conn):
-            old = conn.execute(sql("tool_get"), {"name": name}).fetchone()
-            if old is None:
-                raise _not_found(name)
-            conn.execute(sql("tool_fts_delete"), {"id": old["id"], "t_name": old["t_name"], "t_text": old["t_text"],
-                                                  "t_schema": old["t_schema"]})
-            params["id"] = old["id"]
+            params["id"] = _unindex(conn, name)
             conn.execute(sql("tool_update"), params)
             conn.execute(sql("tool_fts_insert"), params)
             return conn.execute(sql("tool_get"), {"name": name}).fetchone()
@@ -184,12 +165,7 @@ class Registry:
 
     def delete(self, tenant: str, name: str) -> dict:
         def tx(conn):
-            old = conn.execute(sql("tool_get"), {"name": name}).fetchone()
-            if old is None:
-                raise _not_found(name)
-            conn.execute(sql("tool_fts_delete"), {"id": old["id"], "t_name": old["t_name"], "t_text": old["t_text"],
-                                                  "t_schema": old["t_schema"]})
-            conn.execute(sql("tool_delete"), {"id": old["id"]})
+            conn.execute(sql("tool_delete"), {"id": _unindex(conn, name)})
         self.db(tenant).write(tx)
         self._changed(tenant, name, "deleted")
         return {"status": "deleted", "name": name}
@@ -249,10 +225,17 @@ class Registry:
             log.exception("could not record a tool change for listeners")
 
     def close(self) -> None:
-        with self._lock:
-            for db in self._dbs.values():
-                db.close()
-            self._dbs.clear()
+        self.db.close()
+
+
+def _unindex(conn, name: str) -> int:
+    """Take a registered tool out of the search index (404 when there is none); its row id."""
+    old = conn.execute(sql("tool_get"), {"name": name}).fetchone()
+    if old is None:
+        raise _not_found(name)
+    conn.execute(sql("tool_fts_delete"), {"id": old["id"], "t_name": old["t_name"], "t_text": old["t_text"],
+                                          "t_schema": old["t_schema"]})
+    return old["id"]
 
 
 def _not_found(name: str) -> ApiError:
