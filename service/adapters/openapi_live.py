@@ -5,7 +5,12 @@ Request bodies are flat and inline (Dify's importer reads only top-level propert
 """
 from __future__ import annotations
 
+from functools import partial
+
 from ..toolcheck import AUTH_TYPES, MAX_DESCRIPTION, TOOL_NAME_RE
+from .openapi_parts import json_content as _json
+from .openapi_parts import ref as _ref
+from .openapi_parts import responses
 
 NAME = {"type": "string", "pattern": f"^{TOOL_NAME_RE.pattern}$", "description": "The tool's name, unique per tenant.",
         "examples": ["get_weather"]}
@@ -20,20 +25,7 @@ ERRORS = {
     "503": "Storage unavailable, or this server process has no stream left; retry after `Retry-After`.",
 }
 
-
-def _ref(name: str) -> dict:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _json(schema: dict, description: str) -> dict:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-def _responses(ok: dict, *codes: str) -> dict:
-    out = {"200": ok}
-    for code in codes:
-        out[code] = _json(_ref("Error"), ERRORS[code])
-    return out
+_responses = partial(responses, errors=ERRORS)
 
 
 def _tool_body(config) -> dict:

@@ -25,8 +25,9 @@ def json_content(schema: dict, description: str) -> dict:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def responses(ok: dict, *codes: str) -> dict:
+def responses(ok: dict, *codes: str, errors: dict[str, str] = ERRORS) -> dict:
+    """``ok`` as the 200 answer, and the error shape under each of ``codes`` (described from ``errors``)."""
     out = {"200": ok}
     for code in codes:
-        out[code] = json_content(ref("Error"), ERRORS.get(code, "Error."))
+        out[code] = json_content(ref("Error"), errors.get(code, "Error."))
     return out
