@@ -35,6 +35,10 @@ from pathlib import Path
 
 from common import TMP, machine, service_rev, service_src, summary, write_json  # noqa: E402
 
+# which gunicorn worker holds a connection: the helper the live-context tests use (tests/workers.py)
+_sys.path.append(_os.path.join(_os.path.dirname(_HERE), "tests"))
+from workers import worker_holding, worker_pids  # noqa: E402
+
 MODERN = "2026-07-28"
 META = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {},
         "io.modelcontextprotocol/clientInfo": {"name": "bench-listen", "version": "1"}}
@@ -50,47 +54,6 @@ def free_port() -> int:
 def cid_of(content: str, ts: int, source: str) -> str:
     import hashlib
     return hashlib.sha256((content + str(ts) + source).encode()).hexdigest()[:12]
-
-
-# --- which worker holds a connection (Linux /proc) -------------------------------------------------
-def workers_of(master: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(master)], capture_output=True, text=True).stdout
-    return [int(x) for x in out.split()]
-
-
-def _inode(server_port: int, client_port: int) -> str | None:
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = open(table).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            f = line.split()
-            if int(f[1].rsplit(":", 1)[1], 16) == server_port and int(f[2].rsplit(":", 1)[1], 16) == client_port:
-                return f[9]
-    return None
-
-
-def worker_holding(sock: socket.socket, workers: list[int], timeout: float = 3.0) -> int | None:
-    """The worker pid whose descriptors hold the server side of this client socket."""
-    client_port, server_port = sock.getsockname()[1], sock.getpeername()[1]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        inode = _inode(server_port, client_port)
-        if inode and inode != "0":
-            target = f"socket:[{inode}]"
-            for pid in workers:
-                try:
-                    for fd in os.listdir(f"/proc/{pid}/fd"):
-                        try:
-                            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                                return pid
-                        except OSError:
-                            continue
-                except OSError:
-                    continue
-        time.sleep(0.01)
-    return None
 
 
 # --- listeners -------------------------------------------------------------------------------------
@@ -263,7 +226,7 @@ def main(argv=None) -> None:
     listeners: list[Listener] = []
     try:
         wait_ready(port)
-        workers = workers_of(proc.pid)
+        workers = worker_pids(proc.pid)
 
         # Units to push, known in advance: listeners subscribe to their URIs before they exist.
         ts = int(time.time())

@@ -7,57 +7,19 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import queue
 import socket
-import subprocess
 import threading
 import time
 
 from mcp_support import MODERN, meta
+from workers import worker_holding, worker_pids
 
 SUB_KEY = "io.modelcontextprotocol/subscriptionId"
 
 
 def workers_of(server) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(server.proc.pid)], capture_output=True, text=True).stdout
-    return [int(x) for x in out.split()]
-
-
-def _inode(server_port: int, client_port: int) -> str | None:
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = open(table).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            f = line.split()
-            if int(f[1].rsplit(":", 1)[1], 16) == server_port and int(f[2].rsplit(":", 1)[1], 16) == client_port:
-                return f[9]
-    return None
-
-
-def worker_holding(sock: socket.socket, workers: list[int], timeout: float = 5.0) -> int | None:
-    """The gunicorn worker whose descriptors hold the server side of this client socket."""
-    client_port, server_port = sock.getsockname()[1], sock.getpeername()[1]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        inode = _inode(server_port, client_port)
-        if inode and inode != "0":
-            target = f"socket:[{inode}]"
-            for pid in workers:
-                try:
-                    fds = os.listdir(f"/proc/{pid}/fd")
-                except OSError:
-                    continue
-                for fd in fds:
-                    try:
-                        if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                            return pid
-                    except OSError:
-                        continue
-        time.sleep(0.01)
-    return None
+    return worker_pids(server.proc.pid)
 
 
 class Sse:
