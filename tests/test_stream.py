@@ -15,10 +15,13 @@ KEY, OTHER, PUSH_ONLY = "stream-key-0123456789abcdef", "stream-other-0123456789a
 KEYS = {KEY: ("acme", ["push", "search"]), OTHER: ("globex", ["push", "search"]), PUSH_ONLY: ("acme", ["push"])}
 
 
+def start(tmp_path_factory, name: str, **env) -> LiveServer:
+    return LiveServer(tmp_path_factory.mktemp(name) / "data", keys=KEYS, env={"CONTEXT_RATE_LIMIT": "off", **env}).start()
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = LiveServer(tmp_path_factory.mktemp("stream") / "data", keys=KEYS,
-                     env={"CONTEXT_RATE_LIMIT": "off", "CONTEXT_THREADS": "12"}).start()
+    srv = start(tmp_path_factory, "stream", CONTEXT_THREADS="12")
     yield srv
     srv.stop()
 
@@ -108,8 +111,7 @@ def test_scopes(server):
 @pytest.fixture(scope="module")
 def idle_server(tmp_path_factory):
     """Ends every stream that delivered nothing for 1 s: clients must reconnect all the time."""
-    srv = LiveServer(tmp_path_factory.mktemp("stream-idle") / "data", keys=KEYS,
-                     env={"CONTEXT_LISTEN_IDLE_S": "1", "CONTEXT_RATE_LIMIT": "off"}).start()
+    srv = start(tmp_path_factory, "stream-idle", CONTEXT_LISTEN_IDLE_S="1")
     yield srv
     srv.stop()
 
