@@ -385,10 +385,13 @@ def test_acked_unit_readable_in_every_worker_after_the_janitor_recreated_its_day
     a, b = Store(config), Store(config)
     try:
         ts = int(time.time()) - 5 * DAY
+        # (a few seconds of life: B must read it before it expires, on a loaded machine too)
         old = a.push_one("default", {"type": "tool_output", "source": "janitor_v1", "timestamp": ts,
-                                     "ttl": int(time.time()) - ts + 1, "content": "expires in a second"})
+                                     "ttl": int(time.time()) - ts + 4, "content": "expires in a few seconds"})
         assert b.get("default", old["cid"]) is not None        # B now holds open readers on day D
-        time.sleep(1.2)
+        deadline = time.time() + 30
+        while a.get("default", old["cid"]) is not None and time.time() < deadline:
+            time.sleep(0.2)                                     # until expired: the janitor may unlink D
         Janitor().run(a.tenant("default"))
         assert not a.tenant("default").primary_path(day_of(ts)).exists(), "the janitor unlinked day D"
         new = a.push_one("default", {"type": "tool_output", "source": "janitor_v1", "timestamp": ts,
