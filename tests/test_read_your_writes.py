@@ -85,12 +85,13 @@ def test_indexed_but_not_sent_and_changed_units(app, client):
     # in FTS5 (the indexer ran) but not in the read index (no pass yet)
     maint = app.extensions["context_maintenance"]
     store = app.extensions["context_store"]
-    new = push(client, "kestrel nest on the cliff")
+    ts = int(time.time())        # one timestamp for both pushes: the same unit, a second apart or not
+    new = push(client, "kestrel nest on the cliff", timestamp=ts)
     maint.index_tenant(store.tenant("default"))
     assert set(cids(search(client, "kestrel"))) == {old, new}
     # a duplicate push that changes metadata: the result carries the primaries' fields at once
-    rv = client.post("/mcp/push", json=make_unit("kestrel nest on the cliff", metadata={"v": 2}))
-    assert rv.status_code == 200
+    rv = client.post("/mcp/push", json=make_unit("kestrel nest on the cliff", timestamp=ts, metadata={"v": 2}))
+    assert rv.status_code == 200 and rv.get_json()["status"] == "duplicate"
     found = {r["cid"]: r for r in search(client, "kestrel nest")["results"]}
     assert found[new]["metadata"] == {"v": 2}
 
