@@ -13,7 +13,7 @@ import json
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import TooCostly
 from .params import SearchParams
@@ -28,6 +28,11 @@ class Bm25:
     avgdl: float
     k1: float
     b: float
+
+    def for_rows(self) -> "Bm25":
+        """These weights for scoring rows in SQL: with nothing indexed yet there is no average length,
+        so each row is normalised by its own (b = 0), as tail._score_tokens does."""
+        return self if self.avgdl else replace(self, avgdl=1.0, b=0.0)
 
 
 @dataclass(frozen=True)

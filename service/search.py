@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
 from . import fts, readindex
 from .fts import Bm25, CpuBudget
@@ -238,9 +237,8 @@ class Searcher:
             if match and not (p.operator == "and" and len(match) < len(set(live))):
                 # Score every match exactly unless the shard holds too many (the sum of df bounds them).
                 exact = sum(st["df"][term] for term in match) <= self.config.exact_match_limit
-                # (nothing was indexed when the statistics were read: each unit by its own length, b = 0)
-                stats = bm25 if bm25.avgdl else replace(bm25, avgdl=1.0, b=0.0)
-                hits += db.read(budget.run, fts.shard_top, p, fts.fts_query(match, p.operator), terms, stats,
+                # (bm25.for_rows: nothing may have been indexed when the statistics were read)
+                hits += db.read(budget.run, fts.shard_top, p, fts.fts_query(match, p.operator), terms, bm25.for_rows(),
                                 None if exact else local_n, p.top_k, now)
             return [(hit, db) for hit in best(hits, len(hits))]
 

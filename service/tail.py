@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from . import fts
 from .fts import Bm25, CpuBudget, ShardHit
@@ -166,12 +166,10 @@ class TailReader:
                 hit = _score_tokens(entry, r, p, terms, bm25) if entry is not None else None
                 if hit is not None:
                     hits.append(hit)
-        # the tokens are in the row: scored in SQL like the others (with nothing indexed yet there is
-        # no average length: each unit is then normalised by its own, as _score_tokens does, b = 0)
-        stored = bm25 if bm25.avgdl else replace(bm25, avgdl=1.0, b=0.0)
+        # the tokens are in the row: scored in SQL like the others
         source = fts.pending_source(where + ["u.ntok > 0"])
         run = budget.run if budget is not None else (lambda conn, fn, *a: fn(conn, *a))
-        return best(hits + db.read(run, fts.score, source, dict(args), terms, stored, p.top_k, now, p.operator),
+        return best(hits + db.read(run, fts.score, source, dict(args), terms, bm25.for_rows(), p.top_k, now, p.operator),
                     p.top_k)
 
     def _tokens(self, t, db, day: str, bare: list, deadline: float, unseen: Unseen) -> dict:
