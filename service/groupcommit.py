@@ -21,9 +21,12 @@ class Job:
     valid: list
     results: list
     now: float
-    units: int = 0
     done: bool = False
     error: BaseException | None = None
+
+    @property
+    def units(self) -> int:
+        return len(self.valid)
 
 
 class Group:
@@ -41,7 +44,6 @@ class Group:
     def submit(self, job: Job) -> None:
         """Store ``job``'s units with whatever else is queued; return once committed (or raise what
         failed the group)."""
-        job.units = len(job.valid)
         with self._cond:
             self._queue.append(job)
         while True:

@@ -146,11 +146,6 @@ class Store:
     def _write_group(self, t: Tenant, jobs: list[Job]) -> None:
         """The units of these requests in one catalog transaction, then one per day file; each
         request's results in its own slots."""
-        if len(jobs) == 1:
-            job = jobs[0]
-            planned = t.catalog.write(self._reserve, t, job.valid, job.now, job.results)
-            self._store_rows(t, planned, job.results)
-            return
         valid, results, owners = [], [], []
         for job in jobs:
             for i, u in job.valid:
