@@ -42,6 +42,11 @@ def content_digest(content: str) -> str:
     return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
+def encode_metadata(metadata: dict) -> str:
+    """Metadata as stored: compact JSON, UTF-8 kept, no NaN or Infinity (ValueError)."""
+    return json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def day_of(timestamp: int) -> str:
     """The unit's own UTC day names its shard file (DESIGN.md section 5)."""
     return _day_name(timestamp // 86_400)
@@ -71,8 +76,7 @@ class Unit:
         object.__setattr__(self, "day", day_of(self.timestamp))
         object.__setattr__(self, "digest", content_digest(self.content))
         if self.metadata is not None and self.metadata_text is None:
-            object.__setattr__(self, "metadata_text", json.dumps(
-                self.metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
+            object.__setattr__(self, "metadata_text", encode_metadata(self.metadata))
 
     @property
     def expires_at(self) -> int:
@@ -187,7 +191,7 @@ def _check_metadata(metadata, config: Config) -> str | None:
         raise BadRequest("Field 'metadata' must be a JSON object.", field="metadata")
     _check_metadata_values(metadata, config.max_metadata_depth)
     try:
-        encoded = json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        encoded = encode_metadata(metadata).encode("utf-8")
     except (ValueError, UnicodeEncodeError):
         raise BadRequest("Field 'metadata' is not serializable JSON.", field="metadata") from None
     if len(encoded) > config.max_metadata_bytes:
