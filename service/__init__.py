@@ -26,9 +26,8 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     from .api import health, search, units
     from .auth import KeyRing
     from .doors import is_loopback_bind
-    from .maintenance import Maintenance
+    from .pg import is_postgresql
     from .shards import check_fts5
-    from .store import Store
 
     _setup_logging()
     if isinstance(test_config, Config):
@@ -41,7 +40,12 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     # SHM files take the database's mode). Descriptors: one per open day file and connection.
     os.umask(0o077)
     raise_open_files_limit()
-    problem = check_fts5()
+    postgresql = is_postgresql(config.store)
+    if not postgresql and config.store != "sqlite":
+        raise RuntimeError(f"CONTEXT_STORE must be 'sqlite' or a postgresql://... URL, not {config.store!r}.")
+    if config.store_replica and not (postgresql and is_postgresql(config.store_replica)):
+        raise RuntimeError("CONTEXT_STORE_REPLICA is a postgresql://... URL and needs CONTEXT_STORE=postgresql://...")
+    problem = None if postgresql else check_fts5()
     if problem:
         raise RuntimeError(problem)
 
@@ -66,9 +70,8 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
         log.warning("=" * 72)
     app.extensions["context_keys"] = keys
 
-    store = Store(config)
+    store, maintenance = open_store(config, postgresql)
     app.extensions["context_store"] = store
-    maintenance = Maintenance(store)
     app.extensions["context_maintenance"] = maintenance
     if config.background:
         maintenance.start()
@@ -113,6 +116,19 @@ def register_live(app: Flask, store) -> tuple:
     app.register_blueprint(stream.bp)
     app.register_blueprint(tools.bp)
     return hub, registry, changes
+
+
+def open_store(config: Config, postgresql: bool):
+    """The store and its background maintenance: SQLite files, or PostgreSQL (issue 18, service/pg/)."""
+    if postgresql:
+        from .pg.maintenance import PgMaintenance
+        from .pg.store import PgStore
+        store = PgStore(config)
+        return store, PgMaintenance(store)
+    from .maintenance import Maintenance
+    from .store import Store
+    store = Store(config)
+    return store, Maintenance(store)
 
 
 def register_manage(app: Flask) -> None:

@@ -72,6 +72,13 @@ class Config:
     search_cpu_ms: int = 1000
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
+    # Storage backend (issue 18; docs/postgresql.md): "sqlite" (files under data_dir) or a postgresql://...
+    # URL; with PostgreSQL, store_replica names a streaming hot standby for default searches, which read
+    # the primary while it is down or its observed replay lag passes replica_max_lag_ms.
+    store: str = "sqlite"
+    store_replica: str | None = None
+    replica_max_lag_ms: int = 5000
+    pg_pool_size: int = 10            # connections per process and server (primary, standby)
     # Storage.
     busy_timeout_ms: int = 10_000
     group_commit_units: int = 1000    # concurrent pushes written in one transaction per file, up to this many units (a batch over it goes alone)

@@ -55,8 +55,10 @@ class TenantLock:
             self.fd = None
 
 
-class Maintenance:
-    """Background indexer, read-index sync and janitor for every tenant this process leads."""
+class Loop:
+    """A process's background maintenance thread: woken by pushes (``notify``) or every
+    ``index_poll_ms``, it calls ``run_once``; and the index lag of what it indexed. Both storage
+    backends' maintenance build on it (service/pg/maintenance.py: PostgreSQL's)."""
 
     def __init__(self, store):
         self.store = store
@@ -66,12 +68,8 @@ class Maintenance:
         self.lags: collections.deque = collections.deque(maxlen=10_000)
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._locks: dict[str, TenantLock] = {}
-        self._recovered: set[str] = set()
         self._last_janitor = 0.0
         self._thread: threading.Thread | None = None
-        self.janitor = Janitor()
-        self.read_writers: dict[str, readindex.Writer] = {}
         store.listeners.append(self.notify)
 
     def start(self) -> None:
@@ -86,21 +84,13 @@ class Maintenance:
             self._thread.join(timeout=10)
             self._thread = None
         self.pool.shutdown(wait=True)
-        for w in self.read_writers.values():
-            w.close()
-        self.read_writers.clear()
-        for lock in self._locks.values():
-            lock.release()
-        self._locks.clear()
+        self.stopped()
+
+    def stopped(self) -> None:
+        """What a subclass releases once the thread has stopped."""
 
     def notify(self, tenant: str, days) -> None:
         self._wake.set()
-
-    def leads(self, tenant: str) -> bool:
-        lock = self._locks.get(tenant)
-        if lock is None:
-            lock = self._locks[tenant] = TenantLock(self.store.tenant(tenant).dir / "maintenance.lock")
-        return lock.try_acquire()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -113,9 +103,51 @@ class Maintenance:
                 time.sleep(1)
 
     def run_once(self, force_janitor: bool = False) -> int:
+        raise NotImplementedError
+
+    def janitor_due(self, force: bool) -> bool:
+        return force or time.time() - self._last_janitor >= self.config.janitor_interval_s
+
+    def _record_lags(self, lags_ms: list[float]) -> None:
+        self.lags.extend(lags_ms)
+        for lag in lags_ms:
+            INDEX_LAG_SECONDS.observe(lag / 1000)
+
+    def lag_percentiles(self) -> dict:
+        lags = sorted(self.lags)
+        if not lags:
+            return {"p50_ms": None, "p99_ms": None}
+        return {"p50_ms": round(lags[len(lags) // 2], 1), "p99_ms": round(lags[min(len(lags) - 1, int(len(lags) * 0.99))], 1)}
+
+
+class Maintenance(Loop):
+    """Background indexer, read-index sync and janitor for every tenant this process leads."""
+
+    def __init__(self, store):
+        super().__init__(store)
+        self._locks: dict[str, TenantLock] = {}
+        self._recovered: set[str] = set()
+        self.janitor = Janitor()
+        self.read_writers: dict[str, readindex.Writer] = {}
+
+    def stopped(self) -> None:
+        for w in self.read_writers.values():
+            w.close()
+        self.read_writers.clear()
+        for lock in self._locks.values():
+            lock.release()
+        self._locks.clear()
+
+    def leads(self, tenant: str) -> bool:
+        lock = self._locks.get(tenant)
+        if lock is None:
+            lock = self._locks[tenant] = TenantLock(self.store.tenant(tenant).dir / "maintenance.lock")
+        return lock.try_acquire()
+
+    def run_once(self, force_janitor: bool = False) -> int:
         """One pass over the tenants this process leads; returns rows indexed."""
         total = 0
-        janitor_due = force_janitor or time.time() - self._last_janitor >= self.config.janitor_interval_s
+        janitor_due = self.janitor_due(force_janitor)
         for name in self.store.tenant_names():
             if self._stop.is_set() or not self.leads(name):
                 continue
@@ -175,14 +207,3 @@ class Maintenance:
                     break
         UNITS_INDEXED.inc(total)
         return total
-
-    def _record_lags(self, lags_ms: list[float]) -> None:
-        self.lags.extend(lags_ms)
-        for lag in lags_ms:
-            INDEX_LAG_SECONDS.observe(lag / 1000)
-
-    def lag_percentiles(self) -> dict:
-        lags = sorted(self.lags)
-        if not lags:
-            return {"p50_ms": None, "p99_ms": None}
-        return {"p50_ms": round(lags[len(lags) // 2], 1), "p99_ms": round(lags[min(len(lags) - 1, int(len(lags) * 0.99))], 1)}

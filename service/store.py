@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sqlite3
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -23,26 +24,28 @@ from pathlib import Path
 
 from . import manage, readindex
 from .config import Config
-from .errors import ApiError, BadRequest, Busy, Conflict, NotFound, Unprocessable
+from .errors import ApiError, Conflict, NotFound, Unprocessable
 from .formats import TENANT_RE, is_cid
 from .groupcommit import Group, Job
 from .rows import now_ms, unit_dict
 from .search import Searcher
 from .shards import fetch_all, fetch_one, sql
+from .storeapi import StoreApi
 from .tenant import Tenant
 from .tokenize import tokenizer_for
-from .units import Unit, validate_unit
+from .units import Unit
 
 log = logging.getLogger(__name__)
 
 # A catalog reservation older than this without its shard row is a crashed, never-acked push.
 STALE_RESERVATION_MS = 30_000
-MAX_LINEAGE_DEPTH = 1000
 
 
-class Store:
+class Store(StoreApi):
+    """The SQLite backend: per tenant a catalog and day files under ``data_dir`` (DESIGN.md section 5)."""
+
     def __init__(self, config: Config):
-        self.config = config
+        super().__init__(config)
         self.root = Path(config.data_dir)
         (self.root / "tenants").mkdir(parents=True, exist_ok=True)
         self._tenants: dict[str, Tenant] = {}
@@ -54,8 +57,6 @@ class Store:
         self.observers: list = []
         self._lru: OrderedDict[tuple[str, str], Tenant] = OrderedDict()
         self._lru_lock = threading.Lock()
-        n = config.max_concurrent_searches
-        self._search_slots = threading.BoundedSemaphore(n) if n > 0 else None
         self.tokenizer = tokenizer_for(config)       # the one tokenizer: indexing and queries
         self.readers = readindex.Readers()           # this process's readers of the tenants' read indexes
         self.searcher = Searcher(config, self.tokenizer, self.readers)
@@ -96,39 +97,10 @@ class Store:
             self._tenants.clear()
 
     # --- push ---------------------------------------------------------------------------------
-    def push_one(self, tenant: str, raw) -> dict:
-        result = self.push_many(tenant, [raw])[0]
-        if isinstance(result, ApiError):
-            raise result
-        return result
-
-    def push_batch(self, tenant: str, raws: list) -> list[dict]:
-        """A batch push's answer, one item per unit in order: ``{"index", "status", "cid", "seq", ...}``
-        or ``{"index", "status": "error", "error", "code", "field"?}``. Valid units are stored even when
-        others fail; a storage failure (5xx) is raised for the whole batch."""
-        items = []
-        for i, r in enumerate(self.push_many(tenant, raws)):
-            if isinstance(r, ApiError):
-                if r.status >= 500:
-                    raise r
-                item = {"index": i, "status": "error", "error": r.message, "code": r.code}
-                if r.field:
-                    item["field"] = r.field
-            else:
-                item = {"index": i, **r}
-            items.append(item)
-        return items
-
     def push_many(self, tenant: str, raws: list) -> list[dict | ApiError]:
         """Validate and store units; per item a result dict or the ApiError that rejected it."""
         now = time.time()
-        results: list[dict | ApiError | None] = [None] * len(raws)
-        valid: list[tuple[int, Unit]] = []
-        for i, raw in enumerate(raws):
-            try:
-                valid.append((i, validate_unit(raw, self.config, now)))
-            except ApiError as e:
-                results[i] = e
+        results, valid = self.validate(raws, now)
         if valid:
             t = self.tenant(tenant)
             self._check_days(t, {u.day for _, u in valid})
@@ -160,10 +132,7 @@ class Store:
     def _check_days(self, t: Tenant, days: set[str]) -> None:
         """Each day is a file (and its replica and WAL): one request may not create hundreds of them
         (issue 12, finding 4). Refuse before anything is stored."""
-        limit = self.config.max_days_per_request
-        if limit and len(days) > limit:
-            raise BadRequest(f"One push may touch at most {limit} distinct days (this one touches {len(days)}); "
-                             "split it by timestamp.", code="too_many_days", field="units")
+        self.check_days_per_request(days)
         cap = self.config.max_days_per_tenant
         new = [d for d in days if not t.has_day(d)]
         if cap and new and len(t.primary_days()) + len(new) > cap:
@@ -286,41 +255,10 @@ class Store:
         urow = shard.read(lambda c: c.execute(sql("unit_get"), {"cid": cid, "now": int(time.time())}).fetchone())
         return unit_dict(urow) if urow is not None else None
 
-    def require(self, tenant: str, cid: str) -> dict:
-        unit = self.get(tenant, cid)
-        if unit is None:
-            raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
-        return unit
-
-    def lineage(self, tenant: str, cid: str, max_bytes: int | None = None) -> dict:
-        """Ancestors (nearest first, root last) and direct children of a live unit. With ``max_bytes``,
-        units whose content would pass that total are left out and named in ``omitted`` (issue 12)."""
-        unit = self.require(tenant, cid)
-        used = [len(unit["content"])]
-        omitted: list[str] = []
-
-        def fits(u: dict) -> bool:
-            if max_bytes is not None and used[0] + len(u["content"]) > max_bytes:
-                omitted.append(u["cid"])
-                return False
-            used[0] += len(u["content"])
-            return True
-        ancestors, seen = [], {cid}
-        parent = unit["parent_cid"]
-        while parent and parent not in seen and len(ancestors) + len(omitted) < MAX_LINEAGE_DEPTH:
-            seen.add(parent)
-            p = self.get(tenant, parent)
-            if p is None:
-                break
-            if fits(p):
-                ancestors.append(p)
-            parent = p["parent_cid"]
-        t = self.tenant(tenant)
-        rows = t.catalog.read(lambda c: c.execute(
-            sql("catalog_children"), {"cid": cid, "now": int(time.time()), "limit": 1000}).fetchall())
-        children = [u for u in (self.get(tenant, r["cid"]) for r in rows) if u is not None and fits(u)]
-        return {"unit": unit, "ancestors": ancestors, "children": children,
-                "truncated": bool(omitted), "omitted": omitted}
+    def children(self, tenant: str, cid: str, limit: int) -> list[str]:
+        rows = self.tenant(tenant).catalog.read(lambda c: c.execute(
+            sql("catalog_children"), {"cid": cid, "now": int(time.time()), "limit": limit}).fetchall())
+        return [r["cid"] for r in rows]
 
     def recent(self, tenant: str, limit: int = 50, before_seq: int | None = None) -> list[dict]:
         """Live units, newest (highest seq) first, strictly below ``before_seq``."""
@@ -345,7 +283,7 @@ class Store:
         if found is None:
             raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
         t, row = found
-        if not manage.remove(self, tenant, {row["day"]: [cid]}):     # also leaves default searches at once
+        if not self.remove(tenant, {row["day"]: [cid]}):     # also leaves default searches at once
             raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
         return {"status": "deleted", "cid": cid}
 
@@ -372,17 +310,40 @@ class Store:
         return self.tenant(tenant).max_seq()
 
     def live_counts(self, tenant: str) -> dict:
-        """Live units of the tenant, with its freshness (/metrics; /mcp/stats is service/manage.py)."""
+        """Live units of the tenant, with its freshness (/metrics; /mcp/stats is ``stats``)."""
         return {"units_live": self.tenant(tenant).count_live(), **self.freshness(tenant)}
 
-    # --- search -------------------------------------------------------------------------------
-    def search(self, tenant: str, params) -> dict:
-        # A cap on concurrent searches per worker keeps threads free for everything else (issue 12, finding 9).
-        slots = self._search_slots
-        if slots is not None and not slots.acquire(timeout=self.config.search_wait_s):
-            raise Busy()
+    def check_writable(self) -> str | None:
+        """None when the data directory takes real bytes (readiness); otherwise the problem."""
         try:
-            return self.searcher.search(self.tenant(tenant), params)
-        finally:
-            if slots is not None:
-                slots.release()
+            # Write real bytes: on a full disk creating an empty file still succeeds.
+            fd, path = tempfile.mkstemp(dir=self.root, prefix=".ready-")
+            try:
+                os.write(fd, b"\0" * 65536)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+                os.unlink(path)
+            return None
+        except OSError as e:
+            return f"data directory not writable: {e.strerror}"
+
+    # --- seeing and managing the memory (issue 15: service/manage.py) ---------------------------
+    def list_units(self, tenant: str, p, limit: int, before: int | None = None) -> tuple[list[dict], int | None]:
+        return manage.list_units(self, tenant, p, limit, before)
+
+    def export_units(self, tenant: str, p):
+        return manage.export_units(self, tenant, p)
+
+    def stats(self, tenant: str) -> dict:
+        return manage.stats(self, tenant)
+
+    def matches(self, tenant: str, p, *, cids: list[str] | None = None, max_seq: int | None = None) -> list[dict]:
+        return manage.matches(self, tenant, p, cids=cids, max_seq=max_seq)
+
+    def remove(self, tenant: str, by_day: dict[str, list[str]]) -> int:
+        return manage.remove(self, tenant, by_day)
+
+    # --- search -------------------------------------------------------------------------------
+    def _search(self, tenant: str, params) -> dict:
+        return self.searcher.search(self.tenant(tenant), params)

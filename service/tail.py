@@ -163,7 +163,7 @@ class TailReader:
             known = self._tokens(t, db, day, bare, deadline, unseen)
             for r in bare:
                 entry = known.get(r["id"])
-                hit = _score_tokens(entry, r, p, terms, bm25) if entry is not None else None
+                hit = score_tokens(entry, r, p, terms, bm25) if entry is not None else None
                 if hit is not None:
                     hits.append(hit)
         # the tokens are in the row: scored in SQL like the others
@@ -211,7 +211,7 @@ def best(hits: list[ShardHit], k: int) -> list[ShardHit]:
     return out[:k]
 
 
-def _score_tokens(entry: tuple[str, int], r, p: SearchParams, terms: list[str], bm25: Bm25) -> ShardHit | None:
+def score_tokens(entry: tuple[str, int], r, p: SearchParams, terms: list[str], bm25: Bm25) -> ShardHit | None:
     """One waiting unit scored from its tokens in Python, exactly as scoring_sql scores a row."""
     padded, ntok = entry
     tfs = [padded.count(f" {term} ") for term in terms]

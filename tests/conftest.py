@@ -26,6 +26,75 @@ VENV_BIN = Path(sys.executable).parent
 TEST_CONFIG = {"background": False}
 
 
+# --- storage backends (issue 18) -----------------------------------------------------------------
+# A test module that sets BACKENDS = ("sqlite", "postgresql") runs its tests that use an app, a client
+# or a live server on both; CONTEXT_TEST_BACKEND=postgresql runs every such test on PostgreSQL alone
+# (to see what differs). One primary and standby serve the whole session; each test gets a schema.
+FORCED_BACKEND = os.environ.get("CONTEXT_TEST_BACKEND")
+
+
+def pytest_generate_tests(metafunc):
+    if "backend" not in metafunc.fixturenames:
+        return
+    if FORCED_BACKEND:
+        metafunc.parametrize("backend", [FORCED_BACKEND], indirect=True)
+    elif getattr(metafunc.module, "BACKENDS", None):
+        metafunc.parametrize("backend", metafunc.module.BACKENDS, indirect=True)
+
+
+@pytest.fixture
+def backend(request) -> str:
+    return getattr(request, "param", "sqlite")
+
+
+def pg_cluster_module():
+    """tools/pg_cluster.py: the script that starts a primary and a standby, for tests and by hand."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("pg_cluster", ROOT / "tools" / "pg_cluster.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A PostgreSQL primary and streaming hot standby for the whole session (skips without PostgreSQL)."""
+    tool = pg_cluster_module()
+    if tool.pg_bin() is None:
+        pytest.skip("PostgreSQL is not installed (.ci/setup.d/postgresql.sh installs it)")
+    cluster = tool.Cluster().start()
+    yield cluster
+    cluster.stop()
+
+
+_schemas = iter(range(1, 10**9))
+
+
+@pytest.fixture
+def pg_urls(pg_cluster):
+    """(primary URL, standby URL) on a fresh schema of their own: tests never see each other's data."""
+    import psycopg
+    name = f"t{os.getpid()}_{next(_schemas)}"
+    with psycopg.connect(pg_cluster.primary_url, autocommit=True) as c:
+        c.execute(f"CREATE SCHEMA {name}")
+    opts = f"-csearch_path%3D{name}%2Cpublic"
+    yield (pg_cluster.url(pg_cluster.primary_port, options=opts), pg_cluster.url(pg_cluster.standby_port, options=opts))
+    try:
+        with psycopg.connect(pg_cluster.primary_url, autocommit=True) as c:
+            c.execute(f"DROP SCHEMA {name} CASCADE")
+    except psycopg.OperationalError:
+        pass        # a test stopped the primary and failed before starting it again
+
+
+@pytest.fixture
+def store_config(request, backend) -> dict:
+    """Configuration of the storage backend under test (empty for SQLite)."""
+    if backend == "sqlite":
+        return {}
+    primary, standby = request.getfixturevalue("pg_urls")
+    return {"store": primary, "store_replica": standby}
+
+
 def new_app(data_dir, **config):
     """``create_app`` with exactly these settings over the defaults: the developer's ``CONTEXT_*``
     environment never reaches it (``Config.from_mapping``). The caller shuts it down (``close_app``)."""
@@ -39,13 +108,14 @@ def close_app(app) -> None:
 
 
 @pytest.fixture
-def make_app(tmp_path):
+def make_app(tmp_path, store_config):
     """``make_app(**config)``: a fresh app on ``tmp_path / "data"`` (or ``data_dir=...``), shut down after
-    the test. Calls with the same ``data_dir`` share it, like a restart or a second worker."""
+    the test. Calls with the same ``data_dir`` share it, like a restart or a second worker (on
+    PostgreSQL every app of a test shares the test's schema)."""
     apps = []
 
     def make(**config):
-        app = new_app(config.pop("data_dir", tmp_path / "data"), **config)
+        app = new_app(config.pop("data_dir", tmp_path / "data"), **{**store_config, **config})
         apps.append(app)
         return app
 
@@ -166,11 +236,13 @@ class LiveServer:
 
 
 @pytest.fixture
-def live_server_factory(tmp_path):
+def live_server_factory(tmp_path, store_config):
     servers: list[LiveServer] = []
+    store_env = {"CONTEXT_" + k.upper(): v for k, v in store_config.items()}
 
     def make(**kw) -> LiveServer:
         data_dir = kw.pop("data_dir", tmp_path / f"data{len(servers)}")
+        kw["env"] = {**store_env, **(kw.get("env") or {})}
         server = LiveServer(data_dir, **kw)
         servers.append(server)   # before start(): a server that fails to boot is still stopped
         return server.start()

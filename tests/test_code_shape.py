@@ -110,7 +110,8 @@ def test_the_cycle_check_sees_imports_inside_functions(tmp_path):
 def test_only_the_store_and_search_touch_the_searcher():
     """Health, metrics, maintenance and the doors use the store's API (freshness, stats, tokenizer,
     push_batch), never ``store.searcher`` (readindex's ``view.searcher`` is tantivy's own)."""
-    allowed = {"service.store", "service.search", "service.readindex"}
+    allowed = {"service.store", "service.search", "service.readindex",
+               "service.pg.store", "service.pg.search"}     # PostgreSQL's store and searcher (issue 18)
     reaching = []
     for name, path in service_modules().items():
         if name in allowed:
@@ -121,14 +122,22 @@ def test_only_the_store_and_search_touch_the_searcher():
     assert reaching == []
 
 
+def named_statements(path) -> list[str]:
+    return re.findall(r"^--\s*name:\s*(\S+)\s*$", path.read_text(), flags=re.M)
+
+
 def test_every_named_statement_is_used():
     """sql/queries.sql and each area's sql/*_queries.sql (shards.sql loads them all: live_queries.sql is
-    issue 16's) hold no statement the service never runs (dead SQL drifts from the schema)."""
-    names = [n for f in sorted((ROOT / "sql").glob("*queries.sql"))
-             for n in re.findall(r"^--\s*name:\s*(\S+)\s*$", f.read_text(), flags=re.M)]
+    issue 16's) hold no statement the service never runs (dead SQL drifts from the schema); nor does the
+    PostgreSQL backend's sql/postgresql/queries.sql (issue 18) in service/pg/."""
+    names = [n for f in sorted((ROOT / "sql").glob("*queries.sql")) for n in named_statements(f)]
     source = "\n".join(p.read_text(encoding="utf-8") for p in service_modules().values())
     assert len(names) > 60
     assert [n for n in names if f'"{n}"' not in source] == []
+    pg_source = "\n".join(p.read_text(encoding="utf-8") for p in sorted((SERVICE / "pg").glob("*.py")))
+    pg_names = named_statements(ROOT / "sql" / "postgresql" / "queries.sql")
+    assert len(pg_names) > 40
+    assert [n for n in pg_names if f'"{n}"' not in pg_source] == []
 
 
 MAX_FUNCTION_LINES = 80
@@ -154,8 +163,9 @@ def test_no_function_over_80_lines():
 # SQL is written in sql/*.sql and run by name; only these modules build statements in Python:
 # shards.py (connection pragmas, transactions, the FTS5 probe), fts.py (the scoring statement, whose
 # shape depends on the query's terms and filters) and manage.py (issue 15's filtered list, export and
-# forget statements, built from fts.filters).
-SQL_BUILDERS = {"service.shards", "service.fts", "service.manage"}
+# forget statements, built from fts.filters); on PostgreSQL (issue 18) their counterparts pg/search.py
+# (the match and queued-unit conditions around fts.scoring_sql) and pg/manage.py.
+SQL_BUILDERS = {"service.shards", "service.fts", "service.manage", "service.pg.search", "service.pg.manage"}
 _SQL_RE = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ATTACH|DETACH|REPLACE)\s+\S")
 
 

@@ -1,9 +1,6 @@
 """/healthz and /readyz (DESIGN.md section 4)."""
 from __future__ import annotations
 
-import os
-import tempfile
-
 from flask import Blueprint, current_app, jsonify
 
 from . import store
@@ -21,20 +18,9 @@ def healthz():
 def readyz():
     """Readiness: storage writable, indexer queue depth and lag, replica lag."""
     s = store()
-    problems = []
-    try:
-        # Write real bytes: on a full disk creating an empty file still succeeds.
-        fd, path = tempfile.mkstemp(dir=s.root, prefix=".ready-")
-        try:
-            os.write(fd, b"\0" * 65536)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-            os.unlink(path)
-        writable = True
-    except OSError as e:
-        writable = False
-        problems.append(f"data directory not writable: {e.strerror}")
+    problem = s.check_writable()
+    writable = problem is None
+    problems = [problem] if problem else []
     pending = replica_lag_ms = 0
     for name in s.tenant_names():
         fresh = s.freshness(name)

@@ -71,7 +71,7 @@ def list_units(tenant):
             raise BadRequest("This cursor belongs to a listing with other filters; start again without it.",
                              code="invalid_cursor", field="cursor")
         before = data["b"]
-    units, next_before = manage.list_units(store(), tenant, p, limit, before)
+    units, next_before = store().list_units(tenant, p, limit, before)
     cursor = tokens.seal("units", tenant, {"b": next_before, "f": fingerprint}) if next_before is not None else None
     return jsonify({"units": units, "next_cursor": cursor})
 
@@ -81,7 +81,7 @@ def list_units(tenant):
 def stats(tenant):
     """Units and bytes per type and per day, oldest and newest, index backlog, replica lag, day files."""
     _query_args(())
-    return jsonify({"tenant": tenant, **manage.stats(store(), tenant)})
+    return jsonify({"tenant": tenant, **store().stats(tenant)})
 
 
 @bp.get("/mcp/export")
@@ -89,7 +89,7 @@ def stats(tenant):
 def export(tenant):
     """Every live unit (optionally filtered) as JSONL, oldest first: `context-mode import` takes it back."""
     p = parse_filters(_query_args(LIST_FIELDS))
-    units = manage.export_units(store(), tenant, p)
+    units = store().export_units(tenant, p)
 
     def lines():
         chunk: list[str] = []
@@ -138,7 +138,7 @@ def forget_units(tenant: str, body) -> dict:
     s = store()
     if confirm is None:
         max_seq = s.max_seq(tenant)
-        found = manage.matches(s, tenant, p, cids=cids, max_seq=max_seq)
+        found = s.matches(tenant, p, cids=cids, max_seq=max_seq)
         expires_at = int(time.time()) + CONFIRM_SECONDS
         token = tokens.seal("forget", tenant, {"f": fingerprint, "s": max_seq, "n": len(found), "x": expires_at})
         sample = [{k: r[k] for k in ("cid", "type", "source", "timestamp")} for r in found[:manage.SAMPLE]]
@@ -151,14 +151,14 @@ def forget_units(tenant: str, body) -> dict:
     if not isinstance(data.get("x"), int) or data["x"] < time.time():
         raise BadRequest("This confirmation has expired; run the dry run again.", code="confirm_expired",
                          field="confirm")
-    found = manage.matches(s, tenant, p, cids=cids, max_seq=data["s"])
+    found = s.matches(tenant, p, cids=cids, max_seq=data["s"])
     if len(found) > data["n"]:
         raise Conflict(f"{len(found)} units match now, more than the {data['n']} the dry run counted; "
                        "run the dry run again.", code="forget_changed", field="confirm")
     by_day: dict[str, list[str]] = {}
     for r in found:
         by_day.setdefault(r["day"], []).append(r["cid"])
-    removed = manage.remove(s, tenant, by_day)
+    removed = s.remove(tenant, by_day)
     return {"dry_run": False, "forgotten": removed, "count": data["n"]}
 
 

@@ -12,7 +12,6 @@ import json
 
 import mcp_types as types
 
-from .. import manage as store_manage
 from ..api.manage import MAX_CIDS, forget_units
 from ..units import CID_SCHEMA
 from . import resources, tools, uris
@@ -93,7 +92,7 @@ FORGET = tools.ToolSpec(
 
 def read_stats(call: Call) -> types.ReadResourceResult:
     """context://stats: GET /mcp/stats as JSON."""
-    body = {"tenant": call.tenant, **store_manage.stats(call.store, call.tenant)}
+    body = {"tenant": call.tenant, **call.store.stats(call.tenant)}
     text = json.dumps(body, ensure_ascii=False, allow_nan=False, indent=1)
     return types.ReadResourceResult(
         contents=[types.TextResourceContents(uri=uris.STATS_URI, mime_type="application/json", text=text)],

@@ -1,0 +1,184 @@
+"""Indexer and janitor on PostgreSQL (issue 18): any node may do either, with no leader.
+
+Indexer: a transaction claims up to a batch of queue rows (``FOR UPDATE ... SKIP LOCKED``: rows
+another node holds are skipped, not waited for), tokenizes their units, writes tokens and lexemes,
+adds their BM25 statistics and deletes the queue rows; a crash before the commit leaves the rows
+queued for whoever comes next. Janitor: per tenant under a transaction-level advisory lock, deletes
+expired units with their statistics, then drops day partitions no unit lives in any more.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+from psycopg import sql as pgsql
+
+from ..instruments import DAYS_UNLINKED, UNITS_INDEXED, UNITS_PURGED
+from ..maintenance import Loop
+from . import sql, template
+from .rows import JANITOR_LOCKS, PARTITION_LOCK, add_df, partition_day, unstat
+
+log = logging.getLogger(__name__)
+
+MAX_LEXEME_BYTES = 2046          # PostgreSQL's limit on one tsvector lexeme
+MAX_TSVECTOR_BYTES = 1_000_000   # ... and (about) on a tsvector's size (1 MiB)
+PURGE_BATCH = 5000
+TOKEN_CHUNK = 64                 # units per thread-pool task when a batch is tokenized in parallel
+
+
+def lexemes_fit(lexemes: list[str]) -> bool:
+    sizes = [len(x.encode("utf-8")) for x in lexemes]
+    return all(s <= MAX_LEXEME_BYTES for s in sizes) and sum(sizes) + 8 * len(sizes) <= MAX_TSVECTOR_BYTES
+
+
+def _tokenize(tokenizer, texts: list[str], pool: ThreadPoolExecutor | None) -> list[list[str]]:
+    if pool is None or len(texts) <= TOKEN_CHUNK:
+        return [tokenizer.tokens(x) for x in texts]
+    chunks = [texts[i:i + TOKEN_CHUNK] for i in range(0, len(texts), TOKEN_CHUNK)]
+    return [tl for part in pool.map(lambda ch: [tokenizer.tokens(x) for x in ch], chunks) for tl in part]
+
+
+def _index_claimed(conn, rows, token_lists) -> None:
+    """Write tokens and lexemes of claimed units, their statistics, and take them off the queue."""
+    fit, unfit, done = [], [], []
+    docs: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    dfs: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for r, toks in zip(rows, token_lists):
+        lexemes = sorted(set(toks))
+        params = {"tenant": r["tenant"], "day": r["day"], "cid": r["cid"], "ntok": len(toks),
+                  "tokens": " ".join(toks), "lexemes": lexemes}
+        (fit if lexemes_fit(lexemes) else unfit).append(params)
+        done.append({"tenant": r["tenant"], "cid": r["cid"]})
+        if toks:   # empty or whitespace content is stored but not searchable
+            key = (r["tenant"], r["day"])
+            docs[key][0] += 1
+            docs[key][1] += len(toks)
+            dfs[key].update(lexemes)
+    with conn.cursor() as cur:
+        if fit:
+            cur.executemany(sql("unit_set_tokens"), fit)
+        if unfit:
+            cur.executemany(sql("unit_set_tokens_untsv"), unfit)
+        cur.executemany(sql("pending_done"), done)
+    for key in sorted(docs):       # one order for every indexer: no deadlock on the statistics rows
+        conn.execute(sql("stats_add"), {"tenant": key[0], "day": key[1], "ndocs": docs[key][0],
+                                        "ntokens": docs[key][1]})
+        add_df(conn, key[0], key[1], dfs[key])
+
+
+def index_pending(store, tokenizer, limit: int = 512, tenant: str | None = None,
+                  pool: ThreadPoolExecutor | None = None, on_lags=None) -> int:
+    """Index up to ``limit`` queued units (of one tenant, or any); return how many."""
+    def tx(conn):
+        if tenant is None:
+            rows = conn.execute(sql("pending_claim"), {"limit": limit}).fetchall()
+        else:
+            rows = conn.execute(sql("pending_claim_tenant"), {"limit": limit, "tenant": tenant}).fetchall()
+        if rows:
+            _index_claimed(conn, rows, _tokenize(tokenizer, [r["content"] for r in rows], pool))
+            if on_lags is not None:
+                now = time.time() * 1000
+                on_lags([now - r["pushed_ms"] for r in rows])
+        return len(rows)
+
+    for attempt in range(5):
+        try:
+            with store.primary.connection() as conn, conn.transaction():
+                return tx(conn)
+        except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+            time.sleep(0.01 * (attempt + 1))
+    return store.write(tx)
+
+
+def catch_up(store, tenant: str, wait_ms: int) -> None:
+    """Read-your-writes for strong searches and forget: index the tenant's queue now, bounded in time."""
+    deadline = time.monotonic() + wait_ms / 1000
+    batch = store.config.index_batch
+    while time.monotonic() < deadline and index_pending(store, store.tokenizer, batch, tenant=tenant) == batch:
+        pass
+
+
+def purge_tenant(store, tenant: str, now: int) -> int:
+    """Delete a tenant's expired units (and their statistics, queue and catalog rows); one node at a time."""
+    def tx(conn):
+        key = zlib.crc32(f"janitor:{tenant}".encode())
+        if not conn.execute(sql("advisory_try_lock"), {"space": JANITOR_LOCKS, "key": key}).fetchone()["ok"]:
+            return 0
+        total = 0
+        while True:
+            rows = conn.execute(sql("units_purge_batch"), {"tenant": tenant, "now": now, "limit": PURGE_BATCH}).fetchall()
+            if rows:
+                unstat(conn, tenant, rows)
+                conn.execute(sql("pending_delete_many"), {"tenant": tenant, "cids": [r["cid"] for r in rows]})
+            total += len(rows)
+            if len(rows) < PURGE_BATCH:
+                break
+        conn.execute(sql("catalog_purge"), {"tenant": tenant, "now": now})
+        for r in conn.execute(sql("days_forget_dead"), {"tenant": tenant, "now": now}).fetchall():
+            conn.execute(sql("stats_forget_day"), {"tenant": tenant, "day": r["day"]})
+            conn.execute(sql("df_forget_day"), {"tenant": tenant, "day": r["day"]})
+        return total
+    return store.write(tx)
+
+
+def _partition_dead(conn, part, day: str) -> bool:
+    busy = conn.execute(template("partition_has_rows", part=part)).fetchone()["b"]
+    return not (busy or conn.execute(sql("day_live_anywhere"), {"day": day}).fetchone()["b"])
+
+
+def _drop_if_dead(conn, name: str) -> bool:
+    conn.execute(sql("advisory_lock"), {"key": PARTITION_LOCK})
+    conn.execute(sql("lock_timeout"))
+    part, day = pgsql.Identifier(name), partition_day(name)
+    if not _partition_dead(conn, part, day):
+        return False
+    # A push may be writing this day right now (its rows not visible yet): take the locks a push takes,
+    # in its order, and look again once it has committed (the two-node test once lost acked units here).
+    conn.execute(template("partition_lock", part=part))
+    if not _partition_dead(conn, part, day):
+        return False
+    conn.execute(template("partition_drop", part=part))
+    return True
+
+
+def drop_dead_partitions(store) -> list[str]:
+    """Drop day partitions that hold no unit and that no tenant counts as live (the TTL drop)."""
+    dropped = []
+    for r in store.read(lambda c: c.execute(sql("partitions")).fetchall()):
+        try:
+            if store.write(_drop_if_dead, r["name"]):
+                day = partition_day(r["name"])
+                store.forget_partition(day)
+                dropped.append(day)
+                log.info("dropped expired day partition %s", r["name"])
+        except Exception as e:  # noqa: BLE001  (a busy partition is dropped on a later pass)
+            log.info("day partition %s not dropped now: %s", r["name"], e)
+    DAYS_UNLINKED.inc(len(dropped))
+    return dropped
+
+
+class PgMaintenance(Loop):
+    """The background indexer and janitor of one process (every node runs one; no leader)."""
+
+    def run_once(self, force_janitor: bool = False) -> int:
+        """Index every queued unit (any tenant); the janitor when due. Returns units indexed."""
+        total = 0
+        while not self._stop.is_set():
+            n = index_pending(self.store, self.tokenizer, self.config.index_batch, pool=self.pool,
+                              on_lags=self._record_lags)
+            total += n
+            if n < self.config.index_batch:
+                break
+        UNITS_INDEXED.inc(total)
+        if self.janitor_due(force_janitor):
+            now = int(time.time())
+            for tenant in self.store.tenant_names():
+                UNITS_PURGED.inc(purge_tenant(self.store, tenant, now))
+            self.store.write(lambda c: c.execute(sql("pending_orphans")))
+            drop_dead_partitions(self.store)
+            self._last_janitor = time.time()
+        return total

@@ -1,0 +1,62 @@
+"""Row functions of the PostgreSQL backend (issue 18), shared by the store, the indexer, the janitor
+and forget: day partitions' names, advisory lock keys, BM25 statistics kept exact when units go.
+Like service/rows.py they take a connection first and run inside the caller's transaction."""
+from __future__ import annotations
+
+import datetime
+from collections import Counter, defaultdict
+
+from . import sql
+
+SCHEMA_LOCK = 0x636d_7331      # advisory lock keys: schema set-up, partition create/drop
+PARTITION_LOCK = 0x636d_7332
+JANITOR_LOCKS = 1              # pg_try_advisory_xact_lock(1, crc32(tenant)): one janitor per tenant
+
+
+def partition_name(day: str) -> str:
+    """units_pYYYYMMDD: from a validated day (digits and dashes only)."""
+    return "units_p" + day.replace("-", "")
+
+
+def partition_day(name: str) -> str:
+    return f"{name[7:11]}-{name[11:13]}-{name[13:15]}"
+
+
+def next_day(day: str) -> str:
+    return (datetime.date.fromisoformat(day) + datetime.timedelta(days=1)).isoformat()
+
+
+def remove_units(conn, tenant: str, cids: list[str], now: int) -> list[str]:
+    """Delete these live units (catalog, unit rows, queue rows, their share of the statistics); the
+    CIDs that were stored. Default searches on the standby wait for this change (``tenant_bump``)."""
+    gone = conn.execute(sql("catalog_delete_many"), {"tenant": tenant, "cids": cids, "now": now}).fetchall()
+    if not gone:
+        return []
+    rows = conn.execute(sql("units_delete_many"), {"tenant": tenant, "days": sorted({r["day"] for r in gone}),
+                                                   "cids": [r["cid"] for r in gone]}).fetchall()
+    conn.execute(sql("pending_delete_many"), {"tenant": tenant, "cids": [r["cid"] for r in gone]})
+    unstat(conn, tenant, rows)
+    conn.execute(sql("tenant_bump"), {"tenant": tenant})
+    return [r["cid"] for r in rows]
+
+
+def unstat(conn, tenant: str, rows) -> None:
+    """Take deleted units' tokens out of the BM25 statistics (rows: day, ntok, tokens)."""
+    docs: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    dfs: dict[str, Counter] = defaultdict(Counter)
+    for r in rows:
+        if r["ntok"]:
+            docs[r["day"]][0] -= 1
+            docs[r["day"]][1] -= r["ntok"]
+            dfs[r["day"]].update({term: -1 for term in set(r["tokens"].split())})
+    for day in sorted(docs):
+        conn.execute(sql("stats_add"), {"tenant": tenant, "day": day, "ndocs": docs[day][0], "ntokens": docs[day][1]})
+        add_df(conn, tenant, day, dfs[day])
+        conn.execute(sql("df_cleanup"), {"tenant": tenant, "day": day})
+
+
+def add_df(conn, tenant: str, day: str, counts: Counter) -> None:
+    terms = sorted(counts)
+    if terms:
+        conn.execute(sql("df_add"), {"tenant": tenant, "day": day, "terms": terms,
+                                     "dfs": [counts[t] for t in terms]})

@@ -1,0 +1,208 @@
+"""Search on PostgreSQL (issue 18): the SQLite backend's global BM25, over the service's own tokens.
+
+Candidates come from a GIN index over ``array_to_tsvector(tokens)`` (the lexemes exactly as
+service/tokenize.py made them, never re-parsed); every candidate is scored in SQL by the SQLite
+backend's own statement (``fts.scoring_sql``: the same formula, statistics and floating-point
+operations in the same order): per-tenant document count, token total and document frequencies
+kept by the indexer, k1 1.2, b 0.75, Lucene's idf, exact lengths, ties by CID. Units acknowledged
+but not indexed yet are scored from their content (read-your-writes), as on SQLite
+(``tail.score_tokens``). Result shaping is the SQLite backend's (``search.shape_results``).
+
+Where: ``strong`` and ``after_seq`` read the primary after indexing what is queued (bounded);
+default searches read the standby (service/pg/standby.py) when it may, else the primary.
+"""
+from __future__ import annotations
+
+import re
+import time
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg_pool import PoolTimeout
+
+from ..errors import StorageUnavailable, TooCostly
+from ..fts import Bm25, ShardHit, filters, scoring_sql
+from ..readindex import idf_of, unknown_idf
+from ..rows import now_ms, unit_dict
+from ..scoring import Ranked, Stats
+from ..search import MAX_QUERY_TERMS, shape_results
+from ..tail import TokenCache, Unseen, score_tokens
+from ..units import day_of
+from . import sql
+from .maintenance import catch_up
+from .standby import Standby
+
+PLACEHOLDER = "%({})s"
+CID_ORDER = 'cid COLLATE "C"'      # bytes, as SQLite compares the CID tie-break
+
+
+def tsquery(terms: list[str], operator: str) -> str:
+    """tsquery text of quoted lexemes: the user's text never becomes tsquery syntax."""
+    quoted = ["'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in terms]
+    return (" & " if operator == "and" else " | ").join(quoted)
+
+
+def pg_filters(p, args: dict) -> list[str]:
+    """fts.filters (the request's filters as fixed SQL with bound values) in psycopg's placeholders."""
+    return [re.sub(r":(\w+)", r"%(\1)s", f) for f in filters(p, args)]
+
+
+def match_where(p, terms: list[str], args: dict) -> list[str]:
+    """Conditions for the tenant's indexed units in [first, last] that may hold the query's terms (the GIN
+    index; units whose lexemes did not fit a tsvector are kept, the caller checks their tokens)."""
+    args["q"] = tsquery(list(dict.fromkeys(terms)), p.operator)
+    return ["u.tenant = %(tenant)s", "u.day BETWEEN %(first)s AND %(last)s", "u.ntok > 0",
+            "(u.tsv @@ %(q)s::tsquery OR u.tsv IS NULL)"] + pg_filters(p, args)
+
+
+def score(conn, where: list[str], args: dict, terms: list[str], bm25: Bm25, k: int, require: str) -> list[ShardHit]:
+    """The best k units matching ``where`` and holding any ("or") or every ("and") query term, under the
+    global BM25 weights (``fts.scoring_sql``)."""
+    args.update({"k": k, "k1": bm25.k1, "b": bm25.b, "avgdl": bm25.avgdl})
+    for i, (term, w) in enumerate(zip(terms, bm25.weights)):
+        args[f"p{i}"] = f" {term} "
+        args[f"w{i}"] = w
+    source = f"FROM (SELECT u.seq AS id, u.cid, u.ntok, u.tokens FROM units u WHERE {' AND '.join(where)}) u"
+    query = scoring_sql(source, len(terms), require, param=PLACEHOLDER, cid_order=CID_ORDER)
+    with conn.cursor(row_factory=tuple_row) as cur:
+        return [ShardHit.of(r) for r in cur.execute(query, args)]
+
+
+def queued_where(p, args: dict) -> str:
+    """The tenant's units still queued for the indexer in [first, last] that pass the filters."""
+    return " AND ".join(["p.tenant = %(tenant)s", "p.day BETWEEN %(first)s AND %(last)s"] + pg_filters(p, args))
+
+
+class PgSearcher:
+    def __init__(self, store):
+        self.store = store
+        self.config = store.config
+        self.tokenizer = store.tokenizer
+        self.tokens = TokenCache()
+        self.standby = Standby(self.config.store_replica, self.config) if self.config.store_replica else None
+        self.reads = {"primary": 0, "standby": 0}    # which server answered (tests, bench)
+
+    def close(self) -> None:
+        if self.standby is not None:
+            self.standby.close()
+
+    def _target(self, tenant: str, p) -> str:
+        """Where this search reads: "standby" when it may, else "primary"."""
+        if p.strong or self.standby is None or not self.standby.usable():
+            return "primary"
+        if self.config.read_your_writes_ms > 0:
+            version = self.store.one("tenant_version", {"tenant": tenant})["version"]
+            if not self.standby.caught_up(tenant, version, self.config.read_your_writes_ms):
+                return "primary"
+        return "standby"
+
+    def search(self, tenant: str, p) -> dict:
+        start = time.perf_counter()
+        terms = self.tokenizer.query_terms(p.query)[:MAX_QUERY_TERMS]
+        if p.strong:
+            catch_up(self.store, tenant, self.config.strong_wait_ms)
+        where = self._target(tenant, p)
+        try:
+            out = self._run(where, tenant, p, terms)
+        except (psycopg.OperationalError, PoolTimeout) as e:
+            if where != "standby":
+                raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
+            self.standby.mark_down()        # (also a query the standby's replay cancelled)
+            where = "primary"
+            try:
+                out = self._run(where, tenant, p, terms)
+            except (psycopg.OperationalError, PoolTimeout) as e2:
+                raise StorageUnavailable(f"Storage is unavailable: {type(e2).__name__}") from e2
+        results, days, pending, oldest_ms = out
+        lag = max(0, now_ms() - oldest_ms) if oldest_ms else 0
+        if where == "standby":
+            lag = max(lag, self.standby.lag_ms() or 0)
+        self.reads[where] += 1
+        return {"results": results, "took_ms": round((time.perf_counter() - start) * 1000, 2),
+                "shards_searched": days, "freshness": {"replica_lag_ms": lag, "index_pending": pending}}
+
+    def _run(self, where: str, tenant: str, p, terms: list[str]):
+        pool = self.standby.pool if where == "standby" else self.store.primary
+        args = {"tenant": tenant, "now": int(time.time()),
+                "first": day_of(p.since) if p.since is not None else "0001-01-01",
+                "last": day_of(p.until) if p.until is not None else "9999-12-31"}
+        with pool.connection(timeout=5.0) as conn, conn.transaction():
+            conn.execute(sql("search_snapshot"))
+            if self.config.search_cpu_ms > 0:
+                conn.execute(sql("statement_timeout"), {"ms": str(int(self.config.search_cpu_ms))})
+            days = len(conn.execute(sql("days_live"), args).fetchall())
+            try:
+                ranked, stats, unseen = self._rank(conn, p, terms, args)
+            except psycopg.errors.QueryCanceled:
+                raise TooCostly(f"This search needed more than {self.config.search_cpu_ms} ms in PostgreSQL; use "
+                                "fewer or rarer terms, or a filter.", field="query") from None
+            if unseen is None:
+                pc = conn.execute(sql("pending_count"), args).fetchone()
+                pending, oldest = pc["n"], pc["oldest"]
+            else:
+                pending, oldest = unseen.count, unseen.oldest_ms
+        return shape_results(p, terms, ranked, stats, self.tokenizer), days, pending, oldest
+
+    def _rank(self, conn, p, terms: list[str], args: dict) -> tuple[list[Ranked], Stats | None, Unseen | None]:
+        """The best k (indexed units from the index, queued ones from their content) and the statistics."""
+        ryw = not p.strong and self.config.read_your_writes_ms > 0
+        unseen = Unseen() if ryw else None
+        if not terms:
+            return [], None, unseen
+        st = conn.execute(sql("stats_get"), args).fetchone()
+        n, ntokens = int(st["ndocs"]), int(st["ntokens"])
+        df = {r["term"]: int(r["df"]) for r in conn.execute(sql("df_get"), {**args, "terms": terms})}
+        k1, b = self.config.bm25_k1, self.config.bm25_b
+        # a term no indexed unit holds weighs what it would in one (a queued unit may hold it)
+        unknown = unknown_idf(n) if ryw else 0.0
+        idf = [idf_of(n, df.get(term, 0)) or unknown for term in terms]
+        avgdl = ntokens / n if n else 0.0
+        bm25 = Bm25([w * (k1 + 1) for w in idf], avgdl, k1, b)
+        hits: list[ShardHit] = []
+        live = [term for term in dict.fromkeys(terms) if df.get(term)]
+        if live and n and not (p.operator == "and" and len(live) < len(set(terms))):
+            q = dict(args)
+            hits = score(conn, match_where(p, live, q), q, terms, bm25, p.top_k, p.operator)
+        if unseen is not None:
+            hits += self._queued_top(conn, p, terms, bm25, args, unseen)
+        hits.sort(key=lambda h: h.order)
+        hits = hits[:p.top_k]
+        if not hits:
+            return [], Stats(idf, k1, b, avgdl, n), unseen
+        units = {r["cid"]: r for r in conn.execute(sql("units_by_cids"), {**args, "cids": [h.cid for h in hits]})}
+        ranked = [Ranked(unit_dict(units[h.cid]), h.score, h.ntok, h.tfs) for h in hits if h.cid in units]
+        return ranked, Stats(idf, k1, b, avgdl, n), unseen
+
+    def _queued_top(self, conn, p, terms: list[str], bm25: Bm25, args: dict, unseen: Unseen) -> list[ShardHit]:
+        """Queued units matching the query, scored from their tokens (made once per process, while
+        read_your_writes_ms allows); the rest are ``unseen``."""
+        deadline = time.monotonic() + self.config.read_your_writes_ms / 1000
+        limit = self.config.read_your_writes_max
+        q = {**args, "limit": limit}
+        rows = conn.execute("SELECT u.seq AS id, u.cid, p.pushed_ms FROM pending p JOIN units u "
+                            "ON u.tenant = p.tenant AND u.day = p.day AND u.cid = p.cid "
+                            f"WHERE {queued_where(p, q)} ORDER BY p.seq LIMIT %(limit)s", q).fetchall()
+        if len(rows) == limit:          # a bulk import's backlog: reported, not read
+            pc = conn.execute(sql("pending_count"), args).fetchone()
+            unseen.count += max(0, pc["n"] - limit)
+            unseen.oldest_ms = pc["oldest"]
+        tenant = args["tenant"]
+        known = {r["cid"]: self.tokens.get(tenant, "", 0, r["cid"]) for r in rows}
+        missing = [r["cid"] for r in rows if known[r["cid"]] is None]
+        if missing:
+            contents = {r["cid"]: r["content"] for r in conn.execute(sql("units_by_cids"), {**args, "cids": missing})}
+            for cid in missing:
+                if time.monotonic() > deadline:
+                    break
+                if cid in contents:
+                    known[cid] = self.tokens.put(tenant, "", 0, cid, self.tokenizer.tokens(contents[cid]))
+        hits = []
+        for r in rows:
+            entry = known[r["cid"]]
+            if entry is None:
+                unseen.add(r["pushed_ms"])
+                continue
+            hit = score_tokens(entry, r, p, terms, bm25)
+            if hit is not None:
+                hits.append(hit)
+        return hits

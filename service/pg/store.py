@@ -1,0 +1,298 @@
+"""The store API on PostgreSQL (issue 18): the same public methods and answers as service/store.py.
+
+Push protocol: one transaction per request locks the tenant's row (its seq counter), checks every
+unit's CID against the catalog (duplicate, 409 collision, parent), inserts catalog, unit and queue
+rows, and commits; only then the ack. There is no window in which a catalog row exists without its
+unit (one transaction), so the SQLite backend's stale-reservation repair has no counterpart here.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg import sql as pgsql
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ..errors import ApiError, Conflict, NotFound, StorageUnavailable, Unprocessable
+from ..formats import TENANT_RE, is_cid
+from ..rows import now_ms, unit_dict
+from ..storeapi import StoreApi
+from ..tokenize import tokenizer_for
+from . import manage, redact, schema, sql, template
+from .rows import PARTITION_LOCK, SCHEMA_LOCK, next_day, partition_name
+
+log = logging.getLogger(__name__)
+
+def _conflict(cid: str) -> Conflict:
+    return Conflict(f"CID {cid} already names a different unit (48-bit collision); "
+                    "the stored unit was not changed.", field="cid")
+
+
+class PgStore(StoreApi):
+    """Every tenant in one PostgreSQL database; ``searcher.standby`` a streaming hot standby of it."""
+
+    backend = "postgresql"
+
+    def __init__(self, config):
+        super().__init__(config)
+        # Local files a node still keeps: the MCP cursor key when none is configured (set
+        # CONTEXT_MCP_CURSOR_SECRET on every node behind one load balancer).
+        self.root = Path(config.data_dir)
+        self.root.mkdir(parents=True, exist_ok=True)
+        kwargs = {"autocommit": True, "row_factory": dict_row, "connect_timeout": 5}
+        try:
+            psycopg.connect(config.store, **kwargs).close()     # a clear message at once, not a pool's retries
+        except psycopg.Error as e:
+            raise RuntimeError(f"PostgreSQL at {redact(config.store)} is not reachable: "
+                               f"{redact(str(e)).strip()}") from None
+        self.primary = ConnectionPool(config.store, min_size=1, max_size=max(2, config.pg_pool_size),
+                                      kwargs=kwargs, open=False, name="primary")
+        self.primary.open(wait=True, timeout=15)
+        self.write(self._ensure_schema)
+        self._partitions: set[str] = set()
+        self.listeners: list = []   # callables(tenant, days) told about new queued units
+        self.tokenizer = tokenizer_for(config)
+        from .search import PgSearcher
+        self.searcher = PgSearcher(self)
+
+    # --- connections ------------------------------------------------------------------------------
+    @staticmethod
+    def _ensure_schema(conn) -> None:
+        conn.execute(sql("advisory_lock"), {"key": SCHEMA_LOCK})
+        conn.execute(schema())
+
+    def write(self, fn, *args):
+        """``fn(conn, *args)`` in one primary transaction; PostgreSQL down or failing is a 503."""
+        try:
+            with self.primary.connection() as conn, conn.transaction():
+                return fn(conn, *args)
+        except ApiError:
+            raise
+        except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as e:
+            raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
+        except PoolTimeout as e:
+            raise StorageUnavailable("Storage is unavailable: no database connection") from e
+
+    read = write
+
+    def one(self, name: str, args: dict) -> dict | None:
+        """The first row of a named statement, in its own transaction."""
+        return self.read(lambda c: c.execute(sql(name), args).fetchone())
+
+    def close(self) -> None:
+        self.searcher.close()
+        self.primary.close()
+
+    # --- tenants ----------------------------------------------------------------------------------
+    def tenant_names(self) -> list[str]:
+        return [r["tenant"] for r in self.read(lambda c: c.execute(sql("tenant_names")).fetchall())
+                if TENANT_RE.match(r["tenant"])]
+
+    def live_days(self, tenant: str, first: str = "0001-01-01", last: str = "9999-12-31") -> list[str]:
+        return [r["day"] for r in self.read(lambda c: c.execute(sql("days_live"), {
+            "tenant": tenant, "now": int(time.time()), "first": first, "last": last}).fetchall())]
+
+    def max_seq(self, tenant: str) -> int:
+        return self.one("tenant_seq", {"tenant": tenant})["seq"]
+
+    # --- push -------------------------------------------------------------------------------------
+    def push_many(self, tenant: str, raws: list) -> list[dict | ApiError]:
+        """Validate and store units; per item a result dict or the ApiError that rejected it."""
+        now = time.time()
+        results, valid = self.validate(raws, now)
+        if not valid:
+            return results
+        days = sorted({u.day for _, u in valid})
+        self.check_days_per_request(days)
+        for attempt in range(3):
+            self._ensure_partitions(days)
+            out = list(results)
+            try:
+                self.write(self._push_tx, tenant, valid, now, out)
+                break
+            except psycopg.errors.CheckViolation:
+                # "no partition of relation units found for row": the janitor dropped an empty day
+                # between our check and the insert; create it again.
+                self._partitions.clear()
+                if attempt == 2:
+                    raise
+        for listener in self.listeners:
+            listener(tenant, days)
+        return out
+
+    def _ensure_partitions(self, days: list[str]) -> None:
+        missing = [d for d in days if d not in self._partitions]
+        if not missing:
+            return
+
+        def create(conn):
+            conn.execute(sql("advisory_lock"), {"key": PARTITION_LOCK})
+            for day in missing:
+                # the name from a validated day (digits and dashes only), bounds as literals
+                conn.execute(template("partition_create", part=pgsql.Identifier(partition_name(day)),
+                                      lo=pgsql.Literal(day), hi=pgsql.Literal(next_day(day))))
+        self.write(create)
+        self._partitions.update(missing)
+
+    def forget_partition(self, day: str) -> None:
+        """The janitor dropped this day's partition: the next push for it creates it again."""
+        self._partitions.discard(day)
+
+    def _check_tenant_days(self, conn, tenant: str, days: list[str]) -> None:
+        cap = self.config.max_days_per_tenant
+        if not cap:
+            return
+        known = {r["day"] for r in conn.execute(sql("days_known"), {"tenant": tenant, "days": days})}
+        new = [d for d in days if d not in known]
+        if new and conn.execute(sql("days_count"), {"tenant": tenant}).fetchone()["n"] + len(new) > cap:
+            raise Unprocessable(f"This tenant may keep at most {cap} days.", code="too_many_days", field="timestamp")
+
+    def _push_tx(self, conn, tenant: str, valid: list, now: float, results: list) -> None:
+        last = conn.execute(sql("tenant_lock"), {"tenant": tenant}).fetchone()["last_seq"]
+        self._check_tenant_days(conn, tenant, sorted({u.day for _, u in valid}))
+        wanted = {u.cid for _, u in valid} | {u.parent_cid for _, u in valid if u.parent_cid}
+        stored = {r["cid"]: r for r in conn.execute(sql("catalog_many"), {"tenant": tenant, "cids": list(wanted)})}
+        plan = Plan(tenant, last, now_ms())
+        for i, u in valid:
+            try:
+                results[i] = plan.add(u, stored, now)
+            except ApiError as e:
+                results[i] = e
+        plan.write(conn)
+
+    # --- reads ------------------------------------------------------------------------------------
+    def get(self, tenant: str, cid: str) -> dict | None:
+        """One live unit, or None (unknown or expired)."""
+        if not is_cid(cid):
+            return None
+        row = self.one("unit_get", {"tenant": tenant, "cid": cid, "now": int(time.time())})
+        return unit_dict(row) if row is not None else None
+
+    def children(self, tenant: str, cid: str, limit: int) -> list[str]:
+        return [r["cid"] for r in self.read(lambda c: c.execute(sql("catalog_children"), {
+            "tenant": tenant, "cid": cid, "now": int(time.time()), "limit": limit}).fetchall())]
+
+    def recent(self, tenant: str, limit: int = 50, before_seq: int | None = None) -> list[dict]:
+        """Live units, newest (highest seq) first, strictly below ``before_seq``."""
+        now = int(time.time())
+
+        def read(c):
+            rows = c.execute(sql("catalog_recent"), {"tenant": tenant, "now": now,
+                                                     "before": before_seq if before_seq is not None else 2**62,
+                                                     "limit": limit}).fetchall()
+            units = {r["cid"]: r for r in c.execute(sql("units_by_cids"), {
+                "tenant": tenant, "cids": [r["cid"] for r in rows]})}
+            return [unit_dict(units[r["cid"]]) for r in rows
+                    if r["cid"] in units and units[r["cid"]]["expires_at"] > now]
+        return self.read(read)
+
+    def delete(self, tenant: str, cid: str) -> dict:
+        """Remove a unit everywhere: catalog, unit row, queue row and its share of the BM25 statistics."""
+        if not is_cid(cid) or not self.remove(tenant, {"": [cid]}):
+            raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
+        return {"status": "deleted", "cid": cid}
+
+    # --- seeing and managing the memory (issue 15: service/pg/manage.py) ---------------------------
+    def list_units(self, tenant: str, p, limit: int, before: int | None = None) -> tuple[list[dict], int | None]:
+        return manage.list_units(self, tenant, p, limit, before)
+
+    def export_units(self, tenant: str, p):
+        return manage.export_units(self, tenant, p)
+
+    def stats(self, tenant: str) -> dict:
+        return manage.stats(self, tenant)
+
+    def matches(self, tenant: str, p, *, cids: list[str] | None = None, max_seq: int | None = None) -> list[dict]:
+        return manage.matches(self, tenant, p, cids=cids, max_seq=max_seq)
+
+    def remove(self, tenant: str, by_day: dict[str, list[str]]) -> int:
+        """Remove units (CIDs; the days are looked up) everywhere, in chunks; how many were stored."""
+        return manage.remove(self, tenant, [c for cids in by_day.values() for c in cids])
+
+    # --- operations -------------------------------------------------------------------------------
+    def freshness(self, tenant: str) -> dict:
+        """What a default search of this tenant cannot see yet: units still queued for the indexer,
+        and the larger of the oldest one's wait and the standby's observed replay lag."""
+        row = self.one("pending_count", {"tenant": tenant})
+        lag = max(0, now_ms() - row["oldest"]) if row["oldest"] else 0
+        standby = self.searcher.standby
+        if standby is not None:
+            lag = max(lag, standby.lag_ms() or 0)
+        return {"index_pending": row["n"], "replica_lag_ms": lag, "read_index": False}
+
+    def live_counts(self, tenant: str) -> dict:
+        live = self.one("catalog_count_live", {"tenant": tenant, "now": int(time.time())})["n"]
+        return {"units_live": live, **self.freshness(tenant)}
+
+    def check_writable(self) -> str | None:
+        """None when the primary accepts a write; otherwise the problem (readiness)."""
+        try:
+            self.write(lambda c: c.execute(sql("writable_probe")))
+            return None
+        except ApiError as e:
+            return f"PostgreSQL primary not writable: {e.message}"
+
+    def _search(self, tenant: str, params) -> dict:
+        return self.searcher.search(tenant, params)
+
+
+class Plan:
+    """One push transaction's rows: new units, duplicates' newer mutable fields, days' expiry range."""
+
+    def __init__(self, tenant: str, last_seq: int, ms: int):
+        self.tenant = tenant
+        self.last = last_seq
+        self.ms = ms
+        self.new: dict[str, dict] = {}       # cid -> row params, inserted after the loop
+        self.updates: list[dict] = []
+        self.expiry: dict[str, tuple[int, int]] = {}
+
+    def add(self, u, stored: dict, now: float) -> dict:
+        row = self.new.get(u.cid) or stored.get(u.cid)
+        if row is not None and not (row["digest"] == u.digest and row["timestamp"] == u.timestamp
+                                    and row["source"] == u.source):
+            raise _conflict(u.cid)
+        if u.parent_cid is not None:
+            parent = self.new.get(u.parent_cid) or stored.get(u.parent_cid)
+            if parent is None or parent["expires_at"] <= now:
+                raise Unprocessable(f"Parent unit {u.parent_cid} does not exist or has expired.",
+                                    code="parent_not_found", field="parent_cid")
+        params = {"tenant": self.tenant, "cid": u.cid, "day": u.day, "timestamp": u.timestamp,
+                  "source": u.source, "digest": u.digest, "expires_at": u.expires_at,
+                  "parent_cid": u.parent_cid, "type": u.type, "ttl": u.ttl, "content": u.content,
+                  "metadata": u.metadata_json(), "pushed_ms": self.ms}
+        if row is None:
+            self.last += 1
+            params["seq"] = self.last
+            self.new[u.cid] = params
+            status = "ok"
+        elif u.cid in self.new:
+            # the same unit twice in one batch: the later mutable fields win, as for any duplicate
+            params["seq"] = row["seq"]
+            self.new[u.cid].update(params)
+            status = "duplicate"
+        else:
+            params["seq"], params["day"] = row["seq"], row["day"]
+            self.updates.append(params)
+            status = "duplicate"
+        lo, hi = self.expiry.get(u.day, (u.expires_at, u.expires_at))
+        self.expiry[u.day] = (min(lo, u.expires_at), max(hi, u.expires_at))
+        return {"status": status, "cid": u.cid, "seq": params["seq"], "indexed": False}
+
+    def write(self, conn) -> None:
+        with conn.cursor() as cur:
+            rows = list(self.new.values())
+            if rows:
+                cur.executemany(sql("catalog_insert"), rows)
+                cur.executemany(sql("unit_insert"), rows)
+                cur.executemany(sql("pending_insert"), rows)
+            if self.updates:
+                cur.executemany(sql("catalog_update_mutable"), self.updates)
+                cur.executemany(sql("unit_update_mutable"), self.updates)
+            if self.expiry:
+                cur.executemany(sql("days_upsert"), [{"tenant": self.tenant, "day": d, "lo": lo, "hi": hi}
+                                                     for d, (lo, hi) in sorted(self.expiry.items())])
+            cur.execute(sql("tenant_set_seq"), {"tenant": self.tenant, "seq": self.last})

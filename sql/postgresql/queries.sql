@@ -1,0 +1,241 @@
+-- Named statements of the PostgreSQL backend (service/pg/). Parameters are psycopg's %(name)s; a
+-- statement with {name} fields is a template for identifiers (a day partition's name), filled by
+-- psycopg.sql with quoted identifiers and literals, never with request text.
+
+-- --- set-up and locks ---------------------------------------------------------------------------
+
+-- name: advisory_lock
+SELECT pg_advisory_xact_lock(%(key)s);
+
+-- name: advisory_try_lock
+SELECT pg_try_advisory_xact_lock(%(space)s, %(key)s) AS ok;
+
+-- name: writable_probe
+UPDATE cms_meta SET value = value WHERE key = 'schema_version';
+
+-- name: partition_create
+CREATE TABLE IF NOT EXISTS {part} PARTITION OF units FOR VALUES FROM ({lo}) TO ({hi});
+
+-- name: partitions
+SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'units'::regclass ORDER BY c.relname;
+
+-- name: partition_has_rows
+SELECT EXISTS (SELECT 1 FROM {part}) AS b;
+
+-- name: day_live_anywhere
+SELECT EXISTS (SELECT 1 FROM tenant_days WHERE day = %(day)s) AS b;
+
+-- name: lock_timeout
+SET LOCAL lock_timeout = '2s';
+
+-- name: partition_lock
+-- The locks a push takes, in its order (the parent table, then the partition).
+LOCK TABLE units, {part} IN ACCESS EXCLUSIVE MODE;
+
+-- name: partition_drop
+DROP TABLE {part};
+
+-- --- tenants and days ---------------------------------------------------------------------------
+
+-- name: tenant_lock
+INSERT INTO tenants(tenant) VALUES (%(tenant)s) ON CONFLICT (tenant) DO UPDATE SET last_seq = tenants.last_seq
+RETURNING last_seq;
+
+-- name: tenant_set_seq
+UPDATE tenants SET last_seq = %(seq)s, version = version + 1 WHERE tenant = %(tenant)s;
+
+-- name: tenant_bump
+-- A change that assigns no seq (delete, forget): default searches must not read a standby without it.
+UPDATE tenants SET version = version + 1 WHERE tenant = %(tenant)s;
+
+-- name: tenant_seq
+SELECT coalesce((SELECT last_seq FROM tenants WHERE tenant = %(tenant)s), 0) AS seq;
+
+-- name: tenant_version
+SELECT coalesce((SELECT version FROM tenants WHERE tenant = %(tenant)s), 0) AS version;
+
+-- name: tenant_names
+SELECT tenant FROM tenants ORDER BY tenant;
+
+-- name: days_count
+SELECT count(*) AS n FROM tenant_days WHERE tenant = %(tenant)s;
+
+-- name: days_known
+SELECT day::text AS day FROM tenant_days WHERE tenant = %(tenant)s AND day = ANY(%(days)s::date[]);
+
+-- name: days_upsert
+INSERT INTO tenant_days(tenant, day, min_expires_at, max_expires_at)
+VALUES (%(tenant)s, %(day)s, %(lo)s, %(hi)s)
+ON CONFLICT (tenant, day) DO UPDATE SET
+    min_expires_at = least(tenant_days.min_expires_at, excluded.min_expires_at),
+    max_expires_at = greatest(tenant_days.max_expires_at, excluded.max_expires_at);
+
+-- name: days_live
+SELECT day::text AS day FROM tenant_days
+WHERE tenant = %(tenant)s AND max_expires_at > %(now)s AND day BETWEEN %(first)s AND %(last)s ORDER BY day;
+
+-- --- push ---------------------------------------------------------------------------------------
+
+-- name: catalog_many
+SELECT cid, seq, day::text AS day, timestamp, source, digest, expires_at FROM catalog
+WHERE tenant = %(tenant)s AND cid = ANY(%(cids)s);
+
+-- name: catalog_insert
+INSERT INTO catalog(tenant, cid, seq, day, timestamp, source, digest, expires_at, parent_cid)
+VALUES (%(tenant)s, %(cid)s, %(seq)s, %(day)s, %(timestamp)s, %(source)s, %(digest)s, %(expires_at)s, %(parent_cid)s);
+
+-- name: catalog_update_mutable
+UPDATE catalog SET expires_at = %(expires_at)s, parent_cid = %(parent_cid)s WHERE tenant = %(tenant)s AND cid = %(cid)s;
+
+-- name: unit_insert
+INSERT INTO units(tenant, day, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, pushed_ms)
+VALUES (%(tenant)s, %(day)s, %(cid)s, %(seq)s, %(type)s, %(source)s, %(timestamp)s, %(ttl)s, %(expires_at)s,
+        %(content)s, %(metadata)s, %(parent_cid)s, %(pushed_ms)s);
+
+-- name: unit_update_mutable
+UPDATE units SET type = %(type)s, ttl = %(ttl)s, expires_at = %(expires_at)s, metadata = %(metadata)s,
+    parent_cid = %(parent_cid)s
+WHERE tenant = %(tenant)s AND day = %(day)s AND cid = %(cid)s;
+
+-- name: pending_insert
+INSERT INTO pending(tenant, cid, day, seq, pushed_ms) VALUES (%(tenant)s, %(cid)s, %(day)s, %(seq)s, %(pushed_ms)s);
+
+-- --- reads --------------------------------------------------------------------------------------
+
+-- name: unit_get
+SELECT u.cid, u.seq, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.content, u.metadata, u.parent_cid
+FROM catalog c JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
+WHERE c.tenant = %(tenant)s AND c.cid = %(cid)s AND c.expires_at > %(now)s AND u.expires_at > %(now)s;
+
+-- name: units_by_cids
+SELECT u.cid, u.seq, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.content, u.metadata, u.parent_cid
+FROM catalog c JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
+WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s);
+
+-- name: catalog_children
+SELECT cid FROM catalog
+WHERE tenant = %(tenant)s AND parent_cid = %(cid)s AND expires_at > %(now)s ORDER BY seq LIMIT %(limit)s;
+
+-- name: catalog_recent
+SELECT seq, cid FROM catalog
+WHERE tenant = %(tenant)s AND expires_at > %(now)s AND seq < %(before)s ORDER BY seq DESC LIMIT %(limit)s;
+
+-- name: catalog_count_live
+SELECT count(*) AS n FROM catalog WHERE tenant = %(tenant)s AND expires_at > %(now)s;
+
+-- name: pending_count
+SELECT count(*) AS n, min(pushed_ms) AS oldest FROM pending WHERE tenant = %(tenant)s;
+
+-- --- delete and forget --------------------------------------------------------------------------
+
+-- name: catalog_delete_many
+DELETE FROM catalog WHERE tenant = %(tenant)s AND cid = ANY(%(cids)s) AND expires_at > %(now)s
+RETURNING day::text AS day, cid;
+
+-- name: units_delete_many
+DELETE FROM units WHERE tenant = %(tenant)s AND day = ANY(%(days)s::date[]) AND cid = ANY(%(cids)s)
+RETURNING day::text AS day, cid, ntok, tokens;
+
+-- name: pending_delete_many
+DELETE FROM pending WHERE tenant = %(tenant)s AND cid = ANY(%(cids)s);
+
+-- --- the indexer --------------------------------------------------------------------------------
+
+-- name: pending_claim
+-- Any node may index any row: the rows one indexer holds are skipped by the others.
+SELECT p.tenant, p.cid, p.day::text AS day, p.pushed_ms, u.content
+FROM pending p JOIN units u ON u.tenant = p.tenant AND u.day = p.day AND u.cid = p.cid
+ORDER BY p.pushed_ms LIMIT %(limit)s FOR UPDATE OF p, u SKIP LOCKED;
+
+-- name: pending_claim_tenant
+SELECT p.tenant, p.cid, p.day::text AS day, p.pushed_ms, u.content
+FROM pending p JOIN units u ON u.tenant = p.tenant AND u.day = p.day AND u.cid = p.cid
+WHERE p.tenant = %(tenant)s
+ORDER BY p.pushed_ms LIMIT %(limit)s FOR UPDATE OF p, u SKIP LOCKED;
+
+-- name: unit_set_tokens
+UPDATE units SET ntok = %(ntok)s, tokens = %(tokens)s, tsv = array_to_tsvector(%(lexemes)s::text[])
+WHERE tenant = %(tenant)s AND day = %(day)s AND cid = %(cid)s AND ntok IS NULL;
+
+-- name: unit_set_tokens_untsv
+UPDATE units SET ntok = %(ntok)s, tokens = %(tokens)s, tsv = NULL
+WHERE tenant = %(tenant)s AND day = %(day)s AND cid = %(cid)s AND ntok IS NULL;
+
+-- name: pending_done
+DELETE FROM pending WHERE tenant = %(tenant)s AND cid = %(cid)s;
+
+-- name: stats_add
+INSERT INTO day_stats(tenant, day, ndocs, ntokens) VALUES (%(tenant)s, %(day)s, %(ndocs)s, %(ntokens)s)
+ON CONFLICT (tenant, day) DO UPDATE SET
+    ndocs = day_stats.ndocs + excluded.ndocs, ntokens = day_stats.ntokens + excluded.ntokens;
+
+-- name: df_add
+-- Terms in sorted order (the caller sorts): concurrent indexers lock the same rows in the same order.
+INSERT INTO term_df(tenant, term, day, df)
+SELECT %(tenant)s, t.term, %(day)s, t.df FROM unnest(%(terms)s::text[], %(dfs)s::bigint[]) AS t(term, df)
+ON CONFLICT (tenant, term, day) DO UPDATE SET df = term_df.df + excluded.df;
+
+-- name: df_cleanup
+DELETE FROM term_df WHERE tenant = %(tenant)s AND day = %(day)s AND df <= 0;
+
+-- --- the janitor --------------------------------------------------------------------------------
+
+-- name: units_purge_batch
+DELETE FROM units WHERE (tenant, day, cid) IN (
+    SELECT tenant, day, cid FROM units WHERE tenant = %(tenant)s AND expires_at <= %(now)s LIMIT %(limit)s)
+RETURNING day::text AS day, cid, ntok, tokens;
+
+-- name: catalog_purge
+DELETE FROM catalog WHERE tenant = %(tenant)s AND expires_at <= %(now)s;
+
+-- name: days_forget_dead
+DELETE FROM tenant_days WHERE tenant = %(tenant)s AND max_expires_at <= %(now)s RETURNING day::text AS day;
+
+-- name: stats_forget_day
+DELETE FROM day_stats WHERE tenant = %(tenant)s AND day = %(day)s;
+
+-- name: df_forget_day
+DELETE FROM term_df WHERE tenant = %(tenant)s AND day = %(day)s;
+
+-- name: pending_orphans
+-- Queue rows whose unit is gone (deleted or its day dropped): nothing to index.
+DELETE FROM pending p WHERE NOT EXISTS (
+    SELECT 1 FROM units u WHERE u.tenant = p.tenant AND u.day = p.day AND u.cid = p.cid);
+
+-- --- search -------------------------------------------------------------------------------------
+
+-- name: search_snapshot
+-- One snapshot for statistics, matches and queued units.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY;
+
+-- name: statement_timeout
+SELECT set_config('statement_timeout', %(ms)s, true);
+
+-- name: stats_get
+SELECT coalesce(sum(ndocs), 0)::bigint AS ndocs, coalesce(sum(ntokens), 0)::bigint AS ntokens
+FROM day_stats WHERE tenant = %(tenant)s;
+
+-- name: df_get
+SELECT term, sum(df)::bigint AS df FROM term_df WHERE tenant = %(tenant)s AND term = ANY(%(terms)s) GROUP BY term;
+
+-- name: standby_lag
+-- Observed replay lag of a hot standby: 0 when it has replayed everything it received and its WAL
+-- receiver streams; otherwise the age of the last transaction it replayed.
+SELECT pg_is_in_recovery() AS recovery,
+       CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn()
+                 AND (SELECT status FROM pg_stat_wal_receiver) = 'streaming' THEN 0
+            ELSE coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000, 0)
+       END::bigint AS lag_ms;
+
+-- --- seeing and managing the memory (issue 15) --------------------------------------------------
+
+-- name: stats_by_day_type
+-- Live units per day and type: count, content bytes (UTF-8), oldest and newest timestamp, and the
+-- bytes their rows take in the day partitions (the counterpart of the SQLite backend's day files).
+SELECT day::text AS day, type, count(*) AS units, sum(octet_length(content))::bigint AS bytes,
+       min(timestamp) AS oldest, max(timestamp) AS newest, sum(pg_column_size(u.*))::bigint AS stored
+FROM units u WHERE tenant = %(tenant)s AND expires_at > %(now)s GROUP BY day, type ORDER BY day, type;
+
+-- name: days_summary
+SELECT count(*) AS n, min(day)::text AS first, max(day)::text AS last FROM tenant_days WHERE tenant = %(tenant)s;

@@ -1,0 +1,101 @@
+-- Context Mode Service on PostgreSQL (issue 18; DESIGN.md sections 5 and 8, "Scale-out").
+-- Re-runnable: every service process runs it at start (under an advisory lock).
+-- Every table leads with the tenant column: it is the distribution key if the schema moves to Citus
+-- (catalog, units, pending and the statistics would be distributed by tenant and co-located).
+
+-- btree_gin lets one GIN index serve "tenant = ... AND tsv @@ ..." (a trusted extension since 13).
+CREATE EXTENSION IF NOT EXISTS btree_gin;
+
+CREATE TABLE IF NOT EXISTS cms_meta (key text PRIMARY KEY, value bigint NOT NULL);
+INSERT INTO cms_meta(key, value) VALUES ('schema_version', 1) ON CONFLICT (key) DO NOTHING;
+
+-- One row per tenant: the per-tenant acknowledgement order. A push locks this row for its transaction,
+-- so seqs are assigned in commit order. ``version`` counts every change of the tenant's units (push,
+-- duplicate, delete, forget): a default search reads the standby only once it has replayed the version
+-- the primary had when the search began (read-your-writes, deletes included).
+CREATE TABLE IF NOT EXISTS tenants (
+    tenant    text PRIMARY KEY,
+    last_seq  bigint NOT NULL DEFAULT 0,
+    version   bigint NOT NULL DEFAULT 0
+);
+
+-- cid -> day, seq and identity (digest = sha256(content)) for duplicate and collision checks.
+CREATE TABLE IF NOT EXISTS catalog (
+    tenant      text   NOT NULL,
+    cid         text   NOT NULL,
+    seq         bigint NOT NULL,
+    day         date   NOT NULL,
+    timestamp   bigint NOT NULL,
+    source      text   NOT NULL,
+    digest      text   NOT NULL,
+    expires_at  bigint NOT NULL,
+    parent_cid  text,
+    PRIMARY KEY (tenant, cid)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS catalog_seq ON catalog (tenant, seq);
+CREATE INDEX IF NOT EXISTS catalog_parent ON catalog (tenant, parent_cid) WHERE parent_cid IS NOT NULL;
+CREATE INDEX IF NOT EXISTS catalog_expires ON catalog (expires_at);
+
+-- Which days of a tenant can still hold live units (the day files of the SQLite backend).
+CREATE TABLE IF NOT EXISTS tenant_days (
+    tenant          text   NOT NULL,
+    day             date   NOT NULL,
+    min_expires_at  bigint NOT NULL,
+    max_expires_at  bigint NOT NULL,
+    PRIMARY KEY (tenant, day)
+);
+
+-- The units, one partition per day (units_pYYYYMMDD, created on first use; the janitor drops a
+-- partition once every unit in it has expired). ntok, tokens and tsv are NULL until indexed.
+CREATE TABLE IF NOT EXISTS units (
+    tenant      text   NOT NULL,
+    day         date   NOT NULL,
+    cid         text   NOT NULL,
+    seq         bigint NOT NULL,
+    type        text   NOT NULL,
+    source      text   NOT NULL,
+    timestamp   bigint NOT NULL,
+    ttl         bigint NOT NULL,
+    expires_at  bigint NOT NULL,
+    content     text   NOT NULL,
+    metadata    text,
+    parent_cid  text,
+    pushed_ms   bigint NOT NULL,
+    ntok        integer,
+    tokens      text,          -- the service's own tokens (service/tokenize.py), space separated
+    tsv         tsvector,      -- array_to_tsvector(those tokens): lexemes exactly as made, no parsing
+    PRIMARY KEY (tenant, day, cid)
+) PARTITION BY RANGE (day);
+CREATE INDEX IF NOT EXISTS units_tsv ON units USING gin (tenant, tsv);
+CREATE INDEX IF NOT EXISTS units_expires ON units (expires_at);
+-- Units whose lexemes do not fit a tsvector (over 1 MiB of distinct tokens): scanned by their tokens.
+CREATE INDEX IF NOT EXISTS units_untsv ON units (tenant) WHERE tsv IS NULL AND ntok > 0;
+
+-- The durable index queue: a row per acked, not yet indexed unit. Any node's indexer claims rows
+-- with FOR UPDATE SKIP LOCKED, indexes them and deletes them in one transaction.
+CREATE TABLE IF NOT EXISTS pending (
+    tenant     text   NOT NULL,
+    cid        text   NOT NULL,
+    day        date   NOT NULL,
+    seq        bigint NOT NULL,
+    pushed_ms  bigint NOT NULL,
+    PRIMARY KEY (tenant, cid)
+);
+CREATE INDEX IF NOT EXISTS pending_order ON pending (pushed_ms);
+
+-- BM25 statistics of the indexed units, per tenant and day (a dropped day takes its rows along):
+-- documents with at least one token, their token total, and each term's document frequency.
+CREATE TABLE IF NOT EXISTS day_stats (
+    tenant   text   NOT NULL,
+    day      date   NOT NULL,
+    ndocs    bigint NOT NULL DEFAULT 0,
+    ntokens  bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, day)
+);
+CREATE TABLE IF NOT EXISTS term_df (
+    tenant  text   NOT NULL,
+    term    text   NOT NULL,
+    day     date   NOT NULL,
+    df      bigint NOT NULL,
+    PRIMARY KEY (tenant, term, day)
+);
