@@ -36,10 +36,12 @@ FORCED_BACKEND = os.environ.get("CONTEXT_TEST_BACKEND")
 def pytest_generate_tests(metafunc):
     if "backend" not in metafunc.fixturenames:
         return
-    if FORCED_BACKEND:
-        metafunc.parametrize("backend", [FORCED_BACKEND], indirect=True)
-    elif getattr(metafunc.module, "BACKENDS", None):
-        metafunc.parametrize("backend", metafunc.module.BACKENDS, indirect=True)
+    backends = [FORCED_BACKEND] if FORCED_BACKEND else list(getattr(metafunc.module, "BACKENDS", ()))
+    if metafunc.definition.get_closest_marker("sqlite_only"):
+        # it reads the SQLite backend's files; PostgreSQL's counterpart is in tests/test_postgresql.py
+        backends = [b for b in backends if b == "sqlite"]
+    if backends:
+        metafunc.parametrize("backend", backends, indirect=True)
 
 
 @pytest.fixture
@@ -145,6 +147,23 @@ def drain(app) -> None:
     """Run the app's maintenance until nothing is left to index (and the read index has it)."""
     while app.extensions["context_maintenance"].run_once():
         pass
+
+
+def replayed(app, timeout: float = 30.0) -> bool:
+    """On PostgreSQL with a standby: wait until the standby has replayed everything the primary wrote
+    so far (default searches then read it); True. False on SQLite (nothing to wait for)."""
+    store = app.extensions["context_store"]
+    standby = getattr(getattr(store, "searcher", None), "standby", None)
+    if getattr(store, "backend", "sqlite") == "sqlite" or standby is None:
+        return False
+    lsn = store.read(lambda c: c.execute("SELECT pg_current_wal_lsn() AS l").fetchone()["l"])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with standby.pool.connection() as c:
+            if c.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn AS ok", (lsn,)).fetchone()["ok"]:
+                return True
+        time.sleep(0.01)
+    raise AssertionError("the standby did not replay the primary's writes in time")
 
 
 def assert_error(rv, status, code, field=None):

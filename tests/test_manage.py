@@ -111,6 +111,7 @@ def test_list_time_filters(client, world):
     assert [u["cid"] for u in listing(client, until=now - DAY + 60)[0]] == [world["child"], world["root"]]
 
 
+@pytest.mark.sqlite_only
 def test_a_selective_filter_answers_short_pages_that_still_reach_every_match(client, world, monkeypatch):
     from service import manage
     monkeypatch.setattr(manage, "SCAN_BUDGET", 1)
@@ -280,6 +281,7 @@ def test_forget_rejects_bad_bodies_and_changes_nothing(client, world, body, code
     assert len(listing(client)[0]) == 4
 
 
+@pytest.mark.sqlite_only
 def test_forgotten_units_leave_default_searches_before_the_read_index_pass(client, app, world):
     drain(app)                              # the read index holds every unit
     store = app.extensions["context_store"]
@@ -298,6 +300,7 @@ def test_forgotten_units_leave_default_searches_before_the_read_index_pass(clien
     assert search(client, "ORD-1") == [world["thought"]]
 
 
+@pytest.mark.sqlite_only
 def test_the_janitor_compacts_a_day_file_after_a_bulk_forget(client, app):
     now = int(time.time())
     payload = " ".join(f"word{i}" for i in range(400))

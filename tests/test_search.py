@@ -260,6 +260,7 @@ def test_huge_times_are_not_a_500(client, qs):
     assert rv.status_code == 200
 
 
+@pytest.mark.sqlite_only
 def test_strong_search_cpu_is_capped(make_app):
     """Issue 12, finding 9: many common terms on the primary files cost seconds of CPU; past
     CONTEXT_SEARCH_CPU_MS the search stops with a clear 422 (the read index needs no cap)."""

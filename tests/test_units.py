@@ -291,6 +291,7 @@ def test_collision_by_brute_force_on_a_short_prefix(client, monkeypatch):
     assert client.get(f"/mcp/units/{rv1.get_json()['cid']}").get_json()["content"] == pair[0]
 
 
+@pytest.mark.sqlite_only
 def test_unit_for_yesterday_lands_in_yesterdays_file(client, app):
     import datetime
     now = int(time.time())

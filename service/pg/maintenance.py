@@ -64,6 +64,8 @@ def _index_claimed(conn, rows, token_lists) -> None:
         if unfit:
             cur.executemany(sql("unit_set_tokens_untsv"), unfit)
         cur.executemany(sql("pending_done"), done)
+    for tenant in sorted({r["tenant"] for r in rows}):   # (sorted: every indexer locks in one order)
+        conn.execute(sql("index_mark"), {"tenant": tenant})
     for key in sorted(docs):       # one order for every indexer: no deadlock on the statistics rows
         conn.execute(sql("stats_add"), {"tenant": key[0], "day": key[1], "ndocs": docs[key][0],
                                         "ntokens": docs[key][1]})
@@ -105,8 +107,8 @@ def catch_up(store, tenant: str, wait_ms: int) -> None:
 def purge_tenant(store, tenant: str, now: int) -> int:
     """Delete a tenant's expired units (and their statistics, queue and catalog rows); one node at a time."""
     def tx(conn):
-        key = zlib.crc32(f"janitor:{tenant}".encode())
-        if not conn.execute(sql("advisory_try_lock"), {"space": JANITOR_LOCKS, "key": key}).fetchone()["ok"]:
+        key = JANITOR_LOCKS + zlib.crc32(tenant.encode())
+        if not conn.execute(sql("advisory_try_lock"), {"key": key}).fetchone()["ok"]:
             return 0
         total = 0
         while True:
@@ -117,6 +119,8 @@ def purge_tenant(store, tenant: str, now: int) -> int:
             total += len(rows)
             if len(rows) < PURGE_BATCH:
                 break
+        if total:
+            conn.execute(sql("index_mark"), {"tenant": tenant})
         conn.execute(sql("catalog_purge"), {"tenant": tenant, "now": now})
         for r in conn.execute(sql("days_forget_dead"), {"tenant": tenant, "now": now}).fetchall():
             conn.execute(sql("stats_forget_day"), {"tenant": tenant, "day": r["day"]})

@@ -10,7 +10,7 @@ from . import sql
 
 SCHEMA_LOCK = 0x636d_7331      # advisory lock keys: schema set-up, partition create/drop
 PARTITION_LOCK = 0x636d_7332
-JANITOR_LOCKS = 1              # pg_try_advisory_xact_lock(1, crc32(tenant)): one janitor per tenant
+JANITOR_LOCKS = 1 << 32        # + crc32(tenant): the advisory lock of one tenant's janitor
 
 
 def partition_name(day: str) -> str:

@@ -87,14 +87,17 @@ class PgSearcher:
             self.standby.close()
 
     def _target(self, tenant: str, p) -> str:
-        """Where this search reads: "standby" when it may, else "primary"."""
+        """Where this search reads: "standby" when it may, else "primary". With read-your-writes the
+        standby must have replayed every change the tenant had when the search began: its answer is
+        then as fresh as the primary's for this tenant ("standby-fresh")."""
         if p.strong or self.standby is None or not self.standby.usable():
             return "primary"
-        if self.config.read_your_writes_ms > 0:
-            version = self.store.one("tenant_version", {"tenant": tenant})["version"]
-            if not self.standby.caught_up(tenant, version, self.config.read_your_writes_ms):
-                return "primary"
-        return "standby"
+        if self.config.read_your_writes_ms <= 0:
+            return "standby"
+        version = self.store.one("tenant_version", {"tenant": tenant})["version"]
+        if not self.standby.caught_up(tenant, version, self.config.read_your_writes_ms):
+            return "primary"
+        return "standby-fresh"
 
     def search(self, tenant: str, p) -> dict:
         start = time.perf_counter()
@@ -105,7 +108,7 @@ class PgSearcher:
         try:
             out = self._run(where, tenant, p, terms)
         except (psycopg.OperationalError, PoolTimeout) as e:
-            if where != "standby":
+            if where == "primary":
                 raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
             self.standby.mark_down()        # (also a query the standby's replay cancelled)
             where = "primary"
@@ -115,14 +118,14 @@ class PgSearcher:
                 raise StorageUnavailable(f"Storage is unavailable: {type(e2).__name__}") from e2
         results, days, pending, oldest_ms = out
         lag = max(0, now_ms() - oldest_ms) if oldest_ms else 0
-        if where == "standby":
+        if where == "standby":          # (read-your-writes off: as stale as the standby is)
             lag = max(lag, self.standby.lag_ms() or 0)
-        self.reads[where] += 1
+        self.reads["primary" if where == "primary" else "standby"] += 1
         return {"results": results, "took_ms": round((time.perf_counter() - start) * 1000, 2),
                 "shards_searched": days, "freshness": {"replica_lag_ms": lag, "index_pending": pending}}
 
     def _run(self, where: str, tenant: str, p, terms: list[str]):
-        pool = self.standby.pool if where == "standby" else self.store.primary
+        pool = self.store.primary if where == "primary" else self.standby.pool
         args = {"tenant": tenant, "now": int(time.time()),
                 "first": day_of(p.since) if p.since is not None else "0001-01-01",
                 "last": day_of(p.until) if p.until is not None else "9999-12-31"}
@@ -178,14 +181,14 @@ class PgSearcher:
         read_your_writes_ms allows); the rest are ``unseen``."""
         deadline = time.monotonic() + self.config.read_your_writes_ms / 1000
         limit = self.config.read_your_writes_max
-        q = {**args, "limit": limit}
+        q = {**args, "limit": limit + 1}
         rows = conn.execute("SELECT u.seq AS id, u.cid, p.pushed_ms FROM pending p JOIN units u "
                             "ON u.tenant = p.tenant AND u.day = p.day AND u.cid = p.cid "
                             f"WHERE {queued_where(p, q)} ORDER BY p.seq LIMIT %(limit)s", q).fetchall()
-        if len(rows) == limit:          # a bulk import's backlog: reported, not read
+        if len(rows) > limit:           # a bulk import's backlog: reported, not read (as on SQLite)
             pc = conn.execute(sql("pending_count"), args).fetchone()
-            unseen.count += max(0, pc["n"] - limit)
-            unseen.oldest_ms = pc["oldest"]
+            unseen.count, unseen.oldest_ms = pc["n"], pc["oldest"]
+            return []
         tenant = args["tenant"]
         known = {r["cid"]: self.tokens.get(tenant, "", 0, r["cid"]) for r in rows}
         missing = [r["cid"] for r in rows if known[r["cid"]] is None]

@@ -1,7 +1,7 @@
 """The read replica on PostgreSQL (issue 18): a streaming hot standby of the primary.
 
 Default searches read it while it answers, its observed replay lag is within ``replica_max_lag_ms``
-and it has replayed every change the tenant had when the search began (``tenants.version``:
+and it has replayed every change of the tenant the primary had when the search began (``tenant_version``:
 read-your-writes, deletes included); otherwise the primary answers. The lag is probed at most once
 a second per process.
 """

@@ -8,7 +8,7 @@
 SELECT pg_advisory_xact_lock(%(key)s);
 
 -- name: advisory_try_lock
-SELECT pg_try_advisory_xact_lock(%(space)s, %(key)s) AS ok;
+SELECT pg_try_advisory_xact_lock(%(key)s) AS ok;
 
 -- name: writable_probe
 UPDATE cms_meta SET value = value WHERE key = 'schema_version';
@@ -53,7 +53,14 @@ UPDATE tenants SET version = version + 1 WHERE tenant = %(tenant)s;
 SELECT coalesce((SELECT last_seq FROM tenants WHERE tenant = %(tenant)s), 0) AS seq;
 
 -- name: tenant_version
-SELECT coalesce((SELECT version FROM tenants WHERE tenant = %(tenant)s), 0) AS version;
+-- Every change a search of the tenant can see: pushes, deletes and forgets, index and purge commits.
+-- (A standby replays a prefix of the primary's history: a sum at least the primary's means both are.)
+SELECT coalesce((SELECT version FROM tenants WHERE tenant = %(tenant)s), 0)
+     + coalesce((SELECT version FROM index_marks WHERE tenant = %(tenant)s), 0) AS version;
+
+-- name: index_mark
+INSERT INTO index_marks(tenant, version) VALUES (%(tenant)s, 1)
+ON CONFLICT (tenant) DO UPDATE SET version = index_marks.version + 1;
 
 -- name: tenant_names
 SELECT tenant FROM tenants ORDER BY tenant;

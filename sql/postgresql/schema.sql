@@ -19,6 +19,14 @@ CREATE TABLE IF NOT EXISTS tenants (
     version   bigint NOT NULL DEFAULT 0
 );
 
+-- Per tenant, a count of the indexer's and the janitor's commits (tokens, statistics, purges): with
+-- tenants.version it tells whether the standby has replayed everything a search of the tenant on the
+-- primary would see (kept apart from tenants so that indexing never waits for a push's row lock).
+CREATE TABLE IF NOT EXISTS index_marks (
+    tenant   text PRIMARY KEY,
+    version  bigint NOT NULL DEFAULT 0
+);
+
 -- cid -> day, seq and identity (digest = sha256(content)) for duplicate and collision checks.
 CREATE TABLE IF NOT EXISTS catalog (
     tenant      text   NOT NULL,
