@@ -6,6 +6,7 @@ Test modules import helpers from here (or from a helper module without the ``tes
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -37,14 +38,19 @@ def pytest_generate_tests(metafunc):
     if "backend" not in metafunc.fixturenames:
         return
     backends = [FORCED_BACKEND] if FORCED_BACKEND else list(getattr(metafunc.module, "BACKENDS", ()))
-    if metafunc.definition.get_closest_marker("sqlite_only"):
-        # it reads the SQLite backend's files; PostgreSQL's counterpart is in tests/test_postgresql.py
-        backends = [b for b in backends if b == "sqlite"]
+    for only in ("sqlite", "postgresql"):
+        # sqlite_only: it reads SQLite's files (PostgreSQL's counterparts: tests/test_postgresql.py);
+        # postgresql_only: it stops PostgreSQL's servers
+        if metafunc.definition.get_closest_marker(f"{only}_only"):
+            backends = [b for b in backends if b == only]
+            if not backends and only == "postgresql":
+                backends = [pytest.param(only, marks=pytest.mark.skip(reason="runs on PostgreSQL only"))]
     if backends:
-        metafunc.parametrize("backend", backends, indirect=True)
+        # module scope: a module's shared servers and apps (module fixtures) are made once per backend
+        metafunc.parametrize("backend", backends, indirect=True, scope="module")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def backend(request) -> str:
     return getattr(request, "param", "sqlite")
 
@@ -64,28 +70,62 @@ def pg_cluster():
     tool = pg_cluster_module()
     if tool.pg_bin() is None:
         pytest.skip("PostgreSQL is not installed (.ci/setup.d/postgresql.sh installs it)")
-    cluster = tool.Cluster().start()
+    cluster = tool.Cluster(fsync=False).start()
     yield cluster
     cluster.stop()
 
 
 _schemas = iter(range(1, 10**9))
+_free_schemas: list[str] = []
+# Emptied between tests (a reused schema skips the DDL, ~0.1 s a test): every table but ``tenants`` and
+# ``index_marks``, whose versions must only grow (a standby that has not replayed the emptying yet would
+# otherwise look caught up); their seqs start again at 0.
+_EMPTIED = ("catalog", "units", "pending", "tenant_days", "day_stats", "term_df")
+
+
+@contextlib.contextmanager
+def pg_schema(cluster):
+    """(primary URL, standby URL) on a schema of their own: tests never see each other's data."""
+    import psycopg
+    if _free_schemas:
+        name = _free_schemas.pop()
+    else:
+        name = f"t{os.getpid()}_{next(_schemas)}"
+        with psycopg.connect(cluster.primary_url, autocommit=True) as c:
+            c.execute(f"CREATE SCHEMA {name}")
+    opts = f"-csearch_path%3D{name}%2Cpublic"
+    yield cluster.url(cluster.primary_port, options=opts), cluster.url(cluster.standby_port, options=opts)
+    try:
+        with psycopg.connect(cluster.url(cluster.primary_port, options=opts), autocommit=True) as c:
+            if c.execute("SELECT to_regclass('cms_meta') IS NOT NULL").fetchone()[0]:
+                with c.transaction():
+                    for table in _EMPTIED:
+                        c.execute(f"DELETE FROM {table}")
+                    c.execute("UPDATE tenants SET last_seq = 0")
+        _free_schemas.append(name)
+    except psycopg.Error:
+        pass        # (a test stopped the primary and failed before starting it again: not reused)
 
 
 @pytest.fixture
 def pg_urls(pg_cluster):
-    """(primary URL, standby URL) on a fresh schema of their own: tests never see each other's data."""
-    import psycopg
-    name = f"t{os.getpid()}_{next(_schemas)}"
-    with psycopg.connect(pg_cluster.primary_url, autocommit=True) as c:
-        c.execute(f"CREATE SCHEMA {name}")
-    opts = f"-csearch_path%3D{name}%2Cpublic"
-    yield (pg_cluster.url(pg_cluster.primary_port, options=opts), pg_cluster.url(pg_cluster.standby_port, options=opts))
-    try:
-        with psycopg.connect(pg_cluster.primary_url, autocommit=True) as c:
-            c.execute(f"DROP SCHEMA {name} CASCADE")
-    except psycopg.OperationalError:
-        pass        # a test stopped the primary and failed before starting it again
+    with pg_schema(pg_cluster) as urls:
+        yield urls
+
+
+def store_env(store_config: dict) -> dict:
+    """A store configuration as a live server's CONTEXT_* environment."""
+    return {"CONTEXT_" + k.upper(): v for k, v in store_config.items()}
+
+
+@pytest.fixture(scope="module")
+def module_store_config(request, backend) -> dict:
+    """store_config for a module's shared apps and servers (module fixtures)."""
+    if backend == "sqlite":
+        yield {}
+        return
+    with pg_schema(request.getfixturevalue("pg_cluster")) as (primary, standby):
+        yield {"store": primary, "store_replica": standby}
 
 
 @pytest.fixture
@@ -257,11 +297,11 @@ class LiveServer:
 @pytest.fixture
 def live_server_factory(tmp_path, store_config):
     servers: list[LiveServer] = []
-    store_env = {"CONTEXT_" + k.upper(): v for k, v in store_config.items()}
+    env = store_env(store_config)
 
     def make(**kw) -> LiveServer:
         data_dir = kw.pop("data_dir", tmp_path / f"data{len(servers)}")
-        kw["env"] = {**store_env, **(kw.get("env") or {})}
+        kw["env"] = {**env, **(kw.get("env") or {})}
         server = LiveServer(data_dir, **kw)
         servers.append(server)   # before start(): a server that fails to boot is still stopped
         return server.start()

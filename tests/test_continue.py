@@ -9,6 +9,9 @@ import pytest
 
 from conftest import make_unit
 
+# The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
+BACKENDS = ("sqlite", "postgresql")
+
 
 def continue_body(query="", full_input="", options=None, workspace=None):
     """What Continue serializes: undefined options/workspacePath are left out by JSON.stringify."""

@@ -14,6 +14,9 @@ import requests
 
 from conftest import close_app, make_unit, new_app
 
+# The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
+BACKENDS = ("sqlite", "postgresql")
+
 KEYS = "difykey-0123456789abcdef:acme:search+push;pushonly-0123456789abcdef:acme:push;betakey-0123456789abcdef:beta:search+push"
 NOW = int(time.time())
 QUERY = "ORD-7890 order"
@@ -30,8 +33,8 @@ def auth(key="difykey-0123456789abcdef"):
 
 
 @pytest.fixture(scope="module")
-def seeded(tmp_path_factory):
-    app = new_app(tmp_path_factory.mktemp("dify") / "data", api_keys=KEYS)
+def seeded(tmp_path_factory, module_store_config):
+    app = new_app(tmp_path_factory.mktemp("dify") / "data", api_keys=KEYS, **module_store_config)
     client = app.test_client()
     units = {
         "u1": make_unit("订单 ORD-7890 已发货 order shipped", type="tool_output", source="curl_tool_v2.1_prod",

@@ -1,6 +1,9 @@
 """One error body everywhere on the REST surface: {"error", "code", "field"?} (DESIGN.md section 4)."""
 import pytest
 
+# The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
+BACKENDS = ("sqlite", "postgresql")
+
 REST_ROUTES = [("POST", "/mcp/push"), ("POST", "/mcp/search"), ("GET", "/mcp/search"), ("POST", "/mcp/context"),
                ("GET", "/mcp/units/0123456789ab"), ("GET", "/mcp/units/0123456789ab/lineage"),
                ("DELETE", "/mcp/units/0123456789ab"), ("POST", "/mcp/forget"), ("GET", "/mcp/units"),

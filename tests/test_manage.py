@@ -11,6 +11,9 @@ import pytest
 
 from conftest import drain, make_unit
 
+# The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
+BACKENDS = ("sqlite", "postgresql")
+
 DAY = 86_400
 ADMIN = "manage-admin-0123456789abcdef"
 READER = "manage-reader-0123456789abcd"

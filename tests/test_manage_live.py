@@ -13,8 +13,11 @@ from contextlib import asynccontextmanager
 import pytest
 import requests
 
-from conftest import VENV_BIN, LiveServer, make_unit
+from conftest import VENV_BIN, LiveServer, make_unit, store_env
 from context_mode_client import ContextModeClient, ContextModeError
+
+# The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
+BACKENDS = ("sqlite", "postgresql")
 
 ADMIN = "live-admin-0123456789abcdef"
 READER = "live-reader-0123456789abcde"
@@ -25,8 +28,9 @@ DAY = 86_400
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    s = LiveServer(tmp_path_factory.mktemp("manage-live") / "data", workers=2, keys=KEYS)
+def server(tmp_path_factory, module_store_config):
+    s = LiveServer(tmp_path_factory.mktemp("manage-live") / "data", workers=2, keys=KEYS,
+                   env=store_env(module_store_config))
     try:
         yield s.start()
     finally:
@@ -152,6 +156,7 @@ def test_export_then_import_into_another_tenant_is_the_same_store(server, tmp_pa
     assert [json.loads(x) for x in cli(server, "export", "--source", "round_v*").stdout.splitlines()] == acme
 
 
+@pytest.mark.sqlite_only
 def test_export_after_a_backup_and_restore_is_the_same(tmp_path, live_server_factory):
     live = live_server_factory(data_dir=tmp_path / "live", workers=1, keys=KEYS)
     _lineage_world(live, ADMIN, "RESTORED")

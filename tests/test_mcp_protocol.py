@@ -8,14 +8,18 @@ import time
 import pytest
 import requests
 
+from conftest import store_env
 from mcp_support import KEY, KEYS, LEGACY, MODERN, OTHER_KEY, PUSH_ONLY_KEY, post_raw, push, rpc, start_server
+
+# The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
+BACKENDS = ("sqlite", "postgresql")
 
 NOT_FOUND = {LEGACY: -32002, MODERN: -32602}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = start_server(tmp_path_factory, "mcp-protocol", keys=KEYS)
+def server(tmp_path_factory, module_store_config):
+    srv = start_server(tmp_path_factory, "mcp-protocol", keys=KEYS, env=store_env(module_store_config))
     yield srv
     srv.stop()
 

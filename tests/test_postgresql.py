@@ -9,7 +9,6 @@ import time
 
 import psycopg
 import pytest
-import requests
 
 from conftest import drain, make_unit, new_app
 
@@ -99,7 +98,8 @@ def test_schema_is_day_partitioned_and_counts_match(tmp_path, pg_urls):
         pushed(pg, [make_unit(f"unit {i} carrier", timestamp=now - (i % 3) * 86_400) for i in range(30)])
         drain(pg)
         with psycopg.connect(pg_urls[0]) as c:
-            parts = c.execute("SELECT count(*) FROM pg_inherits WHERE inhparent = 'units'::regclass").fetchone()[0]
+            # (a schema a test before emptied may hold more, empty partitions: the janitor drops those)
+            parts = c.execute("SELECT count(DISTINCT tableoid) FROM units").fetchone()[0]
             ndocs = c.execute("SELECT sum(ndocs) FROM day_stats").fetchone()[0]
             carrier = c.execute("SELECT sum(df) FROM term_df WHERE term = 'carrier'").fetchone()[0]
             queued = c.execute("SELECT count(*) FROM pending").fetchone()[0]
@@ -162,12 +162,21 @@ def test_default_searches_read_the_standby_and_fall_back_to_the_primary(tmp_path
         search(pg, query="pigeon")
         assert searcher.reads["standby"] == 2
 
-        # standby down: the primary answers, no error reaches the client
+        # standby down: the primary answers, no error reaches the client, and the freshness it reports is
+        # the primary's (nothing queued: nothing unseen); readiness stays ok (the primary takes writes)
+        drain(pg)
         pg_cluster.stop_standby()
         try:
             body = search(pg, query="pigeon")
             assert {r["cid"] for r in body["results"]} == {cid, cid2}
+            assert body["freshness"] == {"replica_lag_ms": 0, "index_pending": 0}
             assert searcher.reads["primary"] == 3
+            cid3 = pushed(pg, [make_unit("pigeon three, standby down")])[0]["cid"]
+            body = search(pg, query="pigeon")
+            assert {r["cid"] for r in body["results"]} == {cid, cid2, cid3}
+            assert body["freshness"]["index_pending"] == 0      # read from its content (read-your-writes)
+            ready = pg.test_client().get("/readyz")
+            assert ready.status_code == 200 and ready.get_json()["index_pending"] == 1
         finally:
             pg_cluster.start_standby()
     finally:
@@ -211,52 +220,6 @@ def test_two_nodes_on_one_primary_index_everything_once(tmp_path, pg_urls):
         b.extensions["context_shutdown"]()
 
 
-def test_killed_gunicorn_on_postgresql_loses_nothing_acked(live_server_factory, pg_urls):
-    """SIGKILL a gunicorn mid-push: every unit it acknowledged is stored, and indexed by the next node."""
-    env = {"CONTEXT_STORE": pg_urls[0], "CONTEXT_STORE_REPLICA": pg_urls[1]}
-    server = live_server_factory(env=env)
-    acked: list[str] = []
-    stop = threading.Event()
-    now = int(time.time())
-
-    def push_loop(k):
-        i = 0
-        while not stop.is_set() and i < 2000:
-            batch = [make_unit(f"crash {k} {i} {j} ledger", timestamp=now - j) for j in range(10)]
-            try:
-                rv = requests.post(server.url + "/mcp/push", json={"units": batch}, timeout=10)
-            except requests.RequestException:
-                return
-            if rv.status_code == 200:
-                acked.extend(r["cid"] for r in rv.json()["results"] if r["status"] in ("ok", "duplicate"))
-            i += 1
-    threads = [threading.Thread(target=push_loop, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 20
-    while len(acked) < 300 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    server.kill()
-    stop.set()
-    for t in threads:
-        t.join(timeout=15)
-    assert len(acked) >= 300, server.log()
-    second = live_server_factory(env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        body = requests.get(second.url + "/readyz", timeout=10).json()
-        if body["index_pending"] == 0:
-            break
-        time.sleep(0.2)
-    assert body["index_pending"] == 0
-    with psycopg.connect(pg_urls[0]) as c:
-        stored = {r[0] for r in c.execute("SELECT cid FROM units WHERE ntok IS NOT NULL")}
-    assert set(acked) <= stored
-    got = requests.post(second.url + "/mcp/search", json={"query": "ledger", "top_k": 5,
-                                                          "consistency": "strong"}, timeout=10).json()
-    assert len(got["results"]) == 5
-
-
 def test_bad_store_url_stops_the_start_with_a_clear_message(tmp_path):
     from service import create_app
     with pytest.raises(RuntimeError, match="CONTEXT_STORE must be"):
@@ -276,3 +239,20 @@ def test_hostile_terms_never_become_tsquery_syntax(pg_urls):
             other = c.execute("SELECT array_to_tsvector(%s::text[]) @@ %s::tsquery",
                               (["a", "b", "x", "foo", "fooz"], tsquery([term], "and"))).fetchone()[0]
             assert (match, other) == (True, False), term
+
+
+def test_search_time_is_capped_by_statement_timeout(tmp_path, pg_urls):
+    """CONTEXT_SEARCH_CPU_MS is the search transaction's statement_timeout on PostgreSQL (wall-clock): a
+    query whose 40 terms match 3,000 units answers 422 query_too_expensive, a rare term answers."""
+    words = [f"common{i}" for i in range(40)]
+    pg = app_on(tmp_path, "pg", store=pg_urls[0], search_cpu_ms=100)
+    try:
+        units = [make_unit(" ".join(words[j % 40] for j in range(i, i + 60)) + f" unit{i}") for i in range(3000)]
+        for start in range(0, len(units), 1000):
+            pushed(pg, units[start:start + 1000])
+        drain(pg)
+        rv = pg.test_client().post("/mcp/search", json={"query": " ".join(words), "top_k": 100})
+        assert rv.status_code == 422 and rv.get_json()["code"] == "query_too_expensive", rv.get_json()
+        assert len(search(pg, query="unit7")["results"]) == 1
+    finally:
+        pg.extensions["context_shutdown"]()

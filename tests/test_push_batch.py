@@ -3,6 +3,9 @@ import time
 
 from conftest import assert_error, drain, make_unit
 
+# The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
+BACKENDS = ("sqlite", "postgresql")
+
 
 def test_batch_of_1000_with_3_bad_items(client):
     now = int(time.time())

@@ -6,6 +6,9 @@ import pytest
 
 from conftest import assert_error, drain, make_unit
 
+# The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
+BACKENDS = ("sqlite", "postgresql")
+
 
 def push(client, content, **kw):
     rv = client.post("/mcp/push", json=make_unit(content, **kw))

@@ -24,6 +24,9 @@ import requests
 
 from conftest import close_app, drain, make_unit, new_app
 
+# The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
+BACKENDS = ("sqlite", "postgresql")
+
 KEY_A, KEY_B = "keyA-0123456789abcdef", "keyB-0123456789abcdef"
 TENANT_A, TENANT_B = "tenant-a", "tenant-b"
 API_KEYS = f"{KEY_A}:{TENANT_A}:push+search+admin;{KEY_B}:{TENANT_B}:push+search+admin"
@@ -134,8 +137,8 @@ def client_push(client):
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    app = new_app(tmp_path_factory.mktemp("isolation") / "data", api_keys=API_KEYS)
+def world(tmp_path_factory, module_store_config):
+    app = new_app(tmp_path_factory.mktemp("isolation") / "data", api_keys=API_KEYS, **module_store_config)
     client = app.test_client()
     ns = seed(client_push(client))
     # Index and refresh replicas, so default (replica) reads see everything too.

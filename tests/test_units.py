@@ -8,6 +8,9 @@ import pytest
 from conftest import assert_error, make_unit
 from service.units import compute_cid
 
+# The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
+BACKENDS = ("sqlite", "postgresql")
+
 
 def cid_of(content, timestamp, source):
     return hashlib.sha256((content + str(timestamp) + source).encode("utf-8")).hexdigest()[:12]

@@ -31,7 +31,7 @@ class Standby:
         self.max_lag_ms = config.replica_max_lag_ms
         self.pool = ConnectionPool(url, min_size=1, max_size=max(2, config.pg_pool_size), open=False,
                                    kwargs={"autocommit": True, "row_factory": dict_row, "connect_timeout": 2},
-                                   reconnect_timeout=3600, name="standby")
+                                   timeout=2.0, reconnect_timeout=3600, name="standby")
         self.pool.open(wait=False)
         self._lock = threading.Lock()
         self._probed = 0.0
@@ -76,8 +76,15 @@ class Standby:
             if have >= version:
                 return True
             if time.monotonic() > deadline:
+                self.mark_behind()
                 return False
             time.sleep(0.005)
+
+    def mark_behind(self) -> None:
+        """It did not catch up in time (e.g. reconnecting to a restarted primary): searches read the
+        primary until the next probe instead of waiting for it one by one."""
+        with self._lock:
+            self._lag, self._probed = max(self._lag or 0, self.max_lag_ms + 1), time.monotonic()
 
     def close(self) -> None:
         self.pool.close()

@@ -48,8 +48,11 @@ class PgStore(StoreApi):
         except psycopg.Error as e:
             raise RuntimeError(f"PostgreSQL at {redact(config.store)} is not reachable: "
                                f"{redact(str(e)).strip()}") from None
+        # A request waits at most 5 s for a connection (then 503 + Retry-After, never a hung worker); a
+        # restarted primary's broken connections are replaced as requests return them.
         self.primary = ConnectionPool(config.store, min_size=1, max_size=max(2, config.pg_pool_size),
-                                      kwargs=kwargs, open=False, name="primary")
+                                      kwargs=kwargs, open=False, timeout=5.0, reconnect_timeout=3600,
+                                      name="primary")
         self.primary.open(wait=True, timeout=15)
         self.write(self._ensure_schema)
         self._partitions: set[str] = set()
@@ -61,6 +64,9 @@ class PgStore(StoreApi):
     # --- connections ------------------------------------------------------------------------------
     @staticmethod
     def _ensure_schema(conn) -> None:
+        """Create the tables once (re-runnable; under a lock, since every node starts with this)."""
+        if conn.execute(sql("schema_present")).fetchone()["ok"]:
+            return
         conn.execute(sql("advisory_lock"), {"key": SCHEMA_LOCK})
         conn.execute(schema())
 

@@ -10,6 +10,10 @@ SELECT pg_advisory_xact_lock(%(key)s);
 -- name: advisory_try_lock
 SELECT pg_try_advisory_xact_lock(%(key)s) AS ok;
 
+-- name: schema_present
+-- The schema script runs in one transaction: one of its tables existing means all of them do.
+SELECT to_regclass('cms_meta') IS NOT NULL AS ok;
+
 -- name: writable_probe
 UPDATE cms_meta SET value = value WHERE key = 'schema_version';
 
