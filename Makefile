@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export CONTEXT_BIND ?= 127.0.0.1:5000
 export CONTEXT_DATA_DIR ?= ./data
 
-.PHONY: run serve test test-fast bench quality soak fuzz clean lock container-smoke
+.PHONY: run serve test test-fast bench quality soak fuzz clean lock container-smoke pg-cluster
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,11 @@ fuzz: $(VENV)/.installed-test
 # Build the image and run it for real with podman (tools/container_smoke.py; not in CI: several minutes).
 container-smoke: $(VENV)/.installed
 	$(BIN)/python tools/container_smoke.py
+
+# A throwaway PostgreSQL primary and streaming hot standby on loopback, to try CONTEXT_STORE (issue 18;
+# docs/postgresql.md): prints CONTEXT_STORE and CONTEXT_STORE_REPLICA, stops and removes both on Ctrl-C.
+pg-cluster: $(VENV)/.installed
+	$(BIN)/python tools/pg_cluster.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

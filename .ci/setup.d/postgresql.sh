@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
-# PostgreSQL 15 from Debian for the PostgreSQL backend's tests (issue 18): tests/pg_cluster.py starts a
-# throwaway primary and a streaming hot standby (pg_basebackup -R) on loopback from these binaries,
-# as the `postgres` user when CI runs as root. Only the binaries are needed: the package's own
-# cluster is stopped and kept from starting. Idempotent; best effort: without PostgreSQL the
-# tests that need it skip and say why.
+# PostgreSQL 15 from Debian for the PostgreSQL backend's half of the suite (issue 18). The tests start
+# their own throwaway primary and streaming hot standby (pg_basebackup -R) on loopback ports with
+# tools/pg_cluster.py, from these binaries, as the `postgres` user when CI runs as root (PostgreSQL
+# refuses root) and as the current user otherwise. Only the binaries are needed: a cluster the package
+# started is stopped. Idempotent: installs only what is missing.
+# Not best effort: without PostgreSQL the suite's PostgreSQL half would skip, and CI must run it.
 set -euo pipefail
 
-if ! ls /usr/lib/postgresql/*/bin/pg_basebackup >/dev/null 2>&1; then
+have() { command -v "$1" >/dev/null 2>&1; }
+
+if ls /usr/lib/postgresql/*/bin/pg_basebackup >/dev/null 2>&1 \
+        && ls /usr/share/postgresql/*/extension/btree_gin.control >/dev/null 2>&1; then
+    echo "postgresql already installed"
+else
+    have apt-get || { echo "error: no apt-get: install PostgreSQL 15 (server and contrib) yourself" >&2; exit 1; }
     export DEBIAN_FRONTEND=noninteractive
-    { apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql postgresql-contrib >/dev/null; } \
-        || echo "warning: could not install postgresql; the PostgreSQL backend's tests will be skipped" >&2
+    SUDO=""
+    if [ "$(id -u)" != 0 ] && have sudo; then SUDO="sudo"; fi
+    echo "installing postgresql"
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends postgresql postgresql-contrib >/dev/null
 fi
 # The package's default cluster is not used; the tests start their own on free ports.
-if command -v pg_ctlcluster >/dev/null 2>&1; then
+if have pg_lsclusters; then
     for c in $(pg_lsclusters -h 2>/dev/null | awk '$4 == "online" {print $1 "/" $2}'); do
-        pg_ctlcluster "${c%/*}" "${c#*/}" stop || true
+        ${SUDO:-} pg_ctlcluster "${c%/*}" "${c#*/}" stop || true
     done
 fi
-ls -d /usr/lib/postgresql/*/bin 2>/dev/null | head -1 || true
+ls -d /usr/lib/postgresql/*/bin | head -1
