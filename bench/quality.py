@@ -6,6 +6,8 @@ same documents and queries:
 - ``service``: the Context Mode Service itself, through its own paths: every document pushed
   with ``POST /mcp/push`` (test client, batches of 1000), the indexer drained, every query run
   with ``POST /mcp/search`` (top_k 100);
+- ``service-postgresql``: the same on the PostgreSQL backend (issue 18: ``CONTEXT_STORE``, a primary
+  and a streaming standby started by tools/pg_cluster.py; default searches read the standby);
 - ``fts5-unicode61``: SQLite FTS5, default tokenizer, raw text, ``ORDER BY rank``;
 - ``fts5-trigram``: SQLite FTS5 ``trigram`` tokenizer, query = OR of the query's trigrams;
 - ``bm25s-service-tokens``: bm25s (Lucene BM25, same k1/b as the service) over exactly the
@@ -44,7 +46,7 @@ EVAL_DIR = (ROOT / ".." / "shared" / "eval").resolve()
 RESULTS_DIR = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT))
 
-SYSTEMS = ("service", "fts5-unicode61", "fts5-trigram", "bm25s-service-tokens", "bm25s-own")
+SYSTEMS = ("service", "service-postgresql", "fts5-unicode61", "fts5-trigram", "bm25s-service-tokens", "bm25s-own")
 METRICS = ("ndcg@10", "mrr@10", "recall@10", "recall@100")
 TOP_K = 100
 BATCH = 1000
@@ -179,6 +181,31 @@ def run_service(corpus, queries, overrides: dict) -> tuple[dict, dict]:
         finally:
             app.extensions["context_shutdown"]()
     return ranked, info
+
+
+_PG: dict = {}
+
+
+def postgresql_store() -> dict:
+    """Configuration of a fresh schema on a throwaway primary and standby (started once per run)."""
+    import atexit
+    import importlib.util
+    import psycopg
+    if "cluster" not in _PG:
+        spec = importlib.util.spec_from_file_location("pg_cluster", ROOT / "tools" / "pg_cluster.py")
+        tool = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tool)
+        _PG["cluster"] = cluster = tool.Cluster().start()
+        atexit.register(cluster.stop)
+        _PG["n"] = 0
+    cluster = _PG["cluster"]
+    _PG["n"] += 1
+    name = f"quality{_PG['n']}"
+    with psycopg.connect(cluster.primary_url, autocommit=True) as c:
+        c.execute(f"CREATE SCHEMA {name}")
+    opts = f"-csearch_path%3D{name}%2Cpublic"
+    return {"store": cluster.url(cluster.primary_port, options=opts),
+            "store_replica": cluster.url(cluster.standby_port, options=opts)}
 
 
 # --- FTS5 baselines ----------------------------------------------------------------------------
@@ -342,6 +369,8 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             if system == "service":
                 ranked, info = run_service(corpus, queries, overrides)
+            elif system == "service-postgresql":
+                ranked, info = run_service(corpus, queries, {**overrides, **postgresql_store()})
             elif system == "fts5-unicode61":
                 ranked, info = run_fts5(corpus, queries, "unicode61")
             elif system == "fts5-trigram":

@@ -89,21 +89,16 @@ def filters(p: SearchParams, args: dict) -> list[str]:
     return where
 
 
-def scoring_sql(source: str, n_terms: int, require: str | None = None, *, param: str = ":{}",
-                cid_order: str = "cid") -> str:
+def scoring_sql(source: str, n_terms: int, require: str | None = None) -> str:
     """The statement that scores the units of ``source`` (``FROM ... WHERE ...``, alias u for units)
     under global BM25 weights and returns the best :k as (score, cid, id, ntok, tf0, tf1, ...).
 
     Term frequencies come from units.tokens: with spaces doubled, occurrences of ' term ' (parameter
     :p<i>) are counted by length arithmetic, in C, without sending documents to Python; :w<i> is the
     term's weight. ``require`` ("or", "and") keeps only units holding any or every query term (for a
-    ``source`` that is not an FTS5 match). PostgreSQL runs the same statement (service/pg/search.py)
-    with its own placeholders (``param`` "%({})s") and a byte order for the CID tie-break."""
-    def v(name: str) -> str:
-        return param.format(name)
-    tf_cols = [f"(length(t) - length(replace(t, {v(f'p{i}')}, ''))) / length({v(f'p{i}')}) AS tf{i}"
-               for i in range(n_terms)]
-    score_terms = [f"{v(f'w{i}')} * tf{i} / (tf{i} + norm)" for i in range(n_terms)]
+    ``source`` that is not an FTS5 match)."""
+    tf_cols = [f"(length(t) - length(replace(t, :p{i}, ''))) / length(:p{i}) AS tf{i}" for i in range(n_terms)]
+    score_terms = [f":w{i} * tf{i} / (tf{i} + norm)" for i in range(n_terms)]
     tfs = [f"tf{i}" for i in range(n_terms)]
     having = ""
     if require == "and":
@@ -113,10 +108,9 @@ def scoring_sql(source: str, n_terms: int, require: str | None = None, *, param:
     return (
         "WITH c AS MATERIALIZED (SELECT u.id AS id, u.cid AS cid, u.ntok AS ntok, "
         f"' ' || replace(u.tokens, ' ', '  ') || ' ' AS t {source}), "
-        f"s AS MATERIALIZED (SELECT id, cid, ntok, {v('k1')} * (1 - {v('b')} + {v('b')} * ntok / {v('avgdl')}) AS norm, "
-        f"{', '.join(tf_cols)} FROM c) "
+        f"s AS MATERIALIZED (SELECT id, cid, ntok, :k1 * (1 - :b + :b * ntok / :avgdl) AS norm, {', '.join(tf_cols)} FROM c) "
         f"SELECT {' + '.join(score_terms)} AS score, cid, id, ntok, {', '.join(tfs)} "
-        f"FROM s {having}ORDER BY score DESC, {cid_order} LIMIT {v('k')}")
+        f"FROM s {having}ORDER BY score DESC, cid LIMIT :k")
 
 
 def score(conn, source: str, args: dict, terms: list[str], bm25: Bm25, k: int, now: int,

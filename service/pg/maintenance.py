@@ -1,7 +1,8 @@
 """Indexer and janitor on PostgreSQL (issue 18): any node may do either, with no leader.
 
 Indexer: a transaction claims up to a batch of queue rows (``FOR UPDATE ... SKIP LOCKED``: rows
-another node holds are skipped, not waited for), tokenizes their units, writes tokens and lexemes,
+another node holds are skipped, not waited for), tokenizes their units, writes each one's term
+frequencies (``tfs``),
 adds their BM25 statistics and deletes the queue rows; a crash before the commit leaves the rows
 queued for whoever comes next. Janitor: per tenant under a transaction-level advisory lock, deletes
 expired units with their statistics, then drops day partitions no unit lives in any more.
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 from psycopg import sql as pgsql
+from psycopg.types.json import Jsonb
 
 from ..instruments import DAYS_UNLINKED, UNITS_INDEXED, UNITS_PURGED
 from ..maintenance import Loop
@@ -24,15 +26,8 @@ from .rows import JANITOR_LOCKS, PARTITION_LOCK, add_df, partition_day, unstat
 
 log = logging.getLogger(__name__)
 
-MAX_LEXEME_BYTES = 2046          # PostgreSQL's limit on one tsvector lexeme
-MAX_TSVECTOR_BYTES = 1_000_000   # ... and (about) on a tsvector's size (1 MiB)
 PURGE_BATCH = 5000
 TOKEN_CHUNK = 64                 # units per thread-pool task when a batch is tokenized in parallel
-
-
-def lexemes_fit(lexemes: list[str]) -> bool:
-    sizes = [len(x.encode("utf-8")) for x in lexemes]
-    return all(s <= MAX_LEXEME_BYTES for s in sizes) and sum(sizes) + 8 * len(sizes) <= MAX_TSVECTOR_BYTES
 
 
 def _tokenize(tokenizer, texts: list[str], pool: ThreadPoolExecutor | None) -> list[list[str]]:
@@ -43,26 +38,22 @@ def _tokenize(tokenizer, texts: list[str], pool: ThreadPoolExecutor | None) -> l
 
 
 def _index_claimed(conn, rows, token_lists) -> None:
-    """Write tokens and lexemes of claimed units, their statistics, and take them off the queue."""
-    fit, unfit, done = [], [], []
+    """Write claimed units' term frequencies and lengths, their statistics, and take them off the queue."""
+    updates, done = [], []
     docs: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     dfs: dict[tuple[str, str], Counter] = defaultdict(Counter)
     for r, toks in zip(rows, token_lists):
-        lexemes = sorted(set(toks))
-        params = {"tenant": r["tenant"], "day": r["day"], "cid": r["cid"], "ntok": len(toks),
-                  "tokens": " ".join(toks), "lexemes": lexemes}
-        (fit if lexemes_fit(lexemes) else unfit).append(params)
+        tfs = Counter(toks)
+        updates.append({"tenant": r["tenant"], "day": r["day"], "cid": r["cid"], "ntok": len(toks),
+                        "tfs": Jsonb(dict(sorted(tfs.items())))})
         done.append({"tenant": r["tenant"], "cid": r["cid"]})
         if toks:   # empty or whitespace content is stored but not searchable
             key = (r["tenant"], r["day"])
             docs[key][0] += 1
             docs[key][1] += len(toks)
-            dfs[key].update(lexemes)
+            dfs[key].update(tfs.keys())
     with conn.cursor() as cur:
-        if fit:
-            cur.executemany(sql("unit_set_tokens"), fit)
-        if unfit:
-            cur.executemany(sql("unit_set_tokens_untsv"), unfit)
+        cur.executemany(sql("unit_set_tokens"), updates)
         cur.executemany(sql("pending_done"), done)
     for tenant in sorted({r["tenant"] for r in rows}):   # (sorted: every indexer locks in one order)
         conn.execute(sql("index_mark"), {"tenant": tenant})

@@ -108,12 +108,6 @@ def matches(store, tenant: str, p, *, cids: list[str] | None = None, max_seq: in
             return []
         catch_up(store, tenant, store.config.strong_wait_ms)
         where = match_where(p, terms, args)
-        # (a unit whose lexemes did not fit a tsvector: its tokens hold the terms)
-        held = []
-        for i, term in enumerate(dict.fromkeys(terms)):
-            args[f"t{i}"] = f" {term} "
-            held.append(f"position(%(t{i})s in ' ' || u.tokens || ' ') > 0")
-        where.append(f"(u.tsv IS NOT NULL OR ({(' AND ' if p.operator == 'and' else ' OR ').join(held)}))")
     else:
         where = ["u.tenant = %(tenant)s", "u.day BETWEEN %(first)s AND %(last)s"] + pg_filters(p, args)
     if cids is not None:

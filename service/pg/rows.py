@@ -41,14 +41,14 @@ def remove_units(conn, tenant: str, cids: list[str], now: int) -> list[str]:
 
 
 def unstat(conn, tenant: str, rows) -> None:
-    """Take deleted units' tokens out of the BM25 statistics (rows: day, ntok, tokens)."""
+    """Take deleted units' tokens out of the BM25 statistics (rows: day, ntok, tfs)."""
     docs: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     dfs: dict[str, Counter] = defaultdict(Counter)
     for r in rows:
         if r["ntok"]:
             docs[r["day"]][0] -= 1
             docs[r["day"]][1] -= r["ntok"]
-            dfs[r["day"]].update({term: -1 for term in set(r["tokens"].split())})
+            dfs[r["day"]].update({term: -1 for term in r["tfs"]})
     for day in sorted(docs):
         conn.execute(sql("stats_add"), {"tenant": tenant, "day": day, "ndocs": docs[day][0], "ntokens": docs[day][1]})
         add_df(conn, tenant, day, dfs[day])

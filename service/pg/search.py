@@ -1,12 +1,13 @@
 """Search on PostgreSQL (issue 18): the SQLite backend's global BM25, over the service's own tokens.
 
-Candidates come from a GIN index over ``array_to_tsvector(tokens)`` (the lexemes exactly as
-service/tokenize.py made them, never re-parsed); every candidate is scored in SQL by the SQLite
-backend's own statement (``fts.scoring_sql``: the same formula, statistics and floating-point
-operations in the same order): per-tenant document count, token total and document frequencies
-kept by the indexer, k1 1.2, b 0.75, Lucene's idf, exact lengths, ties by CID. Units acknowledged
-but not indexed yet are scored from their content (read-your-writes), as on SQLite
-(``tail.score_tokens``). Result shaping is the SQLite backend's (``search.shape_results``).
+Each indexed unit keeps its term frequencies (``tfs``, jsonb: token -> count, the tokens exactly as
+service/tokenize.py made them). Candidates come from a GIN index over those keys (``?|`` any term,
+``?&`` every term), and every candidate is scored in SQL with the SQLite backend's formula and
+floating-point operations in the same order (service/fts.py ``scoring_sql``): per-tenant document
+count, token total and document frequencies kept by the indexer, k1 1.2, b 0.75, Lucene's idf, exact
+lengths, ties by CID in byte order. Units acknowledged but not indexed yet are scored from their
+content (read-your-writes), as on SQLite (``tail.score_tokens``). Result shaping is the SQLite
+backend's (``search.shape_results``).
 
 Where: ``strong`` and ``after_seq`` read the primary after indexing what is queued (bounded);
 default searches read the standby (service/pg/standby.py) when it may, else the primary.
@@ -21,7 +22,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import PoolTimeout
 
 from ..errors import StorageUnavailable, TooCostly
-from ..fts import Bm25, ShardHit, filters, scoring_sql
+from ..fts import Bm25, ShardHit, filters
 from ..readindex import idf_of, unknown_idf
 from ..rows import now_ms, unit_dict
 from ..scoring import Ranked, Stats
@@ -32,40 +33,43 @@ from . import sql
 from .maintenance import catch_up
 from .standby import Standby
 
-PLACEHOLDER = "%({})s"
-CID_ORDER = 'cid COLLATE "C"'      # bytes, as SQLite compares the CID tie-break
-
-
-def tsquery(terms: list[str], operator: str) -> str:
-    """tsquery text of quoted lexemes: the user's text never becomes tsquery syntax."""
-    quoted = ["'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in terms]
-    return (" & " if operator == "and" else " | ").join(quoted)
-
-
 def pg_filters(p, args: dict) -> list[str]:
     """fts.filters (the request's filters as fixed SQL with bound values) in psycopg's placeholders."""
     return [re.sub(r":(\w+)", r"%(\1)s", f) for f in filters(p, args)]
 
 
 def match_where(p, terms: list[str], args: dict) -> list[str]:
-    """Conditions for the tenant's indexed units in [first, last] that may hold the query's terms (the GIN
-    index; units whose lexemes did not fit a tsvector are kept, the caller checks their tokens)."""
-    args["q"] = tsquery(list(dict.fromkeys(terms)), p.operator)
+    """Conditions for the tenant's indexed units in [first, last] that hold any ("or") or every ("and")
+    of these terms (the GIN index over tfs' keys; the terms are a bound text[], never syntax)."""
+    args["terms"] = list(dict.fromkeys(terms))
+    holds = "?&" if p.operator == "and" else "?|"
     return ["u.tenant = %(tenant)s", "u.day BETWEEN %(first)s AND %(last)s", "u.ntok > 0",
-            "(u.tsv @@ %(q)s::tsquery OR u.tsv IS NULL)"] + pg_filters(p, args)
+            f"u.tfs {holds} %(terms)s::text[]"] + pg_filters(p, args)
 
 
-def score(conn, where: list[str], args: dict, terms: list[str], bm25: Bm25, k: int, require: str) -> list[ShardHit]:
-    """The best k units matching ``where`` and holding any ("or") or every ("and") query term, under the
-    global BM25 weights (``fts.scoring_sql``)."""
+def scoring_sql(where: list[str], n_terms: int) -> str:
+    """The best %(k)s units matching ``where`` as (score, cid, id, ntok, tf0, tf1, ...): fts.scoring_sql's
+    arithmetic, with each term's frequency looked up in tfs (parameter %(p<i>)s) instead of counted."""
+    tf_cols = [f"coalesce((u.tfs ->> %(p{i})s)::int, 0) AS tf{i}" for i in range(n_terms)]
+    score_terms = [f"%(w{i})s * tf{i} / (tf{i} + norm)" for i in range(n_terms)]
+    tfs = [f"tf{i}" for i in range(n_terms)]
+    return (
+        f"WITH c AS MATERIALIZED (SELECT u.seq AS id, u.cid, u.ntok, {', '.join(tf_cols)} "
+        f"FROM units u WHERE {' AND '.join(where)}), "
+        f"s AS MATERIALIZED (SELECT id, cid, ntok, %(k1)s * (1 - %(b)s + %(b)s * ntok / %(avgdl)s) AS norm, "
+        f"{', '.join(tfs)} FROM c) "
+        f"SELECT {' + '.join(score_terms)} AS score, cid, id, ntok, {', '.join(tfs)} "
+        'FROM s ORDER BY score DESC, cid COLLATE "C" LIMIT %(k)s')
+
+
+def score(conn, where: list[str], args: dict, terms: list[str], bm25: Bm25, k: int) -> list[ShardHit]:
+    """The best k units matching ``where`` under the global BM25 weights."""
     args.update({"k": k, "k1": bm25.k1, "b": bm25.b, "avgdl": bm25.avgdl})
     for i, (term, w) in enumerate(zip(terms, bm25.weights)):
-        args[f"p{i}"] = f" {term} "
+        args[f"p{i}"] = term
         args[f"w{i}"] = w
-    source = f"FROM (SELECT u.seq AS id, u.cid, u.ntok, u.tokens FROM units u WHERE {' AND '.join(where)}) u"
-    query = scoring_sql(source, len(terms), require, param=PLACEHOLDER, cid_order=CID_ORDER)
     with conn.cursor(row_factory=tuple_row) as cur:
-        return [ShardHit.of(r) for r in cur.execute(query, args)]
+        return [ShardHit.of(r) for r in cur.execute(scoring_sql(where, len(terms)), args)]
 
 
 def queued_where(p, args: dict) -> str:
@@ -165,7 +169,7 @@ class PgSearcher:
         live = [term for term in dict.fromkeys(terms) if df.get(term)]
         if live and n and not (p.operator == "and" and len(live) < len(set(terms))):
             q = dict(args)
-            hits = score(conn, match_where(p, live, q), q, terms, bm25, p.top_k, p.operator)
+            hits = score(conn, match_where(p, live, q), q, terms, bm25, p.top_k)
         if unseen is not None:
             hits += self._queued_top(conn, p, terms, bm25, args, unseen)
         hits.sort(key=lambda h: h.order)

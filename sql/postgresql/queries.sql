@@ -146,7 +146,7 @@ RETURNING day::text AS day, cid;
 
 -- name: units_delete_many
 DELETE FROM units WHERE tenant = %(tenant)s AND day = ANY(%(days)s::date[]) AND cid = ANY(%(cids)s)
-RETURNING day::text AS day, cid, ntok, tokens;
+RETURNING day::text AS day, cid, ntok, tfs;
 
 -- name: pending_delete_many
 DELETE FROM pending WHERE tenant = %(tenant)s AND cid = ANY(%(cids)s);
@@ -166,11 +166,7 @@ WHERE p.tenant = %(tenant)s
 ORDER BY p.pushed_ms LIMIT %(limit)s FOR UPDATE OF p, u SKIP LOCKED;
 
 -- name: unit_set_tokens
-UPDATE units SET ntok = %(ntok)s, tokens = %(tokens)s, tsv = array_to_tsvector(%(lexemes)s::text[])
-WHERE tenant = %(tenant)s AND day = %(day)s AND cid = %(cid)s AND ntok IS NULL;
-
--- name: unit_set_tokens_untsv
-UPDATE units SET ntok = %(ntok)s, tokens = %(tokens)s, tsv = NULL
+UPDATE units SET ntok = %(ntok)s, tfs = %(tfs)s
 WHERE tenant = %(tenant)s AND day = %(day)s AND cid = %(cid)s AND ntok IS NULL;
 
 -- name: pending_done
@@ -195,7 +191,7 @@ DELETE FROM term_df WHERE tenant = %(tenant)s AND day = %(day)s AND df <= 0;
 -- name: units_purge_batch
 DELETE FROM units WHERE (tenant, day, cid) IN (
     SELECT tenant, day, cid FROM units WHERE tenant = %(tenant)s AND expires_at <= %(now)s LIMIT %(limit)s)
-RETURNING day::text AS day, cid, ntok, tokens;
+RETURNING day::text AS day, cid, ntok, tfs;
 
 -- name: catalog_purge
 DELETE FROM catalog WHERE tenant = %(tenant)s AND expires_at <= %(now)s;

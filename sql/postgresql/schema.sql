@@ -3,7 +3,7 @@
 -- Every table leads with the tenant column: it is the distribution key if the schema moves to Citus
 -- (catalog, units, pending and the statistics would be distributed by tenant and co-located).
 
--- btree_gin lets one GIN index serve "tenant = ... AND tsv @@ ..." (a trusted extension since 13).
+-- btree_gin lets one GIN index serve "tenant = ... AND tfs ?| ..." (a trusted extension since 13).
 CREATE EXTENSION IF NOT EXISTS btree_gin;
 
 CREATE TABLE IF NOT EXISTS cms_meta (key text PRIMARY KEY, value bigint NOT NULL);
@@ -54,7 +54,9 @@ CREATE TABLE IF NOT EXISTS tenant_days (
 );
 
 -- The units, one partition per day (units_pYYYYMMDD, created on first use; the janitor drops a
--- partition once every unit in it has expired). ntok, tokens and tsv are NULL until indexed.
+-- partition once every unit in it has expired). ntok and tfs are NULL until indexed: tfs maps each of
+-- the unit's tokens (service/tokenize.py's, never re-parsed by PostgreSQL) to its frequency, so BM25's
+-- tf is one key lookup, and a GIN index over its keys finds the units holding a query's terms.
 CREATE TABLE IF NOT EXISTS units (
     tenant      text   NOT NULL,
     day         date   NOT NULL,
@@ -70,14 +72,12 @@ CREATE TABLE IF NOT EXISTS units (
     parent_cid  text,
     pushed_ms   bigint NOT NULL,
     ntok        integer,
-    tokens      text,          -- the service's own tokens (service/tokenize.py), space separated
-    tsv         tsvector,      -- array_to_tsvector(those tokens): lexemes exactly as made, no parsing
+    tfs         jsonb,
     PRIMARY KEY (tenant, day, cid)
 ) PARTITION BY RANGE (day);
-CREATE INDEX IF NOT EXISTS units_tsv ON units USING gin (tenant, tsv);
+-- (jsonb_ops: the ?| and ?& key operators; btree_gin lets the tenant lead the same index)
+CREATE INDEX IF NOT EXISTS units_tfs ON units USING gin (tenant, tfs);
 CREATE INDEX IF NOT EXISTS units_expires ON units (expires_at);
--- Units whose lexemes do not fit a tsvector (over 1 MiB of distinct tokens): scanned by their tokens.
-CREATE INDEX IF NOT EXISTS units_untsv ON units (tenant) WHERE tsv IS NULL AND ntok > 0;
 
 -- The durable index queue: a row per acked, not yet indexed unit. Any node's indexer claims rows
 -- with FOR UPDATE SKIP LOCKED, indexes them and deletes them in one transaction.
