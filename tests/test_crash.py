@@ -299,8 +299,10 @@ def check_tables(store_url: str, sent: dict) -> dict:
         catalog = {r[0] for r in c.execute("SELECT cid FROM catalog WHERE expires_at > %s", (now,))}
         assert live == catalog, (len(live - catalog), len(catalog - live))
         assert c.execute("SELECT count(*) FROM pending").fetchone()[0] == 0
+        searchable = {r[0] for r in c.execute("SELECT cid FROM unit_terms WHERE expires_at > %s", (now,))}
+        assert searchable == live, (len(live - searchable), len(searchable - live))
         stats = c.execute("SELECT coalesce(sum(ndocs), 0), coalesce(sum(ntokens), 0) FROM day_stats").fetchone()
-        assert stats == c.execute("SELECT count(*), coalesce(sum(ntok), 0) FROM units WHERE ntok > 0").fetchone()
+        assert stats == c.execute("SELECT count(*), coalesce(sum(ntok), 0) FROM unit_terms").fetchone()
     print(f"  {len(live)} live unit rows, all in the catalog and indexed; statistics exact")
     return {"live_rows": len(live)}
 

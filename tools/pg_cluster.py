@@ -99,10 +99,6 @@ class Cluster:
         self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.primary_port), "-U", "postgres",
                   "-D", str(self.standby_dir), "-R", "-X", "stream", "-c", "fast")
         self._start(self.standby_dir, self.standby_port)
-        import psycopg
-        with psycopg.connect(self.primary_url, autocommit=True) as c:
-            # once, in public: per-test schemas (search_path "tNN, public") then find its operators
-            c.execute("CREATE EXTENSION IF NOT EXISTS btree_gin SCHEMA public")
         return self
 
     def _run_as_owner(self, fn) -> None:

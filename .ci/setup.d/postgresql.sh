@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# PostgreSQL 15 from Debian for the PostgreSQL backend's half of the suite (issue 18). The tests start
+# PostgreSQL 15 (server and client binaries) from Debian for the PostgreSQL backend's half of the suite (issue 18). The tests start
 # their own throwaway primary and streaming hot standby (pg_basebackup -R) on loopback ports with
 # tools/pg_cluster.py, from these binaries, as the `postgres` user when CI runs as root (PostgreSQL
 # refuses root) and as the current user otherwise. Only the binaries are needed: a cluster the package
@@ -9,17 +9,16 @@ set -euo pipefail
 
 have() { command -v "$1" >/dev/null 2>&1; }
 
-if ls /usr/lib/postgresql/*/bin/pg_basebackup >/dev/null 2>&1 \
-        && ls /usr/share/postgresql/*/extension/btree_gin.control >/dev/null 2>&1; then
+if ls /usr/lib/postgresql/*/bin/pg_basebackup >/dev/null 2>&1; then
     echo "postgresql already installed"
 else
-    have apt-get || { echo "error: no apt-get: install PostgreSQL 15 (server and contrib) yourself" >&2; exit 1; }
+    have apt-get || { echo "error: no apt-get: install PostgreSQL 15 yourself" >&2; exit 1; }
     export DEBIAN_FRONTEND=noninteractive
     SUDO=""
     if [ "$(id -u)" != 0 ] && have sudo; then SUDO="sudo"; fi
     echo "installing postgresql"
     $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq --no-install-recommends postgresql postgresql-contrib >/dev/null
+    $SUDO apt-get install -y -qq --no-install-recommends postgresql >/dev/null
 fi
 # The package's default cluster is not used; the tests start their own on free ports.
 if have pg_lsclusters; then

@@ -27,6 +27,7 @@ from .rows import JANITOR_LOCKS, PARTITION_LOCK, add_df, partition_day, unstat
 log = logging.getLogger(__name__)
 
 PURGE_BATCH = 5000
+SEARCH_COLUMNS = ("tenant", "cid", "day", "seq", "type", "source", "timestamp", "expires_at", "parent_cid")
 TOKEN_CHUNK = 64                 # units per thread-pool task when a batch is tokenized in parallel
 
 
@@ -39,21 +40,22 @@ def _tokenize(tokenizer, texts: list[str], pool: ThreadPoolExecutor | None) -> l
 
 def _index_claimed(conn, rows, token_lists) -> None:
     """Write claimed units' term frequencies and lengths, their statistics, and take them off the queue."""
-    updates, done = [], []
+    inserts, done = [], []
     docs: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     dfs: dict[tuple[str, str], Counter] = defaultdict(Counter)
     for r, toks in zip(rows, token_lists):
-        tfs = Counter(toks)
-        updates.append({"tenant": r["tenant"], "day": r["day"], "cid": r["cid"], "ntok": len(toks),
-                        "tfs": Jsonb(dict(sorted(tfs.items())))})
         done.append({"tenant": r["tenant"], "cid": r["cid"]})
-        if toks:   # empty or whitespace content is stored but not searchable
-            key = (r["tenant"], r["day"])
-            docs[key][0] += 1
-            docs[key][1] += len(toks)
-            dfs[key].update(tfs.keys())
+        if not toks:   # empty or whitespace content is stored but not searchable
+            continue
+        tfs = Counter(toks)
+        inserts.append({**{k: r[k] for k in SEARCH_COLUMNS}, "ntok": len(toks), "tfs": Jsonb(dict(tfs))})
+        key = (r["tenant"], r["day"])
+        docs[key][0] += 1
+        docs[key][1] += len(toks)
+        dfs[key].update(tfs.keys())
     with conn.cursor() as cur:
-        cur.executemany(sql("unit_set_tokens"), updates)
+        if inserts:
+            cur.executemany(sql("unit_terms_insert"), inserts)
         cur.executemany(sql("pending_done"), done)
     for tenant in sorted({r["tenant"] for r in rows}):   # (sorted: every indexer locks in one order)
         conn.execute(sql("index_mark"), {"tenant": tenant})
@@ -105,8 +107,9 @@ def purge_tenant(store, tenant: str, now: int) -> int:
         while True:
             rows = conn.execute(sql("units_purge_batch"), {"tenant": tenant, "now": now, "limit": PURGE_BATCH}).fetchall()
             if rows:
-                unstat(conn, tenant, rows)
-                conn.execute(sql("pending_delete_many"), {"tenant": tenant, "cids": [r["cid"] for r in rows]})
+                cids = [r["cid"] for r in rows]
+                conn.execute(sql("pending_delete_many"), {"tenant": tenant, "cids": cids})
+                unstat(conn, tenant, conn.execute(sql("unit_terms_purge"), {"tenant": tenant, "cids": cids}).fetchall())
             total += len(rows)
             if len(rows) < PURGE_BATCH:
                 break

@@ -116,7 +116,8 @@ def matches(store, tenant: str, p, *, cids: list[str] | None = None, max_seq: in
     if max_seq is not None:
         args["max_seq"] = max_seq
         where.append("u.seq <= %(max_seq)s")
-    query = ("SELECT u.day::text AS day, u.cid, u.seq, u.type, u.source, u.timestamp FROM units u "
+    table = "units" if terms is None else "unit_terms"       # (with a query: the search rows, their GIN index)
+    query = (f"SELECT u.day::text AS day, u.cid, u.seq, u.type, u.source, u.timestamp FROM {table} u "
              f"WHERE {' AND '.join(where)} ORDER BY u.seq")
     return [dict(r) for r in store.read(lambda conn: conn.execute(query, args).fetchall())]
 

@@ -27,15 +27,16 @@ def next_day(day: str) -> str:
 
 
 def remove_units(conn, tenant: str, cids: list[str], now: int) -> list[str]:
-    """Delete these live units (catalog, unit rows, queue rows, their share of the statistics); the
+    """Delete these live units (catalog, queue, search and unit rows, their share of the statistics); the
     CIDs that were stored. Default searches on the standby wait for this change (``tenant_bump``)."""
     gone = conn.execute(sql("catalog_delete_many"), {"tenant": tenant, "cids": cids, "now": now}).fetchall()
     if not gone:
         return []
+    cids = [r["cid"] for r in gone]
+    conn.execute(sql("pending_delete_many"), {"tenant": tenant, "cids": cids})
+    unstat(conn, tenant, conn.execute(sql("unit_terms_delete_many"), {"tenant": tenant, "cids": cids}).fetchall())
     rows = conn.execute(sql("units_delete_many"), {"tenant": tenant, "days": sorted({r["day"] for r in gone}),
-                                                   "cids": [r["cid"] for r in gone]}).fetchall()
-    conn.execute(sql("pending_delete_many"), {"tenant": tenant, "cids": [r["cid"] for r in gone]})
-    unstat(conn, tenant, rows)
+                                                   "cids": cids}).fetchall()
     conn.execute(sql("tenant_bump"), {"tenant": tenant})
     return [r["cid"] for r in rows]
 

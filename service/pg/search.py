@@ -43,38 +43,40 @@ def match_where(p, terms: list[str], args: dict) -> list[str]:
     of these terms (the GIN index over tfs' keys; the terms are a bound text[], never syntax)."""
     args["terms"] = list(dict.fromkeys(terms))
     holds = "?&" if p.operator == "and" else "?|"
-    return ["u.tenant = %(tenant)s", "u.day BETWEEN %(first)s AND %(last)s", "u.ntok > 0",
+    return ["u.tenant = %(tenant)s", "u.day BETWEEN %(first)s AND %(last)s",
             f"u.tfs {holds} %(terms)s::text[]"] + pg_filters(p, args)
 
 
 def scoring_sql(where: list[str], n_terms: int) -> str:
-    """The best %(k)s units matching ``where`` as (score, cid, id, ntok, tf0, tf1, ...): fts.scoring_sql's
-    arithmetic, with each term's frequency looked up in tfs (parameter %(p<i>)s) instead of counted."""
+    """The best %(k)s search rows (unit_terms, alias u) matching ``where`` as (score, cid, id, ntok, tf0,
+    tf1, ..., day): fts.scoring_sql's arithmetic, with each term's frequency looked up in tfs (parameter
+    %(p<i>)s) instead of counted."""
     tf_cols = [f"coalesce((u.tfs ->> %(p{i})s)::int, 0) AS tf{i}" for i in range(n_terms)]
     score_terms = [f"%(w{i})s * tf{i} / (tf{i} + norm)" for i in range(n_terms)]
     tfs = [f"tf{i}" for i in range(n_terms)]
     return (
-        f"WITH c AS MATERIALIZED (SELECT u.seq AS id, u.cid, u.ntok, {', '.join(tf_cols)} "
-        f"FROM units u WHERE {' AND '.join(where)}), "
-        f"s AS MATERIALIZED (SELECT id, cid, ntok, %(k1)s * (1 - %(b)s + %(b)s * ntok / %(avgdl)s) AS norm, "
+        f"WITH c AS MATERIALIZED (SELECT u.seq AS id, u.cid, u.ntok, u.day, {', '.join(tf_cols)} "
+        f"FROM unit_terms u WHERE {' AND '.join(where)}), "
+        f"s AS MATERIALIZED (SELECT id, cid, ntok, day, %(k1)s * (1 - %(b)s + %(b)s * ntok / %(avgdl)s) AS norm, "
         f"{', '.join(tfs)} FROM c) "
-        f"SELECT {' + '.join(score_terms)} AS score, cid, id, ntok, {', '.join(tfs)} "
+        f"SELECT {' + '.join(score_terms)} AS score, cid, id, ntok, {', '.join(tfs)}, day::text "
         'FROM s ORDER BY score DESC, cid COLLATE "C" LIMIT %(k)s')
 
 
-def score(conn, where: list[str], args: dict, terms: list[str], bm25: Bm25, k: int) -> list[ShardHit]:
-    """The best k units matching ``where`` under the global BM25 weights."""
+def score(conn, where: list[str], args: dict, terms: list[str], bm25: Bm25, k: int) -> list[tuple[ShardHit, str]]:
+    """The best k units matching ``where`` under the global BM25 weights, each with its day."""
     args.update({"k": k, "k1": bm25.k1, "b": bm25.b, "avgdl": bm25.avgdl})
     for i, (term, w) in enumerate(zip(terms, bm25.weights)):
         args[f"p{i}"] = term
         args[f"w{i}"] = w
     with conn.cursor(row_factory=tuple_row) as cur:
-        return [ShardHit.of(r) for r in cur.execute(scoring_sql(where, len(terms)), args)]
+        return [(ShardHit.of(r[:-1]), r[-1]) for r in cur.execute(scoring_sql(where, len(terms)), args)]
 
 
 def queued_where(p, args: dict) -> str:
-    """The tenant's units still queued for the indexer in [first, last] that pass the filters."""
-    return " AND ".join(["p.tenant = %(tenant)s", "p.day BETWEEN %(first)s AND %(last)s"] + pg_filters(p, args))
+    """The tenant's units still queued for the indexer (pending, alias u) in [first, last] that pass the
+    filters."""
+    return " AND ".join(["u.tenant = %(tenant)s", "u.day BETWEEN %(first)s AND %(last)s"] + pg_filters(p, args))
 
 
 class PgSearcher:
@@ -130,74 +132,95 @@ class PgSearcher:
 
     def _run(self, where: str, tenant: str, p, terms: list[str]):
         pool = self.store.primary if where == "primary" else self.standby.pool
-        args = {"tenant": tenant, "now": int(time.time()),
+        args = {"tenant": tenant, "now": int(time.time()), "terms": terms,
                 "first": day_of(p.since) if p.since is not None else "0001-01-01",
                 "last": day_of(p.until) if p.until is not None else "9999-12-31"}
+        ryw = not p.strong and self.config.read_your_writes_ms > 0
         with pool.connection(timeout=5.0) as conn, conn.transaction():
-            conn.execute(sql("search_snapshot"))
-            if self.config.search_cpu_ms > 0:
-                conn.execute(sql("statement_timeout"), {"ms": str(int(self.config.search_cpu_ms))})
-            days = len(conn.execute(sql("days_live"), args).fetchall())
             try:
-                ranked, stats, unseen = self._rank(conn, p, terms, args)
+                first = self._first_reads(conn, p, args, ryw)
+                ranked, stats, unseen = self._rank(conn, p, terms, args, first, Unseen() if ryw else None)
             except psycopg.errors.QueryCanceled:
                 raise TooCostly(f"This search needed more than {self.config.search_cpu_ms} ms in PostgreSQL; use "
                                 "fewer or rarer terms, or a filter.", field="query") from None
-            if unseen is None:
-                pc = conn.execute(sql("pending_count"), args).fetchone()
-                pending, oldest = pc["n"], pc["oldest"]
-            else:
-                pending, oldest = unseen.count, unseen.oldest_ms
-        return shape_results(p, terms, ranked, stats, self.tokenizer), days, pending, oldest
+        if unseen is None:
+            pending, oldest = first["pending"]["n"], first["pending"]["oldest"]
+        else:
+            pending, oldest = unseen.count, unseen.oldest_ms
+        return shape_results(p, terms, ranked, stats, self.tokenizer), len(first["days"]), pending, oldest
 
-    def _rank(self, conn, p, terms: list[str], args: dict) -> tuple[list[Ranked], Stats | None, Unseen | None]:
+    def _first_reads(self, conn, p, args: dict, ryw: bool) -> dict:
+        """In one round trip (a pipeline): the snapshot, the statement timeout, the live days, the BM25
+        statistics and each term's document frequency, and the queue (read-your-writes: its units)."""
+        reads = {"days": sql("days_live"), "stats": sql("stats_get"), "df": sql("df_get"),
+                 "pending": sql("pending_count")}
+        if ryw:
+            q = {**args, "limit": self.config.read_your_writes_max + 1}
+            reads["queued"] = ("SELECT u.seq AS id, u.cid, u.pushed_ms, u.day::text AS day FROM pending u "
+                               f"WHERE {queued_where(p, q)} ORDER BY u.seq LIMIT %(limit)s")
+        cursors = {}
+        with conn.pipeline():
+            conn.execute(sql("search_snapshot"))
+            conn.execute(sql("search_plan"))
+            if self.config.search_cpu_ms > 0:
+                conn.execute(sql("statement_timeout"), {"ms": str(int(self.config.search_cpu_ms))})
+            for name, statement in reads.items():
+                cursors[name] = conn.cursor()
+                cursors[name].execute(statement, q if name == "queued" else args)
+        out = {name: cur.fetchall() for name, cur in cursors.items()}
+        out["stats"], out["pending"] = out["stats"][0], out["pending"][0]
+        return out
+
+    def _rank(self, conn, p, terms: list[str], args: dict, first: dict,
+              unseen: Unseen | None) -> tuple[list[Ranked], Stats | None, Unseen | None]:
         """The best k (indexed units from the index, queued ones from their content) and the statistics."""
-        ryw = not p.strong and self.config.read_your_writes_ms > 0
-        unseen = Unseen() if ryw else None
         if not terms:
             return [], None, unseen
-        st = conn.execute(sql("stats_get"), args).fetchone()
-        n, ntokens = int(st["ndocs"]), int(st["ntokens"])
-        df = {r["term"]: int(r["df"]) for r in conn.execute(sql("df_get"), {**args, "terms": terms})}
+        n, ntokens = int(first["stats"]["ndocs"]), int(first["stats"]["ntokens"])
+        df = {r["term"]: int(r["df"]) for r in first["df"]}
         k1, b = self.config.bm25_k1, self.config.bm25_b
         # a term no indexed unit holds weighs what it would in one (a queued unit may hold it)
-        unknown = unknown_idf(n) if ryw else 0.0
+        unknown = unknown_idf(n) if unseen is not None else 0.0
         idf = [idf_of(n, df.get(term, 0)) or unknown for term in terms]
         avgdl = ntokens / n if n else 0.0
         bm25 = Bm25([w * (k1 + 1) for w in idf], avgdl, k1, b)
-        hits: list[ShardHit] = []
+        hits: list[tuple[ShardHit, str]] = []
         live = [term for term in dict.fromkeys(terms) if df.get(term)]
         if live and n and not (p.operator == "and" and len(live) < len(set(terms))):
             q = dict(args)
             hits = score(conn, match_where(p, live, q), q, terms, bm25, p.top_k)
         if unseen is not None:
-            hits += self._queued_top(conn, p, terms, bm25, args, unseen)
-        hits.sort(key=lambda h: h.order)
+            hits += self._queued_top(conn, p, terms, bm25, args, first, unseen)
+        hits.sort(key=lambda h: h[0].order)
         hits = hits[:p.top_k]
         if not hits:
             return [], Stats(idf, k1, b, avgdl, n), unseen
-        units = {r["cid"]: r for r in conn.execute(sql("units_by_cids"), {**args, "cids": [h.cid for h in hits]})}
-        ranked = [Ranked(unit_dict(units[h.cid]), h.score, h.ntok, h.tfs) for h in hits if h.cid in units]
+        units = self._units(conn, args, [(h.cid, day) for h, day in hits])
+        ranked = [Ranked(unit_dict(units[h.cid]), h.score, h.ntok, h.tfs) for h, _ in hits if h.cid in units]
         return ranked, Stats(idf, k1, b, avgdl, n), unseen
 
-    def _queued_top(self, conn, p, terms: list[str], bm25: Bm25, args: dict, unseen: Unseen) -> list[ShardHit]:
+    @staticmethod
+    def _units(conn, args: dict, located: list[tuple[str, str]]) -> dict:
+        """The units of these (cid, day) pairs, by CID (only their days' partitions are read)."""
+        return {r["cid"]: r for r in conn.execute(sql("units_by_day_cids"), {
+            **args, "days": sorted({day for _, day in located}), "cids": [cid for cid, _ in located]})}
+
+    def _queued_top(self, conn, p, terms: list[str], bm25: Bm25, args: dict, first: dict,
+                    unseen: Unseen) -> list[tuple[ShardHit, str]]:
         """Queued units matching the query, scored from their tokens (made once per process, while
         read_your_writes_ms allows); the rest are ``unseen``."""
         deadline = time.monotonic() + self.config.read_your_writes_ms / 1000
-        limit = self.config.read_your_writes_max
-        q = {**args, "limit": limit + 1}
-        rows = conn.execute("SELECT u.seq AS id, u.cid, p.pushed_ms FROM pending p JOIN units u "
-                            "ON u.tenant = p.tenant AND u.day = p.day AND u.cid = p.cid "
-                            f"WHERE {queued_where(p, q)} ORDER BY p.seq LIMIT %(limit)s", q).fetchall()
-        if len(rows) > limit:           # a bulk import's backlog: reported, not read (as on SQLite)
-            pc = conn.execute(sql("pending_count"), args).fetchone()
-            unseen.count, unseen.oldest_ms = pc["n"], pc["oldest"]
+        rows = first["queued"]
+        if len(rows) > self.config.read_your_writes_max:   # a bulk import's backlog: reported, not read
+            unseen.count, unseen.oldest_ms = first["pending"]["n"], first["pending"]["oldest"]
             return []
         tenant = args["tenant"]
         known = {r["cid"]: self.tokens.get(tenant, "", 0, r["cid"]) for r in rows}
         missing = [r["cid"] for r in rows if known[r["cid"]] is None]
         if missing:
-            contents = {r["cid"]: r["content"] for r in conn.execute(sql("units_by_cids"), {**args, "cids": missing})}
+            day_of_cid = {r["cid"]: r["day"] for r in rows}
+            contents = {cid: u["content"] for cid, u in
+                        self._units(conn, args, [(cid, day_of_cid[cid]) for cid in missing]).items()}
             for cid in missing:
                 if time.monotonic() > deadline:
                     break
@@ -211,5 +234,5 @@ class PgSearcher:
                 continue
             hit = score_tokens(entry, r, p, terms, bm25)
             if hit is not None:
-                hits.append(hit)
+                hits.append((hit, r["day"]))
         return hits

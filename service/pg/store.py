@@ -72,17 +72,26 @@ class PgStore(StoreApi):
 
     def write(self, fn, *args):
         """``fn(conn, *args)`` in one primary transaction; PostgreSQL down or failing is a 503."""
+        return self._on_primary(True, fn, *args)
+
+    def read(self, fn, *args):
+        """``fn(conn, *args)`` on a primary connection, each statement on its own (no BEGIN/COMMIT round
+        trips: reads that need one snapshot, such as search, open their own transaction)."""
+        return self._on_primary(False, fn, *args)
+
+    def _on_primary(self, transaction: bool, fn, *args):
         try:
-            with self.primary.connection() as conn, conn.transaction():
-                return fn(conn, *args)
+            with self.primary.connection() as conn:
+                if not transaction:
+                    return fn(conn, *args)
+                with conn.transaction():
+                    return fn(conn, *args)
         except ApiError:
             raise
         except (psycopg.OperationalError, psycopg.errors.QueryCanceled) as e:
             raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
         except PoolTimeout as e:
             raise StorageUnavailable("Storage is unavailable: no database connection") from e
-
-    read = write
 
     def one(self, name: str, args: dict) -> dict | None:
         """The first row of a named statement, in its own transaction."""
@@ -174,8 +183,20 @@ class PgStore(StoreApi):
         """One live unit, or None (unknown or expired)."""
         if not is_cid(cid):
             return None
-        row = self.one("unit_get", {"tenant": tenant, "cid": cid, "now": int(time.time())})
-        return unit_dict(row) if row is not None else None
+        now = int(time.time())
+        found = self.one("catalog_day", {"tenant": tenant, "cid": cid, "now": now})
+        if found is None:
+            return None
+        # (the day as a value: only its partition is planned and read)
+        rows = self.units_at(tenant, [(cid, found["day"])])
+        return unit_dict(rows[cid]) if cid in rows and rows[cid]["expires_at"] > now else None
+
+    def units_at(self, tenant: str, located: list[tuple[str, str]]) -> dict:
+        """Stored units by CID, of these (cid, day) pairs."""
+        if not located:
+            return {}
+        args = {"tenant": tenant, "days": sorted({d for _, d in located}), "cids": [c for c, _ in located]}
+        return {r["cid"]: r for r in self.read(lambda c: c.execute(sql("units_by_day_cids"), args).fetchall())}
 
     def children(self, tenant: str, cid: str, limit: int) -> list[str]:
         return [r["cid"] for r in self.read(lambda c: c.execute(sql("catalog_children"), {
@@ -184,16 +205,11 @@ class PgStore(StoreApi):
     def recent(self, tenant: str, limit: int = 50, before_seq: int | None = None) -> list[dict]:
         """Live units, newest (highest seq) first, strictly below ``before_seq``."""
         now = int(time.time())
-
-        def read(c):
-            rows = c.execute(sql("catalog_recent"), {"tenant": tenant, "now": now,
-                                                     "before": before_seq if before_seq is not None else 2**62,
-                                                     "limit": limit}).fetchall()
-            units = {r["cid"]: r for r in c.execute(sql("units_by_cids"), {
-                "tenant": tenant, "cids": [r["cid"] for r in rows]})}
-            return [unit_dict(units[r["cid"]]) for r in rows
-                    if r["cid"] in units and units[r["cid"]]["expires_at"] > now]
-        return self.read(read)
+        rows = self.read(lambda c: c.execute(sql("catalog_recent"), {
+            "tenant": tenant, "now": now, "before": before_seq if before_seq is not None else 2**62,
+            "limit": limit}).fetchall())
+        units = self.units_at(tenant, [(r["cid"], r["day"]) for r in rows])
+        return [unit_dict(units[r["cid"]]) for r in rows if r["cid"] in units and units[r["cid"]]["expires_at"] > now]
 
     def delete(self, tenant: str, cid: str) -> dict:
         """Remove a unit everywhere: catalog, unit row, queue row and its share of the BM25 statistics."""
@@ -298,6 +314,8 @@ class Plan:
             if self.updates:
                 cur.executemany(sql("catalog_update_mutable"), self.updates)
                 cur.executemany(sql("unit_update_mutable"), self.updates)
+                cur.executemany(sql("pending_update_mutable"), self.updates)
+                cur.executemany(sql("unit_terms_update_mutable"), self.updates)
             if self.expiry:
                 cur.executemany(sql("days_upsert"), [{"tenant": self.tenant, "day": d, "lo": lo, "hi": hi}
                                                      for d, (lo, hi) in sorted(self.expiry.items())])

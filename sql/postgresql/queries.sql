@@ -110,26 +110,34 @@ UPDATE units SET type = %(type)s, ttl = %(ttl)s, expires_at = %(expires_at)s, me
 WHERE tenant = %(tenant)s AND day = %(day)s AND cid = %(cid)s;
 
 -- name: pending_insert
-INSERT INTO pending(tenant, cid, day, seq, pushed_ms) VALUES (%(tenant)s, %(cid)s, %(day)s, %(seq)s, %(pushed_ms)s);
+INSERT INTO pending(tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at, parent_cid)
+VALUES (%(tenant)s, %(cid)s, %(day)s, %(seq)s, %(pushed_ms)s, %(type)s, %(source)s, %(timestamp)s, %(expires_at)s,
+        %(parent_cid)s);
+
+-- name: pending_update_mutable
+UPDATE pending SET type = %(type)s, expires_at = %(expires_at)s, parent_cid = %(parent_cid)s
+WHERE tenant = %(tenant)s AND cid = %(cid)s;
+
+-- name: unit_terms_update_mutable
+UPDATE unit_terms SET type = %(type)s, expires_at = %(expires_at)s, parent_cid = %(parent_cid)s
+WHERE tenant = %(tenant)s AND cid = %(cid)s;
 
 -- --- reads --------------------------------------------------------------------------------------
 
--- name: unit_get
-SELECT u.cid, u.seq, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.content, u.metadata, u.parent_cid
-FROM catalog c JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
-WHERE c.tenant = %(tenant)s AND c.cid = %(cid)s AND c.expires_at > %(now)s AND u.expires_at > %(now)s;
+-- name: catalog_day
+SELECT day::text AS day FROM catalog WHERE tenant = %(tenant)s AND cid = %(cid)s AND expires_at > %(now)s;
 
--- name: units_by_cids
-SELECT u.cid, u.seq, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.content, u.metadata, u.parent_cid
-FROM catalog c JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
-WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s);
+-- name: units_by_day_cids
+-- With the days given, only their partitions are read (pruned when planned).
+SELECT cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid FROM units
+WHERE tenant = %(tenant)s AND day = ANY(%(days)s::date[]) AND cid = ANY(%(cids)s);
 
 -- name: catalog_children
 SELECT cid FROM catalog
 WHERE tenant = %(tenant)s AND parent_cid = %(cid)s AND expires_at > %(now)s ORDER BY seq LIMIT %(limit)s;
 
 -- name: catalog_recent
-SELECT seq, cid FROM catalog
+SELECT seq, cid, day::text AS day FROM catalog
 WHERE tenant = %(tenant)s AND expires_at > %(now)s AND seq < %(before)s ORDER BY seq DESC LIMIT %(limit)s;
 
 -- name: catalog_count_live
@@ -144,30 +152,38 @@ SELECT count(*) AS n, min(pushed_ms) AS oldest FROM pending WHERE tenant = %(ten
 DELETE FROM catalog WHERE tenant = %(tenant)s AND cid = ANY(%(cids)s) AND expires_at > %(now)s
 RETURNING day::text AS day, cid;
 
+-- name: pending_delete_many
+-- (first: it waits for an indexer holding these rows, whose unit_terms rows the next statement then sees)
+DELETE FROM pending WHERE tenant = %(tenant)s AND cid = ANY(%(cids)s);
+
+-- name: unit_terms_delete_many
+DELETE FROM unit_terms WHERE tenant = %(tenant)s AND cid = ANY(%(cids)s) RETURNING day::text AS day, ntok, tfs;
+
 -- name: units_delete_many
 DELETE FROM units WHERE tenant = %(tenant)s AND day = ANY(%(days)s::date[]) AND cid = ANY(%(cids)s)
-RETURNING day::text AS day, cid, ntok, tfs;
-
--- name: pending_delete_many
-DELETE FROM pending WHERE tenant = %(tenant)s AND cid = ANY(%(cids)s);
+RETURNING cid;
 
 -- --- the indexer --------------------------------------------------------------------------------
 
 -- name: pending_claim
 -- Any node may index any row: the rows one indexer holds are skipped by the others.
-SELECT p.tenant, p.cid, p.day::text AS day, p.pushed_ms, u.content
+SELECT p.tenant, p.cid, p.day::text AS day, p.seq, p.pushed_ms, p.type, p.source, p.timestamp, p.expires_at,
+       p.parent_cid, u.content
 FROM pending p JOIN units u ON u.tenant = p.tenant AND u.day = p.day AND u.cid = p.cid
-ORDER BY p.pushed_ms LIMIT %(limit)s FOR UPDATE OF p, u SKIP LOCKED;
+ORDER BY p.pushed_ms LIMIT %(limit)s FOR UPDATE OF p SKIP LOCKED;
 
 -- name: pending_claim_tenant
-SELECT p.tenant, p.cid, p.day::text AS day, p.pushed_ms, u.content
+SELECT p.tenant, p.cid, p.day::text AS day, p.seq, p.pushed_ms, p.type, p.source, p.timestamp, p.expires_at,
+       p.parent_cid, u.content
 FROM pending p JOIN units u ON u.tenant = p.tenant AND u.day = p.day AND u.cid = p.cid
 WHERE p.tenant = %(tenant)s
-ORDER BY p.pushed_ms LIMIT %(limit)s FOR UPDATE OF p, u SKIP LOCKED;
+ORDER BY p.pushed_ms LIMIT %(limit)s FOR UPDATE OF p SKIP LOCKED;
 
--- name: unit_set_tokens
-UPDATE units SET ntok = %(ntok)s, tfs = %(tfs)s
-WHERE tenant = %(tenant)s AND day = %(day)s AND cid = %(cid)s AND ntok IS NULL;
+-- name: unit_terms_insert
+INSERT INTO unit_terms(tenant, cid, day, seq, type, source, timestamp, expires_at, parent_cid, ntok, tfs)
+VALUES (%(tenant)s, %(cid)s, %(day)s, %(seq)s, %(type)s, %(source)s, %(timestamp)s, %(expires_at)s, %(parent_cid)s,
+        %(ntok)s, %(tfs)s)
+ON CONFLICT (tenant, cid) DO NOTHING;
 
 -- name: pending_done
 DELETE FROM pending WHERE tenant = %(tenant)s AND cid = %(cid)s;
@@ -191,7 +207,10 @@ DELETE FROM term_df WHERE tenant = %(tenant)s AND day = %(day)s AND df <= 0;
 -- name: units_purge_batch
 DELETE FROM units WHERE (tenant, day, cid) IN (
     SELECT tenant, day, cid FROM units WHERE tenant = %(tenant)s AND expires_at <= %(now)s LIMIT %(limit)s)
-RETURNING day::text AS day, cid, ntok, tfs;
+RETURNING cid;
+
+-- name: unit_terms_purge
+DELETE FROM unit_terms WHERE tenant = %(tenant)s AND cid = ANY(%(cids)s) RETURNING day::text AS day, ntok, tfs;
 
 -- name: catalog_purge
 DELETE FROM catalog WHERE tenant = %(tenant)s AND expires_at <= %(now)s;
@@ -218,6 +237,12 @@ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY;
 
 -- name: statement_timeout
 SELECT set_config('statement_timeout', %(ms)s, true);
+
+-- name: search_plan
+-- Matches come through the GIN index over tfs' keys (bitmap scans), never a scan of every unit of the
+-- tenant: the planner's cost of ``?|`` on each row (the jsonb read and the array taken apart) is far
+-- too low, and a table not analyzed yet looks small.
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_indexscan', 'off', true);
 
 -- name: stats_get
 SELECT coalesce(sum(ndocs), 0)::bigint AS ndocs, coalesce(sum(ntokens), 0)::bigint AS ntokens

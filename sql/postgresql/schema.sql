@@ -3,9 +3,6 @@
 -- Every table leads with the tenant column: it is the distribution key if the schema moves to Citus
 -- (catalog, units, pending and the statistics would be distributed by tenant and co-located).
 
--- btree_gin lets one GIN index serve "tenant = ... AND tfs ?| ..." (a trusted extension since 13).
-CREATE EXTENSION IF NOT EXISTS btree_gin;
-
 CREATE TABLE IF NOT EXISTS cms_meta (key text PRIMARY KEY, value bigint NOT NULL);
 INSERT INTO cms_meta(key, value) VALUES ('schema_version', 1) ON CONFLICT (key) DO NOTHING;
 
@@ -54,9 +51,7 @@ CREATE TABLE IF NOT EXISTS tenant_days (
 );
 
 -- The units, one partition per day (units_pYYYYMMDD, created on first use; the janitor drops a
--- partition once every unit in it has expired). ntok and tfs are NULL until indexed: tfs maps each of
--- the unit's tokens (service/tokenize.py's, never re-parsed by PostgreSQL) to its frequency, so BM25's
--- tf is one key lookup, and a GIN index over its keys finds the units holding a query's terms.
+-- partition once every unit in it has expired): what a unit is, as pushed.
 CREATE TABLE IF NOT EXISTS units (
     tenant      text   NOT NULL,
     day         date   NOT NULL,
@@ -71,22 +66,48 @@ CREATE TABLE IF NOT EXISTS units (
     metadata    text,
     parent_cid  text,
     pushed_ms   bigint NOT NULL,
-    ntok        integer,
-    tfs         jsonb,
     PRIMARY KEY (tenant, day, cid)
 ) PARTITION BY RANGE (day);
--- (jsonb_ops: the ?| and ?& key operators; btree_gin lets the tenant lead the same index)
-CREATE INDEX IF NOT EXISTS units_tfs ON units USING gin (tenant, tfs);
 CREATE INDEX IF NOT EXISTS units_expires ON units (expires_at);
 
--- The durable index queue: a row per acked, not yet indexed unit. Any node's indexer claims rows
--- with FOR UPDATE SKIP LOCKED, indexes them and deletes them in one transaction.
+-- What search reads: one row per indexed unit with the columns the search filters use and its term
+-- frequencies (tfs: each of the unit's tokens, as service/tokenize.py made them and never re-parsed by
+-- PostgreSQL, -> its count; BM25's tf is one key lookup). One table over every live day, not a
+-- partition per day: planning a search over ~30 partitions cost ~9 ms, more than running it (the
+-- lesson of the SQLite backend's read index, DESIGN.md section 11). A GIN index over tfs' keys finds
+-- the units holding a query's terms (``?|`` any, ``?&`` every); fastupdate off, because scans would
+-- otherwise read the whole pending list (searches took ~60 ms instead of ~4 ms at 20k units).
+CREATE TABLE IF NOT EXISTS unit_terms (
+    tenant      text    NOT NULL,
+    cid         text    NOT NULL,
+    day         date    NOT NULL,
+    seq         bigint  NOT NULL,
+    type        text    NOT NULL,
+    source      text    NOT NULL,
+    timestamp   bigint  NOT NULL,
+    expires_at  bigint  NOT NULL,
+    parent_cid  text,
+    ntok        integer NOT NULL,
+    tfs         jsonb   NOT NULL,
+    PRIMARY KEY (tenant, cid)
+);
+CREATE INDEX IF NOT EXISTS unit_terms_tfs ON unit_terms USING gin (tfs) WITH (fastupdate = off);
+CREATE INDEX IF NOT EXISTS unit_terms_expires ON unit_terms (expires_at);
+
+-- The durable index queue: a row per acked, not yet indexed unit, with the columns search filters use
+-- (read-your-writes reads the queue alone). Any node's indexer claims rows with FOR UPDATE SKIP LOCKED,
+-- indexes them and deletes them in one transaction.
 CREATE TABLE IF NOT EXISTS pending (
-    tenant     text   NOT NULL,
-    cid        text   NOT NULL,
-    day        date   NOT NULL,
-    seq        bigint NOT NULL,
-    pushed_ms  bigint NOT NULL,
+    tenant      text   NOT NULL,
+    cid         text   NOT NULL,
+    day         date   NOT NULL,
+    seq         bigint NOT NULL,
+    pushed_ms   bigint NOT NULL,
+    type        text   NOT NULL,
+    source      text   NOT NULL,
+    timestamp   bigint NOT NULL,
+    expires_at  bigint NOT NULL,
+    parent_cid  text,
     PRIMARY KEY (tenant, cid)
 );
 CREATE INDEX IF NOT EXISTS pending_order ON pending (pushed_ms);
