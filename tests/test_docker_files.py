@@ -80,8 +80,34 @@ def test_compose_config_validates(tmp_path):
     rv = compose("config", "-q", env={"CONTEXT_API_KEY": "k_test"}, env_file=empty)
     assert rv.returncode == 0, rv.stderr
     for dify in (False, True):
-        rv = compose("config", "--services", env={"CONTEXT_API_KEY": "k_test"}, env_file=empty, dify=dify)
-        assert rv.returncode == 0 and rv.stdout.split() == ["context-mode"], rv.stderr
+        rv = compose("config", env={"CONTEXT_API_KEY": "k_test"}, env_file=empty, dify=dify)
+        assert rv.returncode == 0, rv.stderr
+        services = yaml.safe_load(rv.stdout)["services"]
+        # (docker-compose 1.x lists a profile's services too; they start only with --profile)
+        assert [name for name, svc in services.items() if not svc.get("profiles")] == ["context-mode"]
+
+
+@needs_compose
+def test_postgres_profile_is_a_primary_and_a_streaming_standby(tmp_path):
+    """`docker compose --profile postgres up -d` (issue 18): PostgreSQL 15 primary and standby; the service
+    stays on SQLite unless CONTEXT_STORE names them. Validated offline (no engine here to start them)."""
+    env_file = tmp_path / "pg.env"
+    env_file.write_text("CONTEXT_API_KEY=k_test_0123456789abcdef\nPOSTGRES_PASSWORD=pw_0123456789abcdef\n")
+    config = yaml.safe_load(compose("config", env_file=env_file).stdout)
+    services = config["services"]
+    assert services["context-mode"]["environment"]["CONTEXT_STORE"] == "sqlite"
+    primary, standby = services["postgres-primary"], services["postgres-standby"]
+    assert primary["profiles"] == standby["profiles"] == ["postgres"]
+    assert primary["image"] == standby["image"] == "postgres:15"
+    assert primary["environment"]["POSTGRES_PASSWORD"] == standby["environment"]["POSTGRES_PASSWORD"] != ""
+    assert "wal_level=replica" in primary["command"] and standby["user"] == "postgres"
+    mounted = [v.split(":")[0] for svc in (primary, standby) for v in svc["volumes"] if v.startswith("/")]
+    assert {Path(v).name for v in mounted} == {"primary-init.sh", "standby.sh"}
+    assert all(Path(v).is_file() for v in mounted)
+    assert "pg_basebackup" in (ROOT / "tools" / "postgres" / "standby.sh").read_text()
+    env_file.write_text(env_file.read_text() + "CONTEXT_STORE=postgresql://context:pw@postgres-primary:5432/context\n")
+    config = yaml.safe_load(compose("config", env_file=env_file).stdout)
+    assert config["services"]["context-mode"]["environment"]["CONTEXT_STORE"].startswith("postgresql://")
 
 
 @needs_compose
@@ -190,7 +216,9 @@ def test_dockerfile_copies_only_what_exists_and_is_not_ignored():
 # --- compose structure --------------------------------------------------------------------------
 def test_compose_structure():
     services = COMPOSE["services"]
-    assert set(services) == {"context-mode"}
+    # the service, and PostgreSQL's primary and standby in the "postgres" profile (issue 18)
+    assert {name for name, svc in services.items() if not svc.get("profiles")} == {"context-mode"}
+    assert set(services) == {"context-mode", "postgres-primary", "postgres-standby"}
     svc = services["context-mode"]
     assert "context-data:/data" in svc["volumes"]
     hc = svc["healthcheck"]
