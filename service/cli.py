@@ -83,7 +83,23 @@ def doctor(quiet):
     if not config.api_keys_file and not config.api_keys:
         if not quiet:
             click.echo("warn  no API keys configured: single 'default' tenant, no authentication")
+    for name, url in (("CONTEXT_STORE", config.store), ("CONTEXT_STORE_REPLICA", config.store_replica)):
+        report(*_postgresql_reachable(name, url))
     sys.exit(0 if ok else 1)
+
+
+def _postgresql_reachable(name: str, url: str | None) -> tuple[bool, str]:
+    """(ok, line) for a PostgreSQL URL of the configuration (issue 18); its password is never shown."""
+    from .pg import is_postgresql, redact
+    if not is_postgresql(url):
+        return True, f"{name}={url or 'unset'}" if url != "sqlite" else "storage: SQLite files in the data directory"
+    import psycopg
+    try:
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            version = conn.execute("SHOW server_version").fetchone()[0]
+        return True, f"{name} {redact(url)} answers (PostgreSQL {version})"
+    except psycopg.Error as e:
+        return False, f"{name} {redact(url)} does not answer: {redact(str(e)).strip()}"
 
 
 @main.group()

@@ -267,3 +267,21 @@ def test_search_time_is_capped_by_statement_timeout(tmp_path, pg_urls):
         assert len(search(pg, query="unit7")["results"]) == 1
     finally:
         pg.extensions["context_shutdown"]()
+
+
+def test_doctor_checks_the_postgresql_servers(pg_urls):
+    """`context-mode doctor` (run by make run and the image before gunicorn) says whether the configured
+    primary and standby answer, never showing a password."""
+    import os
+    import subprocess
+    from conftest import VENV_BIN
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_")}
+
+    def doctor(**extra):
+        return subprocess.run([str(VENV_BIN / "context-mode"), "doctor"], env={**env, **extra},
+                              capture_output=True, text=True, timeout=120)
+    rv = doctor(CONTEXT_STORE=pg_urls[0], CONTEXT_STORE_REPLICA=pg_urls[1])
+    assert rv.returncode == 0, rv.stdout + rv.stderr
+    assert "CONTEXT_STORE " in rv.stdout and "CONTEXT_STORE_REPLICA " in rv.stdout and "answers" in rv.stdout
+    rv = doctor(CONTEXT_STORE="postgresql://cms:hunter2secret@127.0.0.1:9/none")
+    assert rv.returncode == 1 and "does not answer" in rv.stderr and "hunter2secret" not in rv.stdout + rv.stderr
