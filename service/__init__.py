@@ -26,8 +26,6 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     from .api import health, search, units
     from .auth import KeyRing
     from .doors import is_loopback_bind
-    from .pg import is_postgresql
-    from .shards import check_fts5
 
     _setup_logging()
     if isinstance(test_config, Config):
@@ -40,14 +38,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     # SHM files take the database's mode). Descriptors: one per open day file and connection.
     os.umask(0o077)
     raise_open_files_limit()
-    postgresql = is_postgresql(config.store)
-    if not postgresql and config.store != "sqlite":
-        raise RuntimeError(f"CONTEXT_STORE must be 'sqlite' or a postgresql://... URL, not {config.store!r}.")
-    if config.store_replica and not (postgresql and is_postgresql(config.store_replica)):
-        raise RuntimeError("CONTEXT_STORE_REPLICA is a postgresql://... URL and needs CONTEXT_STORE=postgresql://...")
-    problem = None if postgresql else check_fts5()
-    if problem:
-        raise RuntimeError(problem)
+    check_store(config)
 
     app = Flask(__name__)
     app.json = StrictJSONProvider(app)
@@ -70,7 +61,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
         log.warning("=" * 72)
     app.extensions["context_keys"] = keys
 
-    store, maintenance = open_store(config, postgresql)
+    store, maintenance = open_store(config)
     app.extensions["context_store"] = store
     app.extensions["context_maintenance"] = maintenance
     if config.background:
@@ -118,9 +109,24 @@ def register_live(app: Flask, store) -> tuple:
     return hub, registry, changes
 
 
-def open_store(config: Config, postgresql: bool):
+def check_store(config: Config) -> None:
+    """Stop the start, with a message, on a storage setting that cannot work (before anything is opened)."""
+    from .pg import is_postgresql
+    from .shards import check_fts5
+    postgresql = is_postgresql(config.store)
+    if not postgresql and config.store != "sqlite":
+        raise RuntimeError(f"CONTEXT_STORE must be 'sqlite' or a postgresql://... URL, not {config.store!r}.")
+    if config.store_replica and not (postgresql and is_postgresql(config.store_replica)):
+        raise RuntimeError("CONTEXT_STORE_REPLICA is a postgresql://... URL and needs CONTEXT_STORE=postgresql://...")
+    problem = None if postgresql else check_fts5()
+    if problem:
+        raise RuntimeError(problem)
+
+
+def open_store(config: Config):
     """The store and its background maintenance: SQLite files, or PostgreSQL (issue 18, service/pg/)."""
-    if postgresql:
+    from .pg import is_postgresql
+    if is_postgresql(config.store):
         from .pg.maintenance import PgMaintenance
         from .pg.store import PgStore
         store = PgStore(config)

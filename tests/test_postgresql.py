@@ -285,3 +285,20 @@ def test_doctor_checks_the_postgresql_servers(pg_urls):
     assert "CONTEXT_STORE " in rv.stdout and "CONTEXT_STORE_REPLICA " in rv.stdout and "answers" in rv.stdout
     rv = doctor(CONTEXT_STORE="postgresql://cms:hunter2secret@127.0.0.1:9/none")
     assert rv.returncode == 1 and "does not answer" in rv.stderr and "hunter2secret" not in rv.stdout + rv.stderr
+
+
+def test_live_streams_and_tool_registry_say_not_implemented_yet(tmp_path, pg_urls):
+    """Issue 16's streams and tool registry keep per-tenant SQLite files (one node's, on PostgreSQL):
+    a clear 501 in the error shape, never a crash or a node-local answer."""
+    pg = app_on(tmp_path, "pg", store=pg_urls[0])
+    try:
+        c = pg.test_client()
+        tool = {"name": "weather_lookup", "description": "Looks up the weather for a city.",
+                "endpoint": "https://tools.example.com/weather", "auth_type": "none",
+                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+        for rv in (c.get("/mcp/stream?query=x"), c.post("/mcp/tools", json=tool), c.get("/mcp/tools?q=weather")):
+            assert rv.status_code == 501, rv.get_data(as_text=True)[:300]
+            assert rv.get_json()["code"] == "not_implemented"
+        assert search(pg, query="anything")["results"] == []       # the rest still answers
+    finally:
+        pg.extensions["context_shutdown"]()

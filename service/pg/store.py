@@ -57,6 +57,7 @@ class PgStore(StoreApi):
         self.write(self._ensure_schema)
         self._partitions: set[str] = set()
         self.listeners: list = []   # callables(tenant, days) told about new queued units
+        self.observers: list = []   # (issue 16's change log: its streams are SQLite-only for now, see tenant())
         self.tokenizer = tokenizer_for(config)
         from .search import PgSearcher
         self.searcher = PgSearcher(self)
@@ -102,6 +103,17 @@ class PgStore(StoreApi):
         self.primary.close()
 
     # --- tenants ----------------------------------------------------------------------------------
+    def tenant(self, name: str):
+        """Issue 16's live streams and tool registry keep per-tenant SQLite files beside a tenant's day
+        files; on PostgreSQL they would be one node's files, invisible to the others: a clear 501
+        instead, until they move into the database."""
+        raise ApiError("Live streams (/mcp/stream, subscriptions/listen) and the tool registry are not "
+                       "available on the PostgreSQL backend yet.", code="not_implemented", status=501)
+
+    def read_index_state(self, tenant: str) -> None:
+        """No read index on PostgreSQL: default searches read the tables (or the standby) directly."""
+        return None
+
     def tenant_names(self) -> list[str]:
         return [r["tenant"] for r in self.read(lambda c: c.execute(sql("tenant_names")).fetchall())
                 if TENANT_RE.match(r["tenant"])]
