@@ -47,11 +47,25 @@ def search(app, **body):
 QUERY_VARIANTS = [{}, {"operator": "and"}, {"types": ["tool_output"]}, {"source": "equiv_a*"}]
 
 
-@pytest.mark.parametrize("pending", [False, True], ids=["indexed", "pending"])
-def test_same_units_rank_the_same_on_sqlite_and_postgresql(tmp_path, pg_urls, pending):
+@pytest.mark.parametrize("pending,pruned", [(False, False), (True, False), (False, True)],
+                         ids=["indexed", "pending", "maxscore"])
+def test_same_units_rank_the_same_on_sqlite_and_postgresql(tmp_path, pg_urls, pending, pruned, monkeypatch):
     """The same units pushed to both backends: the same CIDs in the same order with the same raw BM25
     and 0-1 scores, for default and strong searches, with filters and both operators; ``pending``:
-    with half of them not indexed yet (default searches then score the queued units themselves)."""
+    with half of them not indexed yet (default searches then score the queued units themselves);
+    ``maxscore``: PostgreSQL's MaxScore pruning on every query (it starts at 2,000 matches)."""
+    if pruned:
+        from service.pg import search as pg_search
+        monkeypatch.setattr(pg_search, "PRUNE_MIN_MATCHES", 0)
+        monkeypatch.setattr(pg_search, "PRUNE_SEED_MATCHES", 20)
+        calls = []          # (terms in, terms kept) per pruned search
+        real = pg_search.essential_terms
+
+        def recorded(conn, p, live, *rest):
+            kept = real(conn, p, live, *rest)
+            calls.append((len(live), len(kept)))
+            return kept
+        monkeypatch.setattr(pg_search, "essential_terms", recorded)
     docs, queries = corpus()
     now = int(time.time())
     units = [make_unit(text, timestamp=now - (i % 4) * 86_400, ttl=30 * 86_400,
@@ -79,6 +93,8 @@ def test_same_units_rank_the_same_on_sqlite_and_postgresql(tmp_path, pg_urls, pe
                 assert [r["score"] for r in a] == pytest.approx([r["score"] for r in b], abs=2e-6), body
                 compared += len(a)
         assert compared > 1000
+        if pruned:      # the pruning ran, and left common terms out of many queries' candidates
+            assert len(calls) > 100 and sum(kept < given for given, kept in calls) > 20, calls
         # explain reports the same statistics (documents, average length, idf per term)
         a = search(lite, query=queries[0], explain=True, consistency="strong")["results"][0]["explain"]
         b = search(pg, query=queries[0], explain=True, consistency="strong")["results"][0]["explain"]

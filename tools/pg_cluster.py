@@ -39,7 +39,7 @@ def _free_port() -> int:
 class Cluster:
     """Primary on one port, standby (pg_basebackup -R) on another; both trust local connections."""
 
-    def __init__(self, base: Path | None = None, *, fsync: bool = True):
+    def __init__(self, base: Path | None = None, *, fsync: bool = True, shared_buffers: str = "32MB"):
         self.bin = pg_bin()
         if self.bin is None:
             raise RuntimeError("PostgreSQL is not installed (apt-get install -y postgresql)")
@@ -61,7 +61,7 @@ class Cluster:
         # fsync off (the test suite's cluster): commits still reach the kernel before the ack
         # (synchronous_commit stays on), so a killed or immediately stopped server loses nothing acked;
         # only a power cut would, and tests cut no power. DDL-heavy fixtures run ~3x faster.
-        self.extra = "" if fsync else " -c fsync=off"
+        self.extra = ("" if fsync else " -c fsync=off") + f" -c shared_buffers={shared_buffers}"
 
     def _run(self, *args: str, timeout: float = 120) -> str:
         cmd = [str(self.bin / args[0]), *args[1:]]
@@ -86,7 +86,7 @@ class Cluster:
 
     def _start(self, data: Path, port: int) -> None:
         opts = (f"-p {port} -k {self.sockets} -c listen_addresses=127.0.0.1 -c max_connections=300 "
-                "-c shared_buffers=32MB -c max_wal_senders=5 -c wal_keep_size=256MB -c hot_standby=on" + self.extra)
+                "-c max_wal_senders=5 -c wal_keep_size=256MB -c hot_standby=on" + self.extra)
         self._run("pg_ctl", "-D", str(data), "-o", opts, "-l", str(data.parent / f"{data.name}.log"), "-w",
                   "-t", "60", "start")
         self.started.append(data)

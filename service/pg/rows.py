@@ -26,6 +26,14 @@ def next_day(day: str) -> str:
     return (datetime.date.fromisoformat(day) + datetime.timedelta(days=1)).isoformat()
 
 
+def units_at(conn, tenant: str, located: list[tuple[str, str]]) -> dict:
+    """Stored units by CID, of these (cid, day) pairs (only their days' partitions are read)."""
+    if not located:
+        return {}
+    args = {"tenant": tenant, "days": sorted({day for _, day in located}), "cids": [cid for cid, _ in located]}
+    return {r["cid"]: r for r in conn.execute(sql("units_by_day_cids"), args)}
+
+
 def remove_units(conn, tenant: str, cids: list[str], now: int) -> list[str]:
     """Delete these live units (catalog, queue, search and unit rows, their share of the statistics); the
     CIDs that were stored. Default searches on the standby wait for this change (``tenant_bump``)."""

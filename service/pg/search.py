@@ -31,7 +31,14 @@ from ..tail import TokenCache, Unseen, score_tokens
 from ..units import day_of
 from . import sql
 from .maintenance import catch_up
+from .rows import units_at
 from .standby import Standby
+
+# MaxScore pruning (essential_terms) when the query's terms match more units than this; its first pass
+# scores the units of the rarest terms, about this many
+PRUNE_MIN_MATCHES = 2000
+PRUNE_SEED_MATCHES = 500
+
 
 def pg_filters(p, args: dict) -> list[str]:
     """fts.filters (the request's filters as fixed SQL with bound values) in psycopg's placeholders."""
@@ -71,6 +78,38 @@ def score(conn, where: list[str], args: dict, terms: list[str], bm25: Bm25, k: i
         args[f"w{i}"] = w
     with conn.cursor(row_factory=tuple_row) as cur:
         return [(ShardHit.of(r[:-1]), r[-1]) for r in cur.execute(scoring_sql(where, len(terms)), args)]
+
+
+def essential_terms(conn, p, live: list[str], terms: list[str], bm25: Bm25, df: dict, args: dict) -> list[str]:
+    """MaxScore (DESIGN.md section 11's lever), exact: the terms a unit must hold to reach the top k.
+
+    A unit's score is below the summed weights of the query terms it holds (each term adds
+    w * tf / (tf + norm) < w). Score the units holding the rarest terms first (few, cheap): their k-th
+    score is a floor the final k-th best reaches. The most common terms whose weights sum below that
+    floor cannot lift a unit holding only them into the top k, so only the units holding another term
+    are scored. Worth it only when the common terms match many units."""
+    if len(live) < 2 or sum(df[t] for t in live) <= PRUNE_MIN_MATCHES:
+        return live
+    by_df = sorted(live, key=lambda t: (df[t], t))
+    seed, seen = [], 0
+    for term in by_df[:-1]:                 # the rarest terms, at most PRUNE_SEED_MATCHES units (at least one)
+        if seed and seen + df[term] > PRUNE_SEED_MATCHES:
+            break
+        seed.append(term)
+        seen += df[term]
+    q = dict(args)
+    found = score(conn, match_where(p, seed, q), q, terms, bm25, p.top_k)
+    if len(found) < p.top_k:
+        return live
+    floor = found[-1][0].score
+    weight = {t: sum(w for x, w in zip(terms, bm25.weights) if x == t) for t in live}
+    dropped, total = set(), 0.0
+    for term in reversed(by_df):            # the most common first
+        if total + weight[term] >= floor:
+            break
+        total += weight[term]
+        dropped.add(term)
+    return [t for t in live if t not in dropped] or live
 
 
 def queued_where(p, args: dict) -> str:
@@ -187,6 +226,8 @@ class PgSearcher:
         hits: list[tuple[ShardHit, str]] = []
         live = [term for term in dict.fromkeys(terms) if df.get(term)]
         if live and n and not (p.operator == "and" and len(live) < len(set(terms))):
+            if p.operator == "or":
+                live = essential_terms(conn, p, live, terms, bm25, df, args)
             q = dict(args)
             hits = score(conn, match_where(p, live, q), q, terms, bm25, p.top_k)
         if unseen is not None:
@@ -202,8 +243,7 @@ class PgSearcher:
     @staticmethod
     def _units(conn, args: dict, located: list[tuple[str, str]]) -> dict:
         """The units of these (cid, day) pairs, by CID (only their days' partitions are read)."""
-        return {r["cid"]: r for r in conn.execute(sql("units_by_day_cids"), {
-            **args, "days": sorted({day for _, day in located}), "cids": [cid for cid, _ in located]})}
+        return units_at(conn, args["tenant"], located)
 
     def _queued_top(self, conn, p, terms: list[str], bm25: Bm25, args: dict, first: dict,
                     unseen: Unseen) -> list[tuple[ShardHit, str]]:

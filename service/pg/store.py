@@ -22,7 +22,7 @@ from ..rows import now_ms, unit_dict
 from ..storeapi import StoreApi
 from ..tokenize import tokenizer_for
 from . import manage, redact, schema, sql, template
-from .rows import PARTITION_LOCK, SCHEMA_LOCK, next_day, partition_name
+from .rows import PARTITION_LOCK, SCHEMA_LOCK, next_day, partition_name, units_at
 
 log = logging.getLogger(__name__)
 
@@ -205,10 +205,7 @@ class PgStore(StoreApi):
 
     def units_at(self, tenant: str, located: list[tuple[str, str]]) -> dict:
         """Stored units by CID, of these (cid, day) pairs."""
-        if not located:
-            return {}
-        args = {"tenant": tenant, "days": sorted({d for _, d in located}), "cids": [c for c, _ in located]}
-        return {r["cid"]: r for r in self.read(lambda c: c.execute(sql("units_by_day_cids"), args).fetchall())}
+        return self.read(units_at, tenant, located)
 
     def children(self, tenant: str, cid: str, limit: int) -> list[str]:
         return [r["cid"] for r in self.read(lambda c: c.execute(sql("catalog_children"), {

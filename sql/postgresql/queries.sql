@@ -183,7 +183,7 @@ ORDER BY p.pushed_ms LIMIT %(limit)s FOR UPDATE OF p SKIP LOCKED;
 INSERT INTO unit_terms(tenant, cid, day, seq, type, source, timestamp, expires_at, parent_cid, ntok, tfs)
 VALUES (%(tenant)s, %(cid)s, %(day)s, %(seq)s, %(type)s, %(source)s, %(timestamp)s, %(expires_at)s, %(parent_cid)s,
         %(ntok)s, %(tfs)s)
-ON CONFLICT (tenant, cid) DO NOTHING;
+ON CONFLICT (cid, tenant) DO NOTHING;
 
 -- name: pending_done
 DELETE FROM pending WHERE tenant = %(tenant)s AND cid = %(cid)s;
