@@ -44,6 +44,8 @@ STALE_RESERVATION_MS = 30_000
 class Store(StoreApi):
     """The SQLite backend: per tenant a catalog and day files under ``data_dir`` (DESIGN.md section 5)."""
 
+    manage = manage         # list, stats, export and forget (service/manage.py)
+
     def __init__(self, config: Config):
         super().__init__(config)
         self.root = Path(config.data_dir)
@@ -327,22 +329,6 @@ class Store(StoreApi):
             return None
         except OSError as e:
             return f"data directory not writable: {e.strerror}"
-
-    # --- seeing and managing the memory (issue 15: service/manage.py) ---------------------------
-    def list_units(self, tenant: str, p, limit: int, before: int | None = None) -> tuple[list[dict], int | None]:
-        return manage.list_units(self, tenant, p, limit, before)
-
-    def export_units(self, tenant: str, p):
-        return manage.export_units(self, tenant, p)
-
-    def stats(self, tenant: str) -> dict:
-        return manage.stats(self, tenant)
-
-    def matches(self, tenant: str, p, *, cids: list[str] | None = None, max_seq: int | None = None) -> list[dict]:
-        return manage.matches(self, tenant, p, cids=cids, max_seq=max_seq)
-
-    def remove(self, tenant: str, by_day: dict[str, list[str]]) -> int:
-        return manage.remove(self, tenant, by_day)
 
     # --- search -------------------------------------------------------------------------------
     def _search(self, tenant: str, params) -> dict:

@@ -110,6 +110,26 @@ class StoreApi:
         return {"unit": unit, "ancestors": ancestors, "children": children,
                 "truncated": bool(omitted), "omitted": omitted}
 
+    # --- seeing and managing the memory (issue 15) ---------------------------------------------
+    # ``manage``: the backend's module of these (service/manage.py, service/pg/manage.py), set by the class.
+    manage = None
+
+    def list_units(self, tenant: str, p, limit: int, before: int | None = None) -> tuple[list[dict], int | None]:
+        return self.manage.list_units(self, tenant, p, limit, before)
+
+    def export_units(self, tenant: str, p):
+        return self.manage.export_units(self, tenant, p)
+
+    def stats(self, tenant: str) -> dict:
+        return self.manage.stats(self, tenant)
+
+    def matches(self, tenant: str, p, *, cids: list[str] | None = None, max_seq: int | None = None) -> list[dict]:
+        return self.manage.matches(self, tenant, p, cids=cids, max_seq=max_seq)
+
+    def remove(self, tenant: str, by_day: dict[str, list[str]]) -> int:
+        """Remove units (CIDs by day) everywhere; how many were stored."""
+        return self.manage.remove(self, tenant, by_day)
+
     # --- search -------------------------------------------------------------------------------
     def search(self, tenant: str, params) -> dict:
         # A cap on concurrent searches per worker keeps threads free for everything else (issue 12, finding 9).

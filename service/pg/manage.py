@@ -122,9 +122,11 @@ def matches(store, tenant: str, p, *, cids: list[str] | None = None, max_seq: in
     return [dict(r) for r in store.read(lambda conn: conn.execute(query, args).fetchall())]
 
 
-def remove(store, tenant: str, cids: list[str]) -> int:
-    """Remove units everywhere (default searches leave them out at once, the standby's too), in chunks
-    so a push to the tenant waits at most one chunk; how many were stored."""
+def remove(store, tenant: str, by_day: dict[str, list[str]]) -> int:
+    """Remove units (CIDs by day; the catalog's days are used) everywhere (default searches leave them
+    out at once, the standby's too), in chunks so a push to the tenant waits at most one chunk; how many
+    were stored."""
+    cids = [cid for chunk in by_day.values() for cid in chunk]
     removed = 0
     for i in range(0, len(cids), FORGET_CHUNK):
         chunk = cids[i:i + FORGET_CHUNK]

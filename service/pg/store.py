@@ -35,6 +35,7 @@ class PgStore(StoreApi):
     """Every tenant in one PostgreSQL database; ``searcher.standby`` a streaming hot standby of it."""
 
     backend = "postgresql"
+    manage = manage         # list, stats, export and forget (service/pg/manage.py)
 
     def __init__(self, config):
         super().__init__(config)
@@ -225,23 +226,6 @@ class PgStore(StoreApi):
         if not is_cid(cid) or not self.remove(tenant, {"": [cid]}):
             raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
         return {"status": "deleted", "cid": cid}
-
-    # --- seeing and managing the memory (issue 15: service/pg/manage.py) ---------------------------
-    def list_units(self, tenant: str, p, limit: int, before: int | None = None) -> tuple[list[dict], int | None]:
-        return manage.list_units(self, tenant, p, limit, before)
-
-    def export_units(self, tenant: str, p):
-        return manage.export_units(self, tenant, p)
-
-    def stats(self, tenant: str) -> dict:
-        return manage.stats(self, tenant)
-
-    def matches(self, tenant: str, p, *, cids: list[str] | None = None, max_seq: int | None = None) -> list[dict]:
-        return manage.matches(self, tenant, p, cids=cids, max_seq=max_seq)
-
-    def remove(self, tenant: str, by_day: dict[str, list[str]]) -> int:
-        """Remove units (CIDs; the days are looked up) everywhere, in chunks; how many were stored."""
-        return manage.remove(self, tenant, [c for cids in by_day.values() for c in cids])
 
     # --- operations -------------------------------------------------------------------------------
     def freshness(self, tenant: str) -> dict:
