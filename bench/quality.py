@@ -345,6 +345,7 @@ def main(argv=None) -> int:
     ap.add_argument("--stem", action=argparse.BooleanOptionalAction, default=None,
                     help="override the service's English stemming")
     ap.add_argument("--no-write", action="store_true", help="print only; do not write bench/results/")
+    ap.add_argument("--out", default="quality", help="results file name (bench/results/<out>.json and .md)")
     args = ap.parse_args(argv)
 
     overrides: dict = {}
@@ -400,10 +401,10 @@ def main(argv=None) -> int:
         payload = {"command": command, "eval_dir": str(EVAL_DIR), "sqlite": sqlite3.sqlite_version,
                    "python": platform.python_version(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                    "overrides": overrides, "rows": rows, "details": details}
-        (RESULTS_DIR / "quality.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n",
-                                                  encoding="utf-8")
-        (RESULTS_DIR / "quality.md").write_text(fmt_markdown(rows, command), encoding="utf-8")
-        print(f"wrote {RESULTS_DIR / 'quality.json'} and quality.md", file=sys.stderr)
+        (RESULTS_DIR / f"{args.out}.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n",
+                                                      encoding="utf-8")
+        (RESULTS_DIR / f"{args.out}.md").write_text(fmt_markdown(rows, command), encoding="utf-8")
+        print(f"wrote {RESULTS_DIR / args.out}.json and .md", file=sys.stderr)
     return 0
 
 
