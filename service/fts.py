@@ -31,7 +31,7 @@ class Bm25:
 
     def for_rows(self) -> "Bm25":
         """These weights for scoring rows in SQL: with nothing indexed yet there is no average length,
-        so each row is normalised by its own (b = 0), as tail._score_tokens does."""
+        so each row is normalised by its own (b = 0), as tail.score_tokens does."""
         return self if self.avgdl else replace(self, avgdl=1.0, b=0.0)
 
 
