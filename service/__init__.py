@@ -4,11 +4,11 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import sys
 
 from flask import Flask
 from flask.json.provider import DefaultJSONProvider
 
+from .boot import check_store, open_store, raise_open_files_limit, setup_logging
 from .config import Config
 
 log = logging.getLogger("service")
@@ -27,7 +27,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     from .auth import KeyRing
     from .doors import is_loopback_bind
 
-    _setup_logging()
+    setup_logging()
     if isinstance(test_config, Config):
         config = test_config
     elif test_config is None:
@@ -65,6 +65,8 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.extensions["context_store"] = store
     app.extensions["context_maintenance"] = maintenance
     if config.background:
+        from .maintainer import Presence
+        maintenance.presence = Presence(config.data_dir)   # idle while a maintainer process runs
         maintenance.start()
 
     errors.init_app(app)
@@ -109,32 +111,6 @@ def register_live(app: Flask, store) -> tuple:
     return hub, registry, changes
 
 
-def check_store(config: Config) -> None:
-    """Stop the start, with a message, on a storage setting that cannot work (before anything is opened)."""
-    from .pg import is_postgresql
-    from .shards import check_fts5
-    postgresql = is_postgresql(config.store)
-    if not postgresql and config.store != "sqlite":
-        raise RuntimeError(f"CONTEXT_STORE must be 'sqlite' or a postgresql://... URL, not {config.store!r}.")
-    if config.store_replica and not (postgresql and is_postgresql(config.store_replica)):
-        raise RuntimeError("CONTEXT_STORE_REPLICA is a postgresql://... URL and needs CONTEXT_STORE=postgresql://...")
-    problem = None if postgresql else check_fts5()
-    if problem:
-        raise RuntimeError(problem)
-
-
-def open_store(config: Config):
-    """The store and its background maintenance: SQLite files, or PostgreSQL (issue 18, service/pg/)."""
-    from .pg import is_postgresql
-    if is_postgresql(config.store):
-        from .pg.maintenance import PgMaintenance
-        from .pg.store import PgStore
-        store = PgStore(config)
-        return store, PgMaintenance(store)
-    from .maintenance import Maintenance
-    from .store import Store
-    store = Store(config)
-    return store, Maintenance(store)
 
 
 def register_manage(app: Flask) -> None:
@@ -145,22 +121,6 @@ def register_manage(app: Flask) -> None:
     console.init_app(app)
 
 
-def open_files_needed(config) -> int:
-    """Descriptors one process may need: each open primary day keeps a writer and up to
-    ``shard_readers`` readers (database and WAL each), plus replicas, catalogs and sockets."""
-    return config.max_open_shards * (1 + config.shard_readers) * 2 * 2 + 256
-
-
-def raise_open_files_limit() -> None:
-    """Lift the soft RLIMIT_NOFILE to the hard one (many systems start at 1,024)."""
-    try:
-        import resource
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        target = hard if hard != resource.RLIM_INFINITY else 65536
-        if soft != resource.RLIM_INFINITY and soft < target:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (min(target, 65536), hard))
-    except (ImportError, ValueError, OSError):
-        pass
 
 
 class StrictJSONProvider(DefaultJSONProvider):
@@ -169,12 +129,3 @@ class StrictJSONProvider(DefaultJSONProvider):
     def dumps(self, obj, **kwargs):
         kwargs.setdefault("allow_nan", False)
         return super().dumps(obj, **kwargs)
-
-
-def _setup_logging() -> None:
-    root = logging.getLogger()
-    if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
-        root.setLevel(logging.INFO)

@@ -63,7 +63,7 @@ def doctor(quiet):
     try:
         import resource
 
-        from . import open_files_needed
+        from .boot import open_files_needed
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         need = open_files_needed(config)
         usable = hard if hard != resource.RLIM_INFINITY else need

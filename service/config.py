@@ -108,6 +108,9 @@ class Config:
     request_deadline_s: float = 30.0  # ... and one whose headers and body take longer than this in total
     access_log: bool = True           # one stderr line per request: tenant, method, route, status, ms
     background: bool = True          # start indexer/janitor threads (tests may turn off)
+    # Under gunicorn: indexing, read-index writes and the janitor run in one maintainer process beside
+    # the workers (service/maintainer.py), not in a worker's thread; False: in the workers, as before.
+    maintenance_process: bool = True
     # Live context (issue 16): MCP subscriptions/listen and GET /mcp/stream. Each open stream holds one
     # gunicorn thread, so streams per worker stay below CONTEXT_THREADS (service/hub.py).
     max_streams: int = -1             # open streams per worker; -1: half the threads; at most threads - 2

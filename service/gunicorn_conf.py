@@ -48,6 +48,22 @@ from service.tokenize import tokenizer_for  # noqa: E402
 tokenizer_for(_config).tokens("预热 warm up")
 
 
+_maintainer = None
+
+
+def when_ready(server):
+    # Indexing, the read index and the janitor in one process beside the workers (service/maintainer.py).
+    global _maintainer
+    if _config.background and _config.maintenance_process:
+        from service import maintainer
+        _maintainer = maintainer.spawn(_config)
+
+
+def on_exit(server):
+    from service import maintainer
+    maintainer.stop(_maintainer)
+
+
 def on_starting(server):
     # Request histograms from every worker are summed through this directory.
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -70,6 +70,9 @@ class Loop:
         self._stop = threading.Event()
         self._last_janitor = 0.0
         self._thread: threading.Thread | None = None
+        # In a gunicorn worker: the maintainer process (service/maintainer.py) that, while it runs,
+        # does this work instead; None in the maintainer itself and wherever no maintainer is started.
+        self.presence = None
         store.listeners.append(self.notify)
 
     def start(self) -> None:
@@ -85,18 +88,29 @@ class Loop:
             self._thread = None
         self.pool.shutdown(wait=True)
         self.stopped()
+        if self.presence is not None:
+            self.presence.close()
 
     def stopped(self) -> None:
         """What a subclass releases once the thread has stopped."""
 
-    def notify(self, tenant: str, days) -> None:
+    def notify(self, tenant: str | None, days) -> None:
         self._wake.set()
+        if self.presence is not None:
+            self.presence.wake()
+
+    def deferred(self) -> bool:
+        """True while a maintainer process does this work (this process then leads nothing)."""
+        return self.presence is not None and self.presence.alive()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self.config.index_poll_ms / 1000)
             self._wake.clear()
             try:
+                if self.deferred():
+                    self.step_down()
+                    continue
                 self.run_once()
             except Exception:  # keep the loop alive; the next pass retries (the queue is durable)
                 log.exception("maintenance pass failed")
@@ -104,6 +118,16 @@ class Loop:
 
     def run_once(self, force_janitor: bool = False) -> int:
         raise NotImplementedError
+
+    def step_down(self) -> None:
+        """Let go of what this process leads, so a maintainer process can take it over."""
+
+    def lag_report(self) -> dict:
+        """Index lag percentiles of whoever indexes for this process: the maintainer while one runs."""
+        status = self.presence.status() if self.presence is not None else None
+        if status is not None and isinstance(status.get("index_lag_ms"), dict):
+            return status["index_lag_ms"]
+        return self.lag_percentiles()
 
     def janitor_due(self, force: bool) -> bool:
         return force or time.time() - self._last_janitor >= self.config.janitor_interval_s
@@ -131,12 +155,18 @@ class Maintenance(Loop):
         self.read_writers: dict[str, readindex.Writer] = {}
 
     def stopped(self) -> None:
+        self.step_down()
+
+    def step_down(self) -> None:
+        if not self._locks and not self.read_writers:
+            return
         for w in self.read_writers.values():
             w.close()
         self.read_writers.clear()
         for lock in self._locks.values():
             lock.release()
         self._locks.clear()
+        self._recovered.clear()        # leading again later starts with a full pass over every file
 
     def leads(self, tenant: str) -> bool:
         lock = self._locks.get(tenant)

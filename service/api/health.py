@@ -29,7 +29,7 @@ def readyz():
     maint = current_app.extensions.get("context_maintenance")
     body = {"status": "ok" if writable else "unavailable", "storage_writable": writable,
             "index_pending": pending, "replica_lag_ms": replica_lag_ms,
-            "index_lag_ms": maint.lag_percentiles() if maint else None,
+            "index_lag_ms": maint.lag_report() if maint else None,
             "segmenter": s.tokenizer.segmenter, "problems": problems}
     rv = jsonify(body)
     if not writable:

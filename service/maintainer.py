@@ -1,0 +1,256 @@
+"""Background maintenance in its own process, next to the gunicorn workers (issue 17).
+
+Indexing, the read-index writer and the janitor are CPU-bound Python. Run as a thread inside a
+request worker, they hold that worker's GIL in 5 ms slices, and every request the worker serves
+waits for those slices at each of its own I/O steps: at a fixed load of 250 pushes/s a push's ack
+took tens of milliseconds on the worker that led the tenant, a few on the other (bench/README.md).
+So under gunicorn the master starts one *maintainer*: a small supervisor (``python -m
+service.maintainer``) that runs the maintenance in a child process (``... run``) and starts it again
+if it dies. The workers then keep their maintenance thread idle:
+
+- ``maintainer.lock`` in the data folder (fcntl, held by the running maintainer, released by the
+  kernel when it dies) says whether one runs. While it is held, a worker leads no tenant: it lets
+  go of any tenant it led, and the maintainer takes each over within one poll interval (the
+  tenants' own ``maintenance.lock`` files still decide who leads, so two never index one tenant).
+- While it is not held (no maintainer yet, or it died and is restarting), the workers lead as they
+  did before: a maintainer's death costs latency, never an unindexed unit.
+- A push wakes the maintainer through a FIFO in the data folder (one non-blocking byte; a full pipe
+  already holds a wake-up); the maintainer also polls every ``index_poll_ms``.
+- The maintainer writes ``maintainer.json`` (its pid and index lag percentiles) at most once a
+  second, for ``/readyz``.
+
+The supervisor and the maintainer end when their parent does (``PR_SET_PDEATHSIG`` where the
+platform has it, and a parent check every poll), and on SIGTERM the maintainer finishes its pass.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+log = logging.getLogger("service.maintainer")   # also when run as __main__
+
+LOCK_NAME = "maintainer.lock"
+WAKE_NAME = "maintainer.wake"
+STATUS_NAME = "maintainer.json"
+STATUS_EVERY_S = 1.0
+RESTART_BACKOFF_S = (0.5, 30.0)      # first and longest pause before starting a dead maintainer again
+
+
+def _die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel to send ``sig`` when this process's parent dies (Linux; elsewhere the poll checks)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(sig), 0, 0, 0)            # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class Presence:
+    """A worker's view of the maintainer: is one running, and waking it after a push."""
+
+    def __init__(self, data_dir: str | os.PathLike):
+        self.dir = Path(data_dir)
+        self._lock_fd: int | None = None
+        self._wake_fd: int | None = None
+        self._mu = threading.Lock()
+
+    def alive(self) -> bool:
+        """True while a maintainer holds ``maintainer.lock`` (a shared lock taken and given back at once)."""
+        with self._mu:
+            if self._lock_fd is None:
+                try:
+                    self._lock_fd = os.open(self.dir / LOCK_NAME, os.O_RDONLY)
+                except FileNotFoundError:
+                    return False
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            return False
+
+    def wake(self) -> None:
+        """One byte into the maintainer's FIFO, never blocking: nobody reading, or a full pipe, is fine."""
+        with self._mu:
+            if self._wake_fd is None:
+                try:
+                    self._wake_fd = os.open(self.dir / WAKE_NAME, os.O_WRONLY | os.O_NONBLOCK)
+                except OSError:          # ENXIO: no reader; ENOENT: no maintainer has run here
+                    return
+            try:
+                os.write(self._wake_fd, b"!")
+            except BlockingIOError:
+                pass
+            except OSError:              # EPIPE: the reader is gone; open again next time
+                os.close(self._wake_fd)
+                self._wake_fd = None
+
+    def status(self) -> dict | None:
+        """What the running maintainer last wrote (None when none runs or it wrote nothing yet)."""
+        if not self.alive():
+            return None
+        try:
+            return json.loads((self.dir / STATUS_NAME).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def close(self) -> None:
+        with self._mu:
+            for fd in (self._lock_fd, self._wake_fd):
+                if fd is not None:
+                    os.close(fd)
+            self._lock_fd = self._wake_fd = None
+
+
+def spawn(config) -> subprocess.Popen:
+    """Start the supervisor (from the gunicorn master); it inherits the environment, so the same config."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.Popen([sys.executable, "-m", "service.maintainer", "--parent", str(os.getpid())],
+                            env=env, close_fds=True)
+
+
+def stop(proc: subprocess.Popen | None, timeout: float = 15.0) -> None:
+    """End the supervisor and its maintainer (SIGTERM: the maintainer finishes its pass)."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def supervise(parent: int) -> int:
+    """Run the maintainer, and run it again after it dies, until SIGTERM or the parent ends."""
+    _die_with_parent()
+    stopping = threading.Event()
+    child: list[subprocess.Popen] = []
+
+    def on_term(signum, frame):
+        stopping.set()
+        if child and child[0].poll() is None:
+            child[0].terminate()
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    pause = RESTART_BACKOFF_S[0]
+    while not stopping.is_set() and os.getppid() == parent:
+        started = time.monotonic()
+        child[:] = [subprocess.Popen([sys.executable, "-m", "service.maintainer", "run", "--parent", str(os.getpid())])]
+        while child[0].poll() is None:
+            try:
+                child[0].wait(1.0)
+            except subprocess.TimeoutExpired:
+                if os.getppid() != parent:
+                    child[0].terminate()
+        code = child[0].returncode
+        if stopping.is_set() or os.getppid() != parent:
+            break
+        if time.monotonic() - started > 60:
+            pause = RESTART_BACKOFF_S[0]
+        log.error("maintainer exited with %s; the workers maintain meanwhile; starting it again in %.1f s", code, pause)
+        stopping.wait(pause)
+        pause = min(pause * 2, RESTART_BACKOFF_S[1])
+    if child and child[0].poll() is None:
+        child[0].wait(30)
+    return 0
+
+
+def _wake_fifo(path: Path) -> int:
+    """The FIFO pushes write to: made once, opened read-write (so no writer leaving closes it)."""
+    try:
+        os.mkfifo(path, 0o600)
+    except FileExistsError:
+        if not stat.S_ISFIFO(os.stat(path).st_mode):
+            os.unlink(path)
+            os.mkfifo(path, 0o600)
+    return os.open(path, os.O_RDWR | os.O_NONBLOCK)
+
+
+def run(parent: int) -> int:
+    """The maintainer itself: hold the lock, maintain every tenant, until SIGTERM or the parent ends."""
+    _die_with_parent()
+    from .boot import check_store, open_store, raise_open_files_limit, setup_logging
+    from .config import Config
+    setup_logging()
+    config = Config.from_env()
+    os.umask(0o077)
+    raise_open_files_limit()
+    check_store(config)
+    data = Path(config.data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda s, f: stopping.set())
+    signal.signal(signal.SIGINT, lambda s, f: stopping.set())
+
+    lock_fd = os.open(data / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    while True:                          # a worker's check holds a shared lock for a moment
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if stopping.wait(0.05) or os.getppid() != parent:
+                return 0
+    store, maintenance = open_store(config)
+    maintenance.start()
+    wake_fd = _wake_fifo(data / WAKE_NAME)
+    log.info("maintainer %d maintains %s", os.getpid(), data)
+    last_status = 0.0
+    try:
+        import select
+        poll_s = config.index_poll_ms / 1000
+        while not stopping.is_set() and os.getppid() == parent:
+            ready, _, _ = select.select([wake_fd], [], [], poll_s)
+            if ready:
+                try:
+                    while os.read(wake_fd, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+                maintenance.notify(None, ())
+            if time.monotonic() - last_status >= STATUS_EVERY_S:
+                last_status = time.monotonic()
+                _write_status(data, {"pid": os.getpid(), "index_lag_ms": maintenance.lag_percentiles()})
+    finally:
+        maintenance.stop()
+        store.close()
+        os.close(wake_fd)
+        os.close(lock_fd)
+    return 0
+
+
+def _write_status(data: Path, status: dict) -> None:
+    tmp = data / (STATUS_NAME + ".tmp")
+    try:
+        tmp.write_text(json.dumps(status))
+        os.replace(tmp, data / STATUS_NAME)
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            log.warning("maintainer status not written: %s", e)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parent = int(argv[argv.index("--parent") + 1]) if "--parent" in argv else os.getppid()
+    if argv and argv[0] == "run":
+        return run(parent)
+    from .boot import setup_logging
+    setup_logging()
+    return supervise(parent)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""The maintainer process (service/maintainer.py, issue 17): under gunicorn, indexing, the read index
+and the janitor run beside the workers, not in them; its death costs latency, never a unit; it ends
+with the service."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from conftest import LiveServer
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of a process, from /proc."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def lock_holders(path: Path) -> set[int]:
+    """Processes holding an flock on ``path`` (from /proc/locks, matched by inode)."""
+    ino = os.stat(path).st_ino
+    holders = set()
+    for line in Path("/proc/locks").read_text().splitlines():
+        parts = line.split()
+        if "->" in parts:               # a waiter, not a holder
+            continue
+        if len(parts) >= 6 and parts[1] == "FLOCK" and int(parts[5].split(":")[2]) == ino:
+            holders.add(int(parts[4]))
+    return holders
+
+
+def maintainer_pids(server: LiveServer) -> tuple[int, int]:
+    """(supervisor, maintainer) under this gunicorn's master, waiting for both."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        sups = [p for p in children(server.proc.pid) if "service.maintainer" in cmdline(p)]
+        if sups:
+            runs = [p for p in children(sups[0]) if "service.maintainer run" in cmdline(p)]
+            if runs:
+                return sups[0], runs[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no maintainer under gunicorn {server.proc.pid}:\n{server.log()}")
+
+
+def push(server: LiveServer, i: int, tag: str) -> str:
+    r = requests.post(server.url + "/mcp/push", json={"type": "tool_output", "source": "maint", "timestamp": int(time.time()),
+                                                      "content": f"maintainer probe {tag} number{i}"}, timeout=10)
+    assert r.status_code in (200, 201), r.text
+    return r.json()["cid"]
+
+
+def wait_indexed(server: LiveServer, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = requests.get(server.url + "/readyz", timeout=5).json()
+        if body["index_pending"] == 0 and body["replica_lag_ms"] == 0:
+            return body
+        time.sleep(0.1)
+    raise AssertionError(f"not indexed within {timeout} s: {body}")
+
+
+def found_in_read_index(server: LiveServer, tag: str, n: int) -> set[str]:
+    """CIDs a default search finds for ``tag`` (once indexed: from the read index)."""
+    r = requests.post(server.url + "/mcp/search", json={"query": f"maintainer probe {tag}", "top_k": max(n, 1)},
+                          timeout=10)
+    assert r.status_code == 200, r.text
+    return {x["cid"] for x in r.json()["results"] if tag in x["content"]}
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = LiveServer(tmp_path / "data", env={"CONTEXT_INDEX_POLL_MS": "100"}).start()
+    yield s
+    s.stop()
+
+
+def test_the_maintainer_indexes_and_the_workers_lead_nothing(server):
+    sup, run = maintainer_pids(server)
+    cids = {push(server, i, "alpha") for i in range(30)}
+    body = wait_indexed(server)
+    assert found_in_read_index(server, "alpha", 30) == cids
+    tenant_lock = server.data_dir / "tenants" / "default" / "maintenance.lock"
+    assert lock_holders(tenant_lock) == {run}                 # the maintainer leads the tenant, no worker
+    assert lock_holders(server.data_dir / "maintainer.lock") == {run}
+    status = json.loads((server.data_dir / "maintainer.json").read_text())
+    assert status["pid"] == run
+    deadline = time.monotonic() + 10                          # /readyz reports the maintainer's lag,
+    while body["index_lag_ms"]["p50_ms"] is None and time.monotonic() < deadline:   # written each second
+        time.sleep(0.2)
+        body = requests.get(server.url + "/readyz", timeout=5).json()
+    assert body["index_lag_ms"]["p50_ms"] is not None
+
+
+def test_a_killed_maintainer_loses_nothing_and_comes_back(server):
+    sup, run = maintainer_pids(server)
+    before = {push(server, i, "beta") for i in range(10)}
+    wait_indexed(server)
+    os.kill(run, signal.SIGKILL)
+    during = set()
+    deadline = time.monotonic() + 20
+    i = 0
+    # pushes keep being acked and indexed while it is gone (the workers lead meanwhile) ...
+    while time.monotonic() < deadline:
+        during.add(push(server, 100 + i, "beta"))
+        i += 1
+        if i >= 20 and not alive(run):
+            break
+        time.sleep(0.02)
+    wait_indexed(server)
+    # ... and the supervisor starts a new one, which takes the tenant over from the workers.
+    deadline = time.monotonic() + 30
+    new = None
+    while time.monotonic() < deadline:
+        runs = [p for p in children(sup) if "service.maintainer run" in cmdline(p) and p != run]
+        tenant_lock = server.data_dir / "tenants" / "default" / "maintenance.lock"
+        if runs and lock_holders(tenant_lock) == {runs[0]}:
+            new = runs[0]
+            break
+        time.sleep(0.1)
+    assert new is not None, server.log()
+    after = {push(server, 200 + j, "beta") for j in range(10)}
+    wait_indexed(server)
+    assert found_in_read_index(server, "beta", 100) == before | during | after
+    assert "maintainer exited with -9" in server.log()
+
+
+def test_the_maintainer_ends_with_the_service(tmp_path):
+    s = LiveServer(tmp_path / "a").start()
+    try:
+        sup, run = maintainer_pids(s)
+        s.stop()                                  # SIGTERM to gunicorn: a graceful stop
+        deadline = time.monotonic() + 20
+        while (alive(sup) or alive(run)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(sup) and not alive(run)
+    finally:
+        s.stop()
+    s = LiveServer(tmp_path / "b").start()
+    try:
+        sup, run = maintainer_pids(s)
+        os.kill(s.proc.pid, signal.SIGKILL)      # the master alone dies: no orphan keeps the data locked
+        s.proc.wait(10)
+        deadline = time.monotonic() + 20
+        while (alive(sup) or alive(run)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(sup) and not alive(run)
+    finally:
+        try:
+            os.killpg(s.proc.pid, signal.SIGKILL)  # the workers, if they have not noticed yet
+        except ProcessLookupError:
+            pass
+
+
+def test_off_the_workers_maintain_as_before(tmp_path):
+    s = LiveServer(tmp_path / "data", env={"CONTEXT_MAINTENANCE_PROCESS": "false"}).start()
+    try:
+        assert not [p for p in children(s.proc.pid) if "service.maintainer" in cmdline(p)]
+        cids = {push(s, i, "gamma") for i in range(10)}
+        wait_indexed(s)
+        assert found_in_read_index(s, "gamma", 10) == cids
+        holders = lock_holders(s.data_dir / "tenants" / "default" / "maintenance.lock")
+        assert holders and holders <= set(children(s.proc.pid))    # a worker leads
+    finally:
+        s.stop()
