@@ -73,6 +73,7 @@ class Loop:
         # In a gunicorn worker: the maintainer process (service/maintainer.py) that, while it runs,
         # does this work instead; None in the maintainer itself and wherever no maintainer is started.
         self.presence = None
+        self._deferring = False       # as of this thread's last look (every index_poll_ms)
         store.listeners.append(self.notify)
 
     def start(self) -> None:
@@ -95,13 +96,15 @@ class Loop:
         """What a subclass releases once the thread has stopped."""
 
     def notify(self, tenant: str | None, days) -> None:
-        self._wake.set()
-        if self.presence is not None:
-            self.presence.wake()
+        if self._deferring:
+            self.presence.wake()      # this thread has nothing to do: waking it would cost the push
+        else:
+            self._wake.set()
 
     def deferred(self) -> bool:
         """True while a maintainer process does this work (this process then leads nothing)."""
-        return self.presence is not None and self.presence.alive()
+        self._deferring = self.presence is not None and self.presence.alive()
+        return self._deferring
 
     def _run(self) -> None:
         while not self._stop.is_set():
