@@ -96,6 +96,20 @@ def wait_ready(port: int, timeout: float = 60) -> None:
     raise RuntimeError(f"server on port {port} did not become ready")
 
 
+def role_of(pid: int, root_pid: int) -> str:
+    """master, worker, or the service's maintainer process and its supervisor (service/maintainer.py)."""
+    import psutil
+    if pid == root_pid:
+        return "master"
+    try:
+        cmd = " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return "worker"
+    if "service.maintainer run" in cmd:
+        return "maintainer"
+    return "supervisor" if "service.maintainer" in cmd else "worker"
+
+
 class RssSampler(threading.Thread):
     """Peak RSS and PSS of a server process and its children, sampled every 0.25 s (PSS every 2 s:
     reading smaps is slow)."""
@@ -107,6 +121,7 @@ class RssSampler(threading.Thread):
         self.peak: dict[int, int] = {}
         self.peak_pss: dict[int, int] = {}
         self.peak_anon: dict[int, int] = {}    # RssAnon: private memory, without mapped index files
+        self.roles: dict[int, str] = {}        # role_of each pid, seen while it lived
         self.stop = threading.Event()
 
     def run(self):
@@ -119,6 +134,8 @@ class RssSampler(threading.Thread):
             except psutil.NoSuchProcess:
                 return
             for p in procs:
+                if p.pid not in self.roles:
+                    self.roles[p.pid] = role_of(p.pid, self.root.pid)
                 try:
                     rss = p.memory_info().rss
                     if tick % 8 == 0:
@@ -246,7 +263,7 @@ def run_system(name: str, start, port: int, cells: list, scripts: dict, duration
         sampler.join()
         rss = {}
         for pid, peak in sampler.peak.items():
-            role = "master" if pid == proc.pid else "worker"
+            role = sampler.roles.get(pid) or role_of(pid, proc.pid)
             if name == "baseline":
                 role = "process"
             rss.setdefault(role, []).append(round(peak / 2**20, 1))

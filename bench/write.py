@@ -151,7 +151,7 @@ def ingest_units(n: int, seed: int) -> list[dict]:
 def memory(sampler, proc_pid: int, idle: dict) -> dict:
     out = {}
     for pid, peak in sampler.peak.items():
-        role = "master" if pid == proc_pid else "worker"
+        role = sampler.roles.get(pid) or H.role_of(pid, proc_pid)
         out.setdefault(role + "_rss_peak", []).append(round(peak / 2**20, 1))
         if pid in sampler.peak_pss:
             out.setdefault(role + "_pss_peak", []).append(round(sampler.peak_pss[pid] / 2**20, 1))
@@ -165,7 +165,7 @@ def idle_memory(pid: int) -> dict:
     root = psutil.Process(pid)
     out: dict = {}
     for p in [root] + root.children(recursive=True):
-        role = "master" if p.pid == pid else "worker"
+        role = H.role_of(p.pid, pid)
         try:
             full = p.memory_full_info()
         except psutil.Error:
