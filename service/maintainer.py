@@ -14,8 +14,9 @@ if it dies. The workers then keep their maintenance thread idle:
   tenants' own ``maintenance.lock`` files still decide who leads, so two never index one tenant).
 - While it is not held (no maintainer yet, or it died and is restarting), the workers lead as they
   did before: a maintainer's death costs latency, never an unindexed unit.
-- A push wakes the maintainer through a FIFO in the data folder (one non-blocking byte; a full pipe
-  already holds a wake-up); the maintainer also polls every ``index_poll_ms``.
+- A push wakes the maintainer through a FIFO in the data folder, with the tenant and days it wrote
+  (non-blocking lines), so a pass reads only those day files; every live day is still read once a
+  second (``maintenance.FULL_SCAN_S``), and the maintainer also polls every ``index_poll_ms``.
 - The maintainer writes ``maintainer.json`` (its pid and index lag percentiles) at most once a
   second, for ``/readyz``.
 
@@ -29,6 +30,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -37,12 +39,17 @@ import threading
 import time
 from pathlib import Path
 
+from .formats import TENANT_RE
+
+DAY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
 log = logging.getLogger("service.maintainer")   # also when run as __main__
 
 LOCK_NAME = "maintainer.lock"
 WAKE_NAME = "maintainer.wake"
 STATUS_NAME = "maintainer.json"
 STATUS_EVERY_S = 1.0
+PIPE_BUF = 4096                      # POSIX: writes up to this size reach a FIFO whole (Linux: 4096)
 RESTART_BACKOFF_S = (0.5, 30.0)      # first and longest pause before starting a dead maintainer again
 
 
@@ -80,8 +87,11 @@ class Presence:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             return False
 
-    def wake(self) -> None:
-        """One byte into the maintainer's FIFO, never blocking: nobody reading, or a full pipe, is fine."""
+    def wake(self, tenant: str | None = None, days=()) -> None:
+        """Tell the maintainer which days of a tenant have new rows: one line per day into its FIFO,
+        never blocking. Nobody reading is fine; so is a full pipe (the maintainer is behind, and its
+        scan of every live day each FULL_SCAN_S finds what a lost line named)."""
+        msg = b"".join(f"{tenant}\t{day}\n".encode() for day in days) if tenant else b""
         with self._mu:
             if self._wake_fd is None:
                 try:
@@ -89,7 +99,8 @@ class Presence:
                 except OSError:          # ENXIO: no reader; ENOENT: no maintainer has run here
                     return
             try:
-                os.write(self._wake_fd, b"!")
+                for i in range(0, max(1, len(msg)), PIPE_BUF):    # each write whole, never interleaved
+                    os.write(self._wake_fd, msg[i:i + PIPE_BUF] or b"\n")
             except BlockingIOError:
                 pass
             except OSError:              # EPIPE: the reader is gone; open again next time
@@ -212,15 +223,11 @@ def run(parent: int) -> int:
     try:
         import select
         poll_s = config.index_poll_ms / 1000
+        rest = b""
         while not stopping.is_set() and os.getppid() == parent:
             ready, _, _ = select.select([wake_fd], [], [], poll_s)
             if ready:
-                try:
-                    while os.read(wake_fd, 4096):
-                        pass
-                except BlockingIOError:
-                    pass
-                maintenance.notify(None, ())
+                rest = _wake_lines(wake_fd, rest, maintenance)
             if time.monotonic() - last_status >= STATUS_EVERY_S:
                 last_status = time.monotonic()
                 _write_status(data, {"pid": os.getpid(), "index_lag_ms": maintenance.lag_percentiles()})
@@ -230,6 +237,31 @@ def run(parent: int) -> int:
         os.close(wake_fd)
         os.close(lock_fd)
     return 0
+
+
+def _wake_lines(fd: int, rest: bytes, maintenance) -> bytes:
+    """Read what the FIFO holds, tell the maintenance which tenant days have new rows, wake it.
+    Returns an unfinished last line. Lines that are not a tenant and a day are ignored."""
+    chunks = [rest]
+    try:
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except BlockingIOError:
+        pass
+    data = b"".join(chunks)
+    lines = data.split(b"\n")
+    by_tenant: dict[str, set[str]] = {}
+    for line in lines[:-1]:
+        tenant, _, day = line.decode("ascii", "replace").partition("\t")
+        if TENANT_RE.match(tenant) and DAY_RE.match(day):
+            by_tenant.setdefault(tenant, set()).add(day)
+    for tenant, days in by_tenant.items():
+        maintenance.mark(tenant, days)
+    maintenance.notify(None, ())
+    return lines[-1][-4096:]
 
 
 def _write_status(data: Path, status: dict) -> None:

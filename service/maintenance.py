@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 # its shard write (normally milliseconds; longer only when it waits for the shard's lock) and still
 # be read from the primaries by a default search. One that waited longer is found at the next pass.
 IN_FLIGHT_MS = 2000
+FULL_SCAN_S = 1.0
 
 
 class TenantLock:
@@ -96,10 +97,15 @@ class Loop:
         """What a subclass releases once the thread has stopped."""
 
     def notify(self, tenant: str | None, days) -> None:
+        """A push wrote pending rows of ``tenant`` into ``days``: index them soon."""
         if self._deferring:
-            self.presence.wake()      # this thread has nothing to do: waking it would cost the push
+            self.presence.wake(tenant, days)   # this thread has nothing to do: waking it would cost the push
         else:
+            self.mark(tenant, days)
             self._wake.set()
+
+    def mark(self, tenant: str | None, days) -> None:
+        """Remember where new rows are (a backend whose queue is one table has no use for it)."""
 
     def deferred(self) -> bool:
         """True while a maintainer process does this work (this process then leads nothing)."""
@@ -114,13 +120,17 @@ class Loop:
                 if self.deferred():
                     self.step_down()
                     continue
-                self.run_once()
+                self.background_pass()
             except Exception:  # keep the loop alive; the next pass retries (the queue is durable)
                 log.exception("maintenance pass failed")
                 time.sleep(1)
 
     def run_once(self, force_janitor: bool = False) -> int:
         raise NotImplementedError
+
+    def background_pass(self) -> int:
+        """What the thread runs when woken or every poll interval."""
+        return self.run_once()
 
     def step_down(self) -> None:
         """Let go of what this process leads, so a maintainer process can take it over."""
@@ -154,6 +164,11 @@ class Maintenance(Loop):
         super().__init__(store)
         self._locks: dict[str, TenantLock] = {}
         self._recovered: set[str] = set()
+        # Days pushes wrote since this tenant's last pass: a pass reads only those, and every live
+        # day once per FULL_SCAN_S (what a lost wake-up or another program's write left behind).
+        self._dirty: dict[str, set[str]] = {}
+        self._dirty_lock = threading.Lock()
+        self._last_full = 0.0
         self.janitor = Janitor()
         self.read_writers: dict[str, readindex.Writer] = {}
 
@@ -177,15 +192,27 @@ class Maintenance(Loop):
             lock = self._locks[tenant] = TenantLock(self.store.tenant(tenant).dir / "maintenance.lock")
         return lock.try_acquire()
 
-    def run_once(self, force_janitor: bool = False) -> int:
-        """One pass over the tenants this process leads; returns rows indexed."""
+    def mark(self, tenant: str | None, days) -> None:
+        if tenant is not None and days:
+            with self._dirty_lock:
+                self._dirty.setdefault(tenant, set()).update(days)
+
+    def background_pass(self) -> int:
+        full = time.monotonic() - self._last_full >= FULL_SCAN_S
+        return self.run_once(full=full)
+
+    def run_once(self, force_janitor: bool = False, full: bool = True) -> int:
+        """One pass over the tenants this process leads; returns rows indexed. ``full``: every live day
+        (what a direct call wants); else the days pushes told about since the last pass."""
         total = 0
         janitor_due = self.janitor_due(force_janitor)
+        if full:
+            self._last_full = time.monotonic()
         for name in self.store.tenant_names():
             if self._stop.is_set() or not self.leads(name):
                 continue
             t = self.store.tenant(name)
-            total += self.index_tenant(t)
+            total += self.index_tenant(t, full)
             writer = self.read_writer(t)
             if janitor_due:
                 for day in self.janitor.run(t)["unlinked_days"]:
@@ -221,13 +248,18 @@ class Maintenance(Loop):
         writer.write_state(seq, backlog, oldest, min(low, settled[0] + 1 if settled else 0))
         return sent
 
-    def index_tenant(self, t) -> int:
-        """Drain every pending row of a tenant's shards (all files once after start: crash recovery)."""
+    def index_tenant(self, t, full: bool = True) -> int:
+        """Drain the pending rows of a tenant's shards: the days pushes wrote since the last pass, or
+        (``full``) every live day, or every file once after start (crash recovery)."""
+        with self._dirty_lock:
+            dirty = self._dirty.pop(t.name, set())
         if t.name not in self._recovered:
             days = t.primary_days()
             self._recovered.add(t.name)
-        else:
+        elif full:
             days = t.live_days()
+        else:
+            days = sorted(dirty)
         total = 0
         for day in days:
             db = t.shard(day, create=False)
