@@ -52,6 +52,7 @@ class Config:
     index_threads: int = 2
     index_batch: int = 512
     index_poll_ms: int = 200
+    index_debounce_ms: int = 100      # at most one indexing pass per this interval (rows pile into one transaction)
     replica_debounce_ms: int = 500    # at most one read-index commit per this interval
     replicas: bool = True             # default searches read the read index (False: the primaries)
     read_index_heap_mb: int = 48      # tantivy writer's indexing memory in the leader

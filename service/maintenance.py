@@ -113,9 +113,14 @@ class Loop:
         return self._deferring
 
     def _run(self) -> None:
+        last_pass = 0.0
         while not self._stop.is_set():
             self._wake.wait(self.config.index_poll_ms / 1000)
+            # Passes at most every index_debounce_ms: under a steady stream of pushes each pass then
+            # indexes many rows in one transaction instead of one or two (a commit is most of the cost).
+            self._stop.wait(last_pass + self.config.index_debounce_ms / 1000 - time.monotonic())
             self._wake.clear()
+            last_pass = time.monotonic()
             try:
                 if self.deferred():
                     self.step_down()
