@@ -190,3 +190,88 @@ def test_off_the_workers_maintain_as_before(tmp_path):
         assert holders and holders <= set(children(s.proc.pid))    # a worker leads
     finally:
         s.stop()
+
+
+# --- in process: which days a pass reads, and what the FIFO carries ---------------------------------
+
+@pytest.mark.sqlite_only            # reads the day files (PostgreSQL's queue is one table: no days to tell)
+def test_a_pass_reads_the_days_it_was_told_and_every_day_once_a_second(make_app):
+    from service.maintenance import FULL_SCAN_S
+    told, other = make_app(background=False), make_app(background=False)   # two workers of one data folder
+    maint = told.extensions["context_maintenance"]
+    store = told.extensions["context_store"]
+    now = int(time.time())
+
+    def put(app, content, ts):
+        r = app.test_client().post("/mcp/push", json={"type": "tool_output", "source": "t", "timestamp": ts,
+                                                      "content": content})
+        assert r.status_code == 200, r.get_json()
+
+    put(told, "first unit", now)
+    assert maint.run_once() >= 1                                  # the first pass reads every file
+    put(other, "elsewhere unit", now - 3 * 86400)                 # another process's push: not told here
+    put(told, "second unit", now)
+    assert maint.run_once(full=False) == 1                        # only the day it was told about
+    assert unindexed(store) == {(now - 3 * 86400) // 86400}
+    assert maint.run_once(full=True) == 1                         # the scan of every live day finds the other
+    assert unindexed(store) == set()
+    assert FULL_SCAN_S <= 2.0                                     # so a lost wake-up costs at most this
+
+
+def unindexed(store) -> set[int]:
+    """Epoch days of the day files that hold rows not yet in FTS5."""
+    import datetime
+    import sqlite3
+    out = set()
+    for f in (store.tenant("default").dir / "primary").glob("*.db"):
+        conn = sqlite3.connect(f"file:{f}?mode=ro", uri=True)
+        if conn.execute("SELECT count(*) FROM units WHERE indexed = 0").fetchone()[0]:
+            out.add(datetime.date.fromisoformat(f.name[:10]).toordinal() - datetime.date(1970, 1, 1).toordinal())
+        conn.close()
+    return out
+
+
+class _Recorder:
+    def __init__(self):
+        self.marked, self.woken = [], 0
+
+    def mark(self, tenant, days):
+        self.marked.append((tenant, sorted(days)))
+
+    def notify(self, tenant, days):
+        self.woken += 1
+
+
+def test_the_wake_fifo_carries_tenant_days_and_ignores_anything_else(tmp_path):
+    from service.maintainer import Presence, _wake_fifo, _wake_lines
+    fd = _wake_fifo(tmp_path / "maintainer.wake")
+    try:
+        p = Presence(tmp_path)
+        p.wake("acme", ["2026-11-29", "2026-11-30"])
+        p.wake("other-tenant", ["2026-11-30"])
+        p.wake(None, ())                                          # a bare wake-up
+        with open(tmp_path / "maintainer.wake", "wb", buffering=0) as w:   # what no worker writes
+            w.write(b"../etc\t2026-11-30\nacme\tDROP TABLE\nacme\t2026-11-30\t\n\xff\xfe\t2026-11-30\nacme\t2026-1")
+        rec = _Recorder()
+        rest = _wake_lines(fd, b"", rec)
+        assert sorted(rec.marked) == [("acme", ["2026-11-29", "2026-11-30"]), ("other-tenant", ["2026-11-30"])]
+        assert rec.woken == 1
+        assert rest == b"acme\t2026-1"                            # an unfinished line waits for its end
+        os.write(os.open(tmp_path / "maintainer.wake", os.O_WRONLY | os.O_NONBLOCK), b"1-28\n")
+        rec2 = _Recorder()
+        assert _wake_lines(fd, rest, rec2) == b""
+        assert rec2.marked == [("acme", ["2026-11-28"])]
+        p.close()
+    finally:
+        os.close(fd)
+
+
+def test_a_worker_wakes_nobody_when_no_maintainer_reads(tmp_path):
+    from service.maintainer import Presence
+    p = Presence(tmp_path)
+    assert not p.alive()
+    p.wake("acme", ["2026-11-30"])                               # no FIFO yet: nothing, no error
+    os.mkfifo(tmp_path / "maintainer.wake")
+    p.wake("acme", ["2026-11-30"])                               # a FIFO nobody reads: ENXIO, no error
+    assert p.status() is None
+    p.close()
