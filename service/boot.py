@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from .config import Config
@@ -61,3 +62,19 @@ def setup_logging() -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
         root.setLevel(logging.INFO)
+
+
+def limit_malloc_arenas(n: int = 2) -> None:
+    """At most ``n`` glibc malloc arenas in this process and the workers it forks (glibc's default is
+    8 per core, and each of a worker's threads may grow its own: after a batch ingest a worker kept
+    10-25 MiB more; bench/README.md, issue 17). Called before any thread starts; a MALLOC_ARENA_MAX
+    in the environment wins; nothing on other C libraries."""
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        return
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(-8, n)          # M_ARENA_MAX

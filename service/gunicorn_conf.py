@@ -10,10 +10,12 @@ The slow-client guard bounds how a request *arrives*; a stream's writes are boun
 import os
 import tempfile
 
+from service.boot import limit_malloc_arenas
 from service.config import Config
 from service.gunicorn_guard import install as install_guard
 
 _config = Config.from_env()
+limit_malloc_arenas()   # in the master, before any thread: every forked worker keeps the limit
 
 bind = _config.bind
 workers = _config.workers

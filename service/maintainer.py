@@ -145,38 +145,54 @@ def stop(proc: subprocess.Popen | None, timeout: float = 15.0) -> None:
         proc.wait(5)
 
 
+class _Stop:
+    """Set by SIGTERM/SIGINT. A handler only assigns a flag: it runs between any two bytecodes of the
+    main thread, and one that took a lock (``threading.Event.set``) deadlocked when a second signal
+    came while the first handler held it (seen: a parent's death signal, then its SIGTERM)."""
+
+    def __init__(self):
+        self.flag = False
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handler)
+
+    def _handler(self, signum, frame) -> None:
+        self.flag = True
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``, less once stopped; True when stopped."""
+        end = time.monotonic() + seconds
+        while not self.flag and time.monotonic() < end:
+            time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+        return self.flag
+
+
 def supervise(parent: int) -> int:
     """Run the maintainer, and run it again after it dies, until SIGTERM or the parent ends."""
     _die_with_parent()
-    stopping = threading.Event()
-    child: list[subprocess.Popen] = []
-
-    def on_term(signum, frame):
-        stopping.set()
-        if child and child[0].poll() is None:
-            child[0].terminate()
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    stop = _Stop()
     pause = RESTART_BACKOFF_S[0]
-    while not stopping.is_set() and os.getppid() == parent:
+    child = None
+    while not stop.flag and os.getppid() == parent:
         started = time.monotonic()
-        child[:] = [subprocess.Popen([sys.executable, "-m", "service.maintainer", "run", "--parent", str(os.getpid())])]
-        while child[0].poll() is None:
-            try:
-                child[0].wait(1.0)
-            except subprocess.TimeoutExpired:
-                if os.getppid() != parent:
-                    child[0].terminate()
-        code = child[0].returncode
-        if stopping.is_set() or os.getppid() != parent:
+        child = subprocess.Popen([sys.executable, "-m", "service.maintainer", "run", "--parent", str(os.getpid())])
+        while child.poll() is None:
+            if stop.flag or os.getppid() != parent:
+                child.terminate()            # it finishes its pass; waited for below
+                break
+            stop.wait(0.2)
+        if stop.flag or os.getppid() != parent:
             break
         if time.monotonic() - started > 60:
             pause = RESTART_BACKOFF_S[0]
-        log.error("maintainer exited with %s; the workers maintain meanwhile; starting it again in %.1f s", code, pause)
-        stopping.wait(pause)
+        log.error("maintainer exited with %s; the workers maintain meanwhile; starting it again in %.1f s",
+                  child.returncode, pause)
+        stop.wait(pause)
         pause = min(pause * 2, RESTART_BACKOFF_S[1])
-    if child and child[0].poll() is None:
-        child[0].wait(30)
+    if child is not None and child.poll() is None:
+        try:
+            child.wait(30)
+        except subprocess.TimeoutExpired:
+            child.kill()
     return 0
 
 
@@ -194,7 +210,8 @@ def _wake_fifo(path: Path) -> int:
 def run(parent: int) -> int:
     """The maintainer itself: hold the lock, maintain every tenant, until SIGTERM or the parent ends."""
     _die_with_parent()
-    from .boot import check_store, open_store, raise_open_files_limit, setup_logging
+    from .boot import check_store, limit_malloc_arenas, open_store, raise_open_files_limit, setup_logging
+    limit_malloc_arenas()
     from .config import Config
     setup_logging()
     config = Config.from_env()
@@ -203,9 +220,7 @@ def run(parent: int) -> int:
     check_store(config)
     data = Path(config.data_dir)
     data.mkdir(parents=True, exist_ok=True)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda s, f: stopping.set())
-    signal.signal(signal.SIGINT, lambda s, f: stopping.set())
+    stop = _Stop()
 
     lock_fd = os.open(data / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     while True:                          # a worker's check holds a shared lock for a moment
@@ -213,7 +228,7 @@ def run(parent: int) -> int:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
-            if stopping.wait(0.05) or os.getppid() != parent:
+            if stop.wait(0.05) or os.getppid() != parent:
                 return 0
     store, maintenance = open_store(config)
     maintenance.start()
@@ -224,7 +239,7 @@ def run(parent: int) -> int:
         import select
         poll_s = config.index_poll_ms / 1000
         rest = b""
-        while not stopping.is_set() and os.getppid() == parent:
+        while not stop.flag and os.getppid() == parent:
             ready, _, _ = select.select([wake_fd], [], [], poll_s)
             if ready:
                 rest = _wake_lines(wake_fd, rest, maintenance)

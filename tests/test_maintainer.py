@@ -179,6 +179,33 @@ def test_the_maintainer_ends_with_the_service(tmp_path):
             pass
 
 
+def test_signals_in_a_burst_still_end_the_maintainer(tmp_path):
+    """A group SIGTERM reaches the maintainer three times at once (from the shell's kill of the group,
+    from its supervisor, and as its parent-death signal): it must still finish and exit."""
+    s = LiveServer(tmp_path / "data").start()
+    try:
+        for _ in range(3):
+            sup, run = maintainer_pids(s)
+            for _ in range(300):
+                try:
+                    os.kill(run, signal.SIGTERM)
+                except ProcessLookupError:
+                    break
+            deadline = time.monotonic() + 20
+            while alive(run) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not alive(run), "the maintainer hung on a burst of SIGTERMs"
+        os.killpg(s.proc.pid, signal.SIGTERM)                  # the whole group, as a terminal would
+        s.proc.wait(30)
+        deadline = time.monotonic() + 20
+        while (alive(sup) or any("service.maintainer" in cmdline(p) for p in children(sup))) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(sup)
+    finally:
+        s.stop()
+
+
 def test_off_the_workers_maintain_as_before(tmp_path):
     s = LiveServer(tmp_path / "data", env={"CONTEXT_MAINTENANCE_PROCESS": "false"}).start()
     try:
