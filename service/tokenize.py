@@ -20,7 +20,9 @@ log = logging.getLogger(__name__)
 
 # Han ideographs (CJK Unified, Extension A, Compatibility) go to jieba; everything else to the word regex.
 _HAN = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_RUN_RE = re.compile(rf"(?P<han>[{_HAN}]+)|(?P<word>[^\W_{_HAN}]+(?:[-_.][^\W_{_HAN}]+)*)")
+# (a Han run holds word characters only: the blocks have unassigned code points, e.g. U+FADA, which
+# FTS5 and \w treat as separators)
+_RUN_RE = re.compile(rf"(?P<han>(?:(?=[^\W_])[{_HAN}])+)|(?P<word>[^\W_{_HAN}]+(?:[-_.][^\W_{_HAN}]+)*)")
 _PART_RE = re.compile(r"[-_.]")
 _ASCII_WORD = re.compile(r"^[a-z]+$")
 

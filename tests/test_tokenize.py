@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import example, given, HealthCheck, settings
 from hypothesis import strategies as st
 
 from service.tokenize import Tokenizer
@@ -158,6 +158,8 @@ hostile_text = st.one_of(
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hostile_text)
+@example("\ufada")              # an unassigned code point inside the CJK Compatibility block (found by CI)
+@example("订单\ufa6e号")
 def test_tokens_only_fts_token_chars(text):
     tok = Tokenizer()
     for t in tok.tokens(text):
