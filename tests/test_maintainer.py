@@ -13,27 +13,7 @@ import pytest
 import requests
 
 from conftest import LiveServer
-
-
-def children(pid: int) -> list[int]:
-    """Direct children of a process, from /proc."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(d.name))
-    return out
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
+from workers import children, cmdline
 
 
 def alive(pid: int) -> bool:

@@ -7,12 +7,25 @@ import os
 import socket
 import subprocess
 import time
+from pathlib import Path
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of a process."""
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def worker_pids(master: int) -> list[int]:
-    """The pids of the gunicorn master's workers."""
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(master)], capture_output=True, text=True).stdout
-    return [int(x) for x in out.split()]
+    """The pids of the gunicorn master's workers (not the maintainer's supervisor, service/maintainer.py)."""
+    return [p for p in children(master) if "service.maintainer" not in cmdline(p)]
 
 
 def _inode(server_port: int, client_port: int) -> str | None:
