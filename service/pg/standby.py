@@ -31,7 +31,8 @@ class Standby:
         self.max_lag_ms = config.replica_max_lag_ms
         self.pool = ConnectionPool(url, min_size=1, max_size=max(2, config.pg_pool_size), open=False,
                                    kwargs={"autocommit": True, "row_factory": dict_row, "connect_timeout": 2},
-                                   timeout=2.0, reconnect_timeout=3600, name="standby")
+                                   timeout=2.0, reconnect_timeout=3600, name="standby",
+                                   check=ConnectionPool.check_connection)   # as the primary's (store.py)
         self.pool.open(wait=False)
         self._lock = threading.Lock()
         self._probed = 0.0

@@ -49,11 +49,14 @@ class PgStore(StoreApi):
         except psycopg.Error as e:
             raise RuntimeError(f"PostgreSQL at {redact(config.store)} is not reachable: "
                                f"{redact(str(e)).strip()}") from None
-        # A request waits at most 5 s for a connection (then 503 + Retry-After, never a hung worker); a
-        # restarted primary's broken connections are replaced as requests return them.
+        # A request waits at most 5 s for a connection (then 503 + Retry-After, never a hung worker). A
+        # connection is checked as it leaves the pool (one empty round trip): after the primary restarts,
+        # a broken one is replaced there instead of failing the request that drew it. (It used to fail
+        # it: 503s until each idle connection had been drawn once, seen once the maintainer process
+        # stopped drawing them in the workers, issue 17.)
         self.primary = ConnectionPool(config.store, min_size=1, max_size=max(2, config.pg_pool_size),
                                       kwargs=kwargs, open=False, timeout=5.0, reconnect_timeout=3600,
-                                      name="primary")
+                                      check=ConnectionPool.check_connection, name="primary")
         self.primary.open(wait=True, timeout=15)
         self.write(self._ensure_schema)
         self._partitions: set[str] = set()
