@@ -132,17 +132,8 @@ def test_a_killed_maintainer_loses_nothing_and_comes_back(server):
     assert "maintainer exited with -9" in server.log()
 
 
-def test_the_maintainer_ends_with_the_service(tmp_path):
-    s = LiveServer(tmp_path / "a").start()
-    try:
-        sup, run = maintainer_pids(s)
-        s.stop()                                  # SIGTERM to gunicorn: a graceful stop
-        deadline = time.monotonic() + 20
-        while (alive(sup) or alive(run)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not alive(sup) and not alive(run)
-    finally:
-        s.stop()
+def test_the_maintainer_ends_when_the_master_is_killed(tmp_path):
+    """(A graceful stop of the whole group: test_signals_in_a_burst_still_end_the_maintainer.)"""
     s = LiveServer(tmp_path / "b").start()
     try:
         sup, run = maintainer_pids(s)
