@@ -76,7 +76,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.register_blueprint(search.bp)
     app.register_blueprint(health.bp)
     register_manage(app)
-    hub, registry, changes = register_live(app, store)
+    hub, registry = register_live(app, store)
     mcp.init_app(app)
     adapters.init_app(app)
     limits.init_app(app)
@@ -85,7 +85,6 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
         hub.stop()
         maintenance.stop()
         registry.close()
-        changes.close()
         store.close()
     app.extensions["context_shutdown"] = shutdown
     atexit.register(shutdown)
@@ -93,22 +92,28 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
 
 
 def register_live(app: Flask, store) -> tuple:
-    """Live context and the tool registry (issue 16): a change log of what any worker changes, the hub
-    that tells this worker's listeners, the registry; GET /mcp/stream and /mcp/tools. Returns the three
-    for shutdown."""
+    """Live context and the tool registry (issue 16): where changes are read (a change log of what any
+    worker or node changes), the hub that tells this worker's listeners, the registry; GET /mcp/stream and
+    /mcp/tools. Returns the hub and the registry for shutdown (the hub closes its sources)."""
     from .api import stream, tools
-    from .events import ChangeLog
     from .hub import Hub
-    from .registry import Registry
-    changes = ChangeLog(store)
-    store.observers.append(changes.observe)
-    hub = Hub(store, changes)
+    from .pg import is_postgresql
+    if is_postgresql(store.config.store):
+        from .pg.live import PgSources
+        from .pg.registry import PgRegistry
+        sources = PgSources(store)
+        registry = PgRegistry(store, sources)
+    else:
+        from .hub import FileSources
+        from .registry import Registry
+        sources = FileSources(store)
+        registry = Registry(store, sources.changes)
+    hub = Hub(store, sources)
     app.extensions["context_hub"] = hub
-    registry = Registry(store, changes)
     app.extensions["context_registry"] = registry
     app.register_blueprint(stream.bp)
     app.register_blueprint(tools.bp)
-    return hub, registry, changes
+    return hub, registry
 
 
 

@@ -36,6 +36,7 @@ FEED_LIMIT = 1000          # units read per tenant and tick
 SEARCH_WAIT_S = 10.0       # longest a search subscription waits for the read index to show a new unit
 SEARCH_TOP_K = 10          # what resources/read of context://search/{query} shows (service/mcp/resources.py)
 LIST = "list"              # the pending marker of a resources list change
+FULL_LOOK_S = 1.0          # a hub woken for some tenants still looks at every one at least this often
 
 
 class LimitReached(Exception):
@@ -86,6 +87,39 @@ class Slots:
 
     def close(self) -> None:
         self.db.close()
+
+
+class FileSources:
+    """Where the hub reads changes on the SQLite backend: the feed and the change log in the tenant's files,
+    the stream slots in ``<data>/streams.db``; polled every ``listen_poll_ms``. The PostgreSQL backend's
+    counterpart, with the same methods, is service/pg/live.py's PgSources (tables, woken by NOTIFY)."""
+
+    def __init__(self, store):
+        self.store = store
+        self.changes = ChangeLog(store)
+        self.slots = Slots(store.config)
+        store.observers.append(self.changes.observe)
+
+    def feed(self, tenant: str, after: int, limit: int) -> tuple[list[FeedUnit], int]:
+        """New units with seq > after (events.read_feed), and the seq the feed is resolved to."""
+        return read_feed(self.store.tenant(tenant), after, limit, tokenizer=self.store.tokenizer,
+                         batch=self.store.config.index_batch)
+
+    def expiry(self, tenant: str, cid: str) -> int | None:
+        return unit_expiry(self.store.tenant(tenant), cid)
+
+    def positions(self, tenant: str) -> tuple[int, int]:
+        """(the tenant's last seq, the change log's last n)."""
+        return self.store.max_seq(tenant), self.changes.max_n(tenant)
+
+    def wait(self, timeout: float, stop: threading.Event) -> set[str] | None:
+        """Block until the next look; the tenants known to have changed, or None: look at every one."""
+        stop.wait(timeout)
+        return None
+
+    def close(self) -> None:
+        self.slots.close()
+        self.changes.close()
 
 
 def client_gone(sock) -> bool:
@@ -214,8 +248,8 @@ class Body:
 class Watch:
     """One tenant's listeners in this worker, indexed by what they watch, and the tenant's cursors."""
 
-    def __init__(self, t, seq: int, n: int):
-        self.t = t
+    def __init__(self, tenant: str, seq: int, n: int):
+        self.tenant = tenant
         self.seq = seq                      # the feed is resolved up to here
         self.n = n                          # the change log is read up to here
         self.listeners: set[Listener] = set()
@@ -266,11 +300,12 @@ class Watch:
 class Hub:
     """This worker's listeners and the thread that feeds them."""
 
-    def __init__(self, store, changes: ChangeLog):
+    def __init__(self, store, sources):
         self.store = store
         self.config = store.config
-        self.changes = changes
-        self.slots = Slots(self.config)
+        self.sources = sources              # FileSources (SQLite) or service/pg/live.py's PgSources
+        self.changes = sources.changes
+        self.slots = sources.slots
         self.lock = threading.RLock()
         self.watches: dict[str, Watch] = {}
         self.count = 0
@@ -295,16 +330,15 @@ class Hub:
                 self.count -= 1
             raise
         try:
-            t = self.store.tenant(lst.tenant)
             with self.lock:
                 # Read under the lock the hub dispatches under: whatever is newer reaches this listener,
                 # whatever is not is older than it (a watch shared with other listeners may still hand
                 # over units acknowledged before this one opened: it skips them by their seq).
-                seq, n = self.store.max_seq(lst.tenant), self.changes.max_n(lst.tenant)
+                seq, n = self.sources.positions(lst.tenant)
                 lst.since_seq, lst.since_n = seq, n
                 w = self.watches.get(lst.tenant)
                 if w is None:
-                    w = self.watches[lst.tenant] = Watch(t, seq, n)
+                    w = self.watches[lst.tenant] = Watch(lst.tenant, seq, n)
                 w.add(lst)
             self._start()
             return w
@@ -347,7 +381,7 @@ class Hub:
         self._end_all("shutdown")
         if self._thread is not None:
             self._thread.join(timeout=5)
-        self.slots.close()
+        self.sources.close()
 
     def _end_all(self, reason: str) -> None:
         with self.lock:
@@ -357,17 +391,23 @@ class Hub:
 
     def _run(self) -> None:
         interval = max(0.01, self.config.listen_poll_ms / 1000)
-        while not self._stop.wait(interval):
+        everyone = time.monotonic()
+        while not self._stop.is_set():
+            changed = self.sources.wait(interval, self._stop)
+            if self._stop.is_set():
+                break
             if self.worker is not None and not self.worker.alive:
                 self._end_all("shutdown")        # gunicorn is stopping this worker: end streams gracefully
                 continue
+            if changed is None or time.monotonic() - everyone >= FULL_LOOK_S:
+                changed, everyone = None, time.monotonic()   # expiries, slow searches, a lost wake-up
             with self.lock:
-                watches = list(self.watches.values())
+                watches = [w for w in self.watches.values() if changed is None or w.tenant in changed]
             for w in watches:
                 try:
                     self.tick(w)
                 except Exception:  # noqa: BLE001 - keep feeding the others; the next tick retries
-                    log.exception("live hub: tenant %s", w.t.name)
+                    log.exception("live hub: tenant %s", w.tenant)
             if watches and time.monotonic() - self._touched > TOUCH_S:
                 self._touched = time.monotonic()
                 try:
@@ -377,13 +417,13 @@ class Hub:
 
     def tick(self, w: Watch) -> None:
         """One look at a tenant's feed, change log, search subscriptions and expiries."""
-        name = w.t.name
-        if self.store.max_seq(name) > w.seq:
-            units, resolved = read_feed(w.t, w.seq, FEED_LIMIT, tokenizer=self.store.tokenizer,
-                                        batch=self.config.index_batch)
+        name = w.tenant
+        seq, n = self.sources.positions(name)
+        if seq > w.seq:
+            units, resolved = self.sources.feed(name, w.seq, FEED_LIMIT)
             with self.lock:
                 self._units(w, units, resolved)
-        if self.changes.max_n(name) > w.n:
+        if n > w.n:
             events = self.changes.since(name, w.n)
             with self.lock:
                 self._changes(w, events)
@@ -434,7 +474,7 @@ class Hub:
                 if cid in w.by_cid:
                     self._tell(w.by_cid[cid], uri, n=n)
                     if ev["kind"] == "changed":
-                        w.expire_at(cid, unit_expiry(w.t, cid))
+                        w.expire_at(cid, self.sources.expiry(w.tenant, cid))
                 if ev["kind"] == "deleted":
                     self._tell([lst for lst in w.listeners if lst.wants_list], LIST, n=n)
                 for q, top in w.top.items():
@@ -446,7 +486,7 @@ class Hub:
         top k as a default search (what resources/read shows) returns it; drop a candidate once such a
         search is known to see it and it is not there; past SEARCH_WAIT_S tell them anyway (a bulk
         import can leave more units than read-your-writes reads: they wait for the read index)."""
-        state = self._index_state(w.t)
+        state = self._index_state(w.tenant)
         now = time.monotonic()
         with self.lock:
             work = {q: list(c) for q, c in w.candidates.items() if c}
@@ -454,7 +494,7 @@ class Hub:
             newest = max(c[2] for c in cands)
             if w.searched_state.get(q) == (state, newest) and now - min(c[2] for c in cands) < SEARCH_WAIT_S:
                 continue                        # nothing new to learn until the read index moves
-            top = self.top_cids(w.t.name, q)
+            top = self.top_cids(w.tenant, q)
             if top is None:
                 continue                        # searches busy: next tick
             fire, keep = 0, []                  # fire: the newest seq that changes what the search shows
@@ -487,16 +527,16 @@ class Hub:
             return set()
         return {r["cid"] for r in found["results"]}
 
-    def _index_state(self, t):
+    def _index_state(self, tenant: str):
         """What decides whether a default search sees a new unit: None when it surely does (it reads the
         primaries, or read-your-writes covers every unit the read index may lack), else the read index's
         (low-water mark, seq of its last pass, backlog then)."""
-        state = self.store.read_index_state(t.name)
+        state = self.store.read_index_state(tenant)
         if state is None:
             return None
         low = state.get("low", 0)
         cfg = self.config
-        if cfg.read_your_writes_ms > 0 and self.store.max_seq(t.name) - low <= cfg.read_your_writes_max:
+        if cfg.read_your_writes_ms > 0 and self.store.max_seq(tenant) - low <= cfg.read_your_writes_max:
             return None                         # service/search.py reads the units past the mark itself
         return low, state.get("seq", 0), state.get("backlog", 1)
 

@@ -80,7 +80,8 @@ _free_schemas: list[str] = []
 # Emptied between tests (a reused schema skips the DDL, ~0.1 s a test): every table but ``tenants`` and
 # ``index_marks``, whose versions must only grow (a standby that has not replayed the emptying yet would
 # otherwise look caught up); their seqs start again at 0.
-_EMPTIED = ("catalog", "units", "unit_terms", "pending", "tenant_days", "day_stats", "term_df")
+_EMPTIED = ("catalog", "units", "unit_terms", "pending", "tenant_days", "day_stats", "term_df", "live_events",
+            "live_listeners", "tools")
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ import time
 import pytest
 import requests
 
-from conftest import make_unit
+from conftest import make_unit, store_env
 from live_support import SUB_KEY, listen, method_of, push_via, stream, updated, worker_holding, workers_of
 from test_mcp_sdk import connect
 from mcp_support import LEGACY, McpServer, rpc
@@ -22,10 +22,15 @@ KEYS = {KEY: ("acme", ["push", "search"]), ADMIN: ("acme", ["push", "search", "a
         LIMIT_A: ("limits", ["search"]), LIMIT_B: ("limits", ["search"])}
 
 
+# The shared server's tests run on both storage backends (issue 18): on PostgreSQL the feed, the change
+# log, the stream slots and the registry are tables, and wake-ups come by LISTEN/NOTIFY (service/pg/live.py).
+BACKENDS = ("sqlite", "postgresql")
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, module_store_config):
     srv = McpServer(tmp_path_factory.mktemp("listen") / "data", keys=KEYS, env={
-        "CONTEXT_THREADS": "16", "CONTEXT_MAX_LISTENERS_PER_KEY": "3", "CONTEXT_MAX_LISTENERS_PER_TENANT": "4",
+        **store_env(module_store_config), "CONTEXT_THREADS": "16", "CONTEXT_MAX_LISTENERS_PER_KEY": "3", "CONTEXT_MAX_LISTENERS_PER_TENANT": "4",
         "CONTEXT_MAX_SUBSCRIPTIONS": "5", "CONTEXT_LISTEN_HEARTBEAT_S": "1", "CONTEXT_RATE_LIMIT": "off"}).start()
     yield srv
     srv.stop()

@@ -16,7 +16,7 @@ from flask import Blueprint, Response, current_app, request
 
 from ..auth import current_principal, require
 from ..errors import ApiError, BadRequest
-from ..events import Match, read_feed
+from ..events import Match
 from ..hub import LimitReached, Listener
 from ..params import parse_search
 from . import config, store
@@ -75,10 +75,7 @@ class StreamListener(Listener):
         return out
 
     def _catch_up(self) -> list[bytes]:
-        st = self.hub.store
-        t = st.tenant(self.tenant)
-        units, resolved = read_feed(t, self.position, PAGE, tokenizer=st.tokenizer,
-                                    batch=self.hub.config.index_batch)
+        units, resolved = self.hub.sources.feed(self.tenant, self.position, PAGE)
         out = [f for f in (self._frame(u) for u in units if self.match(u)) if f]
         progressed = resolved > self.position
         self.position = resolved

@@ -24,7 +24,6 @@ import mcp_types as types
 from flask import Response, current_app
 from mcp_types.methods import serialize_server_result
 
-from ..events import unit_expiry
 from ..hub import LIST, LimitReached, Listener
 from . import uris
 from .context import Call
@@ -130,9 +129,8 @@ def open_stream(call: Call, req: types.SubscriptionsListenRequest, *, request_id
     except LimitReached as e:
         raise RpcError(TOO_MANY_LISTENERS, str(e), {"scope": e.scope, "limit": e.limit}, status=e.status) from None
     try:
-        t = call.store.tenant(call.tenant)
         for cid in cids:
-            expiry = unit_expiry(t, cid)
+            expiry = hub.sources.expiry(call.tenant, cid)
             with hub.lock:
                 w.expire_at(cid, expiry)
         for q in queries:

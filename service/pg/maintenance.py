@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 from ..instruments import DAYS_UNLINKED, UNITS_INDEXED, UNITS_PURGED
 from ..maintenance import Loop
 from . import sql, template
+from .live import prune_changes
 from .rows import JANITOR_LOCKS, PARTITION_LOCK, add_df, partition_day, unstat
 
 log = logging.getLogger(__name__)
@@ -177,6 +178,7 @@ class PgMaintenance(Loop):
             for tenant in self.store.tenant_names():
                 UNITS_PURGED.inc(purge_tenant(self.store, tenant, now))
             self.store.write(lambda c: c.execute(sql("pending_orphans")))
+            self.store.write(prune_changes, int(time.time() * 1000))
             drop_dead_partitions(self.store)
             self._last_janitor = time.time()
         return total

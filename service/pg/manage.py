@@ -130,5 +130,9 @@ def remove(store, tenant: str, by_day: dict[str, list[str]]) -> int:
     removed = 0
     for i in range(0, len(cids), FORGET_CHUNK):
         chunk = cids[i:i + FORGET_CHUNK]
-        removed += len(store.write(remove_units, tenant, chunk, int(time.time())))
+        gone = store.write(remove_units, tenant, chunk, int(time.time()))
+        removed += len(gone)
+        if gone:
+            for observer in store.observers:     # committed (and in the change log): wake the listeners
+                observer(tenant, [{"status": "deleted", "cid": cid} for cid in gone])
     return removed

@@ -6,7 +6,9 @@ from __future__ import annotations
 import datetime
 from collections import Counter, defaultdict
 
+from ..events import UNIT_PREFIX
 from . import sql
+from .live import record_changes
 
 SCHEMA_LOCK = 0x636d_7331      # advisory lock keys: schema set-up, partition create/drop
 PARTITION_LOCK = 0x636d_7332
@@ -46,7 +48,10 @@ def remove_units(conn, tenant: str, cids: list[str], now: int) -> list[str]:
     rows = conn.execute(sql("units_delete_many"), {"tenant": tenant, "days": sorted({r["day"] for r in gone}),
                                                    "cids": cids}).fetchall()
     conn.execute(sql("tenant_bump"), {"tenant": tenant})
-    return [r["cid"] for r in rows]
+    removed = [r["cid"] for r in rows]
+    # listeners hear it (issue 16): the change-log rows commit with the removal (service/pg/live.py)
+    record_changes(conn, tenant, [(UNIT_PREFIX + cid, "deleted") for cid in removed])
+    return removed
 
 
 def unstat(conn, tenant: str, rows) -> None:

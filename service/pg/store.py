@@ -16,12 +16,14 @@ from psycopg import sql as pgsql
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ..events import UNIT_PREFIX
 from ..errors import ApiError, Conflict, NotFound, StorageUnavailable, Unprocessable
 from ..formats import TENANT_RE, is_cid
 from ..rows import now_ms, unit_dict
 from ..storeapi import StoreApi
 from ..tokenize import tokenizer_for
 from . import manage, redact, schema, sql, template
+from .live import record_changes
 from .rows import PARTITION_LOCK, SCHEMA_LOCK, next_day, partition_name, units_at
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ class PgStore(StoreApi):
         self.write(self._ensure_schema)
         self._partitions: set[str] = set()
         self.listeners: list = []   # callables(tenant, days) told about new queued units
-        self.observers: list = []   # (issue 16's change log: its streams are SQLite-only for now, see tenant())
+        self.observers: list = []   # callables(tenant, changes) told after a delete or forget committed
         self.tokenizer = tokenizer_for(config)
         from .search import PgSearcher
         self.searcher = PgSearcher(self)
@@ -107,13 +109,6 @@ class PgStore(StoreApi):
         self.primary.close()
 
     # --- tenants ----------------------------------------------------------------------------------
-    def tenant(self, name: str):
-        """Issue 16's live streams and tool registry keep per-tenant SQLite files beside a tenant's day
-        files; on PostgreSQL they would be one node's files, invisible to the others: a clear 501
-        instead, until they move into the database."""
-        raise ApiError("Live streams (/mcp/stream, subscriptions/listen) and the tool registry are not "
-                       "available on the PostgreSQL backend yet.", code="not_implemented", status=501)
-
     def read_index_state(self, tenant: str) -> None:
         """No read index on PostgreSQL: default searches read the tables (or the standby) directly."""
         return None
@@ -193,6 +188,10 @@ class PgStore(StoreApi):
             except ApiError as e:
                 results[i] = e
         plan.write(conn)
+        # a re-pushed unit (its fields may have changed) is a change listeners hear (issue 16): in the log
+        # with the push, so it is there iff the push committed; new units are the feed (service/pg/live.py)
+        record_changes(conn, tenant, [(UNIT_PREFIX + r["cid"], "changed") for r in results
+                                      if isinstance(r, dict) and r["status"] == "duplicate"])
 
     # --- reads ------------------------------------------------------------------------------------
     def get(self, tenant: str, cid: str) -> dict | None:

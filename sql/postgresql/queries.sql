@@ -11,8 +11,9 @@ SELECT pg_advisory_xact_lock(%(key)s);
 SELECT pg_try_advisory_xact_lock(%(key)s) AS ok;
 
 -- name: schema_present
--- The schema script runs in one transaction: one of its tables existing means all of them do.
-SELECT to_regclass('cms_meta') IS NOT NULL AS ok;
+-- The schema script runs in one transaction: its last table existing means all of them do (a database
+-- made before a table was added runs the re-runnable script again).
+SELECT to_regclass('tools') IS NOT NULL AS ok;
 
 -- name: writable_probe
 UPDATE cms_meta SET value = value WHERE key = 'schema_version';
@@ -271,3 +272,123 @@ FROM units u WHERE tenant = %(tenant)s AND expires_at > %(now)s GROUP BY day, ty
 
 -- name: days_summary
 SELECT count(*) AS n, min(day)::text AS first, max(day)::text AS last FROM tenant_days WHERE tenant = %(tenant)s;
+
+-- --- live context (issue 16 on PostgreSQL; service/pg/live.py) ----------------------------------
+
+-- name: live_listen
+LISTEN cms_live;
+
+-- name: live_wake
+-- After a change committed: wake the listening nodes (payload: the tenant, never content). Its own tiny
+-- transaction, without waiting for the WAL flush: NOTIFY serializes notifying commits database-wide, and
+-- a lost wake-up loses nothing (the listeners read the tables; they also look every second).
+SELECT set_config('synchronous_commit', 'off', true), pg_notify('cms_live', %(tenant)s);
+
+-- name: live_positions
+-- Where a tenant's feed (seq) and change log (n) are: what the hub compares its cursors with.
+SELECT coalesce(max(last_seq), 0) AS seq, coalesce(max(last_event), 0) AS n FROM tenants WHERE tenant = %(tenant)s;
+
+-- name: live_feed
+-- New units after a seq, in seq order, with their search columns and terms once indexed (unit_terms).
+-- Seqs are assigned under the tenant's row lock: a visible seq means every lower one is visible or gone.
+SELECT c.seq, c.cid, c.day::text AS day, c.source, c.timestamp, c.expires_at, t.type, t.tfs
+FROM catalog c LEFT JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
+WHERE c.tenant = %(tenant)s AND c.seq > %(after)s ORDER BY c.seq LIMIT %(limit)s;
+
+-- name: live_expiry
+SELECT expires_at FROM catalog WHERE tenant = %(tenant)s AND cid = %(cid)s;
+
+-- name: live_events_add
+-- Numbers the rows under the tenant's row lock (held by the change's transaction until it commits).
+WITH alloc AS (
+    INSERT INTO tenants(tenant, last_event) VALUES (%(tenant)s, cardinality(%(uris)s::text[]))
+    ON CONFLICT (tenant) DO UPDATE SET last_event = tenants.last_event + cardinality(%(uris)s::text[])
+    RETURNING last_event)
+INSERT INTO live_events(tenant, n, uri, kind, at_ms)
+SELECT %(tenant)s, alloc.last_event - cardinality(%(uris)s::text[]) + x.i, x.uri, x.kind, %(at_ms)s
+FROM alloc, unnest(%(uris)s::text[], %(kinds)s::text[]) WITH ORDINALITY AS x(uri, kind, i);
+
+-- name: live_events_since
+SELECT n, uri, kind FROM live_events WHERE tenant = %(tenant)s AND n > %(after)s ORDER BY n LIMIT %(limit)s;
+
+-- name: live_events_prune
+DELETE FROM live_events WHERE at_ms < %(before)s;
+
+-- name: live_listeners_lock
+SELECT pg_advisory_xact_lock(%(key)s);
+
+-- name: live_listeners_expire
+DELETE FROM live_listeners WHERE tenant = %(tenant)s AND seen_ms < %(before)s;
+
+-- name: live_listeners_count
+SELECT count(*) AS tenant_n, count(*) FILTER (WHERE key_id = %(key_id)s) AS key_n
+FROM live_listeners WHERE tenant = %(tenant)s;
+
+-- name: live_listeners_insert
+INSERT INTO live_listeners(tenant, id, key_id, owner, kind, seen_ms)
+VALUES (%(tenant)s, %(id)s, %(key_id)s, %(owner)s, %(kind)s, %(now)s);
+
+-- name: live_listeners_delete
+DELETE FROM live_listeners WHERE tenant = %(tenant)s AND id = %(id)s;
+
+-- name: live_listeners_touch
+UPDATE live_listeners SET seen_ms = %(now)s WHERE owner = %(owner)s;
+
+-- --- the tool registry (service/pg/registry.py; the SQLite one: sql/live_queries.sql) ------------
+
+-- name: tool_get
+SELECT * FROM tools WHERE tenant = %(tenant)s AND name = %(name)s;
+
+-- name: tool_count
+SELECT count(*) AS n FROM tools WHERE tenant = %(tenant)s;
+
+-- name: tool_insert
+INSERT INTO tools(tenant, name, title, description, endpoint, auth_type, tags, metadata, input_schema,
+                  output_schema, version, created_ms, updated_ms, t_name, t_text, t_schema, n_name, n_text,
+                  n_schema, terms)
+VALUES (%(tenant)s, %(name)s, %(title)s, %(description)s, %(endpoint)s, %(auth_type)s, %(tags)s, %(metadata)s,
+        %(input_schema)s, %(output_schema)s, 1, %(now)s, %(now)s, %(t_name)s, %(t_text)s, %(t_schema)s,
+        %(n_name)s, %(n_text)s, %(n_schema)s, %(terms)s)
+ON CONFLICT (tenant, name) DO NOTHING
+RETURNING *;
+
+-- name: tool_update
+UPDATE tools SET title = %(title)s, description = %(description)s, endpoint = %(endpoint)s,
+    auth_type = %(auth_type)s, tags = %(tags)s, metadata = %(metadata)s, input_schema = %(input_schema)s,
+    output_schema = %(output_schema)s, version = version + 1, updated_ms = %(now)s, t_name = %(t_name)s,
+    t_text = %(t_text)s, t_schema = %(t_schema)s, n_name = %(n_name)s, n_text = %(n_text)s,
+    n_schema = %(n_schema)s, terms = %(terms)s
+WHERE tenant = %(tenant)s AND name = %(name)s
+RETURNING *;
+
+-- name: tool_delete
+DELETE FROM tools WHERE tenant = %(tenant)s AND name = %(name)s RETURNING name;
+
+-- name: tool_list
+SELECT * FROM tools
+WHERE tenant = %(tenant)s AND name COLLATE "C" > %(after)s
+  AND (%(auth_type)s::text IS NULL OR auth_type = %(auth_type)s)
+  AND tags::jsonb @> %(tags)s::jsonb
+ORDER BY name COLLATE "C" LIMIT %(limit)s;     -- (byte order, as SQLite's: pages and names agree on both)
+
+-- name: tool_candidates
+-- Every tool holding any query token, filtered as tool_list (service/registry.py's bm25 scores them).
+SELECT name AS id, name, t_name, t_text, t_schema, n_name, n_text, n_schema FROM tools
+WHERE tenant = %(tenant)s AND terms && %(terms)s::text[]
+  AND (%(auth_type)s::text IS NULL OR auth_type = %(auth_type)s)
+  AND tags::jsonb @> %(tags)s::jsonb
+LIMIT %(limit)s;
+
+-- name: tool_stats
+SELECT count(*) AS n, coalesce(sum(n_name), 0) AS name, coalesce(sum(n_text), 0) AS text,
+       coalesce(sum(n_schema), 0) AS schema
+FROM tools WHERE tenant = %(tenant)s;
+
+-- name: tool_df
+-- Document frequencies over all the tenant's tools (unfiltered), as FTS5's vocabulary table counts them.
+SELECT term, count(*) AS doc FROM tools, unnest(terms) AS term
+WHERE tenant = %(tenant)s AND terms && %(terms)s::text[] AND term = ANY(%(terms)s::text[])
+GROUP BY term;
+
+-- name: tools_by_names
+SELECT * FROM tools WHERE tenant = %(tenant)s AND name = ANY(%(names)s::text[]);

@@ -131,3 +131,62 @@ CREATE TABLE IF NOT EXISTS term_df (
     df      bigint NOT NULL,
     PRIMARY KEY (tenant, term, day)
 );
+
+-- --- Live context and the tool registry (issue 16 on PostgreSQL) ---------------------------------
+-- Every node's listeners hear every node's changes: new units are the catalog's seq order (the feed),
+-- other changes are rows of live_events, written in the transaction of the change they record (a
+-- re-push, a delete, a forget, a tool registered, updated or deleted), so a row exists iff the change
+-- committed. ``tenants.last_event`` numbers them per tenant under the tenant's row lock: rows become
+-- visible in the order of their numbers, so a reader at position n never skips a row committed later.
+-- NOTIFY (channel cms_live, payload the tenant name) only wakes the listening nodes (service/pg/live.py).
+ALTER TABLE tenants ADD COLUMN IF NOT EXISTS last_event bigint NOT NULL DEFAULT 0;
+
+CREATE TABLE IF NOT EXISTS live_events (
+    tenant  text   NOT NULL,
+    n       bigint NOT NULL,
+    uri     text   NOT NULL,                -- context://units/{cid} or context://tools/{name}
+    kind    text   NOT NULL,                -- 'changed' or 'deleted'
+    at_ms   bigint NOT NULL,
+    PRIMARY KEY (tenant, n)
+);
+CREATE INDEX IF NOT EXISTS live_events_at ON live_events (at_ms);     -- the janitor prunes by age
+
+-- The open streams of every node's workers, so the limits per API key and per tenant hold over all of
+-- them; a worker refreshes seen_ms of its rows every few seconds, a dead one's rows stop counting.
+CREATE TABLE IF NOT EXISTS live_listeners (
+    tenant   text   NOT NULL,
+    id       text   NOT NULL,
+    key_id   text   NOT NULL,
+    owner    text   NOT NULL,               -- the worker holding it (random per process)
+    kind     text   NOT NULL,               -- 'listen' (MCP) or 'stream' (GET /mcp/stream)
+    seen_ms  bigint NOT NULL,
+    PRIMARY KEY (tenant, id)
+);
+
+-- The tool registry: as the SQLite backend's tools.db (sql/registry_schema.sql), one table for every
+-- tenant. Token columns are service/tokenize.py's tokens (space-joined) per field group; ``terms`` the
+-- distinct tokens of all three, whose GIN index finds a query's candidates and document frequencies.
+CREATE TABLE IF NOT EXISTS tools (
+    tenant         text    NOT NULL,
+    name           text    NOT NULL,
+    title          text,
+    description    text    NOT NULL,
+    endpoint       text,
+    auth_type      text    NOT NULL,
+    tags           text    NOT NULL,        -- JSON array of strings
+    metadata       text,                    -- JSON object
+    input_schema   text    NOT NULL,        -- JSON Schema 2020-12
+    output_schema  text,
+    version        integer NOT NULL,
+    created_ms     bigint  NOT NULL,
+    updated_ms     bigint  NOT NULL,
+    t_name         text    NOT NULL,
+    t_text         text    NOT NULL,
+    t_schema       text    NOT NULL,
+    n_name         integer NOT NULL,
+    n_text         integer NOT NULL,
+    n_schema       integer NOT NULL,
+    terms          text[]  NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+CREATE INDEX IF NOT EXISTS tools_terms ON tools USING gin (terms);

@@ -1,0 +1,127 @@
+"""The tool registry on PostgreSQL (issue 16 on issue 18's backend): the same answers as service/registry.py,
+every tenant's tools in one ``tools`` table that every node reads and writes.
+
+A write and its change-log row (``context://tools/{name}``, service/pg/live.py) are one transaction;
+listeners on every node are woken after it commits. Search scores the same candidates with the same
+BM25 (``registry.bm25``: per token column, global statistics of the tenant's tools, WEIGHTS), so both
+backends rank alike; candidates and document frequencies come from a GIN index over each tool's terms.
+"""
+from __future__ import annotations
+
+import json
+
+import psycopg
+
+from ..errors import Conflict, Unprocessable
+from ..registry import MAX_CANDIDATES, WEIGHTS, Registry, _not_found, bm25, tool_dict
+from ..search import MAX_QUERY_TERMS
+from ..toolcheck import is_tool_name, tool_uri, validate_tool
+from . import sql
+from .live import record_changes, wake
+
+
+class PgRegistry(Registry):
+    """Registry's methods over the ``tools`` table (one transaction per write)."""
+
+    def __init__(self, store, sources):
+        self.store = store
+        self.config = store.config
+        self.changes = sources.changes
+        self.tokenizer = store.tokenizer
+
+    def _row(self, tenant: str, tool) -> dict:
+        params = self._params(tool)
+        params["tenant"] = tenant
+        params["terms"] = sorted({t for col in WEIGHTS for t in params[f"t_{col}"].split()})
+        return params
+
+    def _write(self, tenant: str, name: str, kind: str, fn):
+        """``fn(conn)`` and the change-log row in one transaction; then wake the listening nodes."""
+        def tx(conn):
+            row = fn(conn)
+            record_changes(conn, tenant, [(tool_uri(name), kind)])
+            return row
+        row = self.store.write(tx)
+        wake(self.store, tenant)
+        return row
+
+    def create(self, tenant: str, raw) -> dict:
+        """Register a new tool: 409 ``tool_exists`` when the name is taken."""
+        tool = validate_tool(raw, self.config)
+        params = self._row(tenant, tool)
+        cap = self.config.max_tools_per_tenant
+
+        def insert(conn):
+            if cap and conn.execute(sql("tool_count"), {"tenant": tenant}).fetchone()["n"] >= cap:
+                raise Unprocessable(f"This tenant may register at most {cap} tools.", code="too_many_tools")
+            row = conn.execute(sql("tool_insert"), params).fetchone()
+            if row is None:
+                raise Conflict(f"A tool named {tool.name!r} is already registered; update it with PUT.",
+                               code="tool_exists", field="name")
+            return row
+        try:
+            return tool_dict(self._write(tenant, tool.name, "changed", insert))
+        except psycopg.errors.UniqueViolation:      # (ON CONFLICT covers it; a race is still a 409)
+            raise Conflict(f"A tool named {tool.name!r} is already registered; update it with PUT.",
+                           code="tool_exists", field="name") from None
+
+    def replace(self, tenant: str, name: str, raw) -> dict:
+        """Replace a registered tool's description (404 when there is none); its version goes up."""
+        params = self._row(tenant, validate_tool(raw, self.config, name=name))
+
+        def update(conn):
+            row = conn.execute(sql("tool_update"), params).fetchone()
+            if row is None:
+                raise _not_found(name)
+            return row
+        return tool_dict(self._write(tenant, name, "changed", update))
+
+    def delete(self, tenant: str, name: str) -> dict:
+        def remove(conn):
+            if conn.execute(sql("tool_delete"), {"tenant": tenant, "name": name}).fetchone() is None:
+                raise _not_found(name)
+        self._write(tenant, name, "deleted", remove)
+        return {"status": "deleted", "name": name}
+
+    def get(self, tenant: str, name: str) -> dict | None:
+        if not is_tool_name(name):
+            return None
+        row = self.store.one("tool_get", {"tenant": tenant, "name": name})
+        return tool_dict(row) if row is not None else None
+
+    def list(self, tenant: str, *, after: str = "", limit: int = 50, tags=(), auth_type=None) -> list[dict]:
+        """Tools by name, after ``after``, filtered by tags (all of them) and auth type."""
+        rows = self.store.read(lambda c: c.execute(sql("tool_list"), {
+            "tenant": tenant, "after": after, "limit": limit, "tags": json.dumps(list(tags)),
+            "auth_type": auth_type}).fetchall())
+        return [tool_dict(r) for r in rows]
+
+    def search(self, tenant: str, query: str, *, top_k: int = 5, tags=(), auth_type=None) -> list[dict]:
+        """As Registry.search: the best ``top_k`` tools with ``bm25_score`` and ``score`` (0-1)."""
+        from ..readindex import K1, idf_of
+        terms = self.tokenizer.query_terms(query)[:MAX_QUERY_TERMS]
+        if not terms:
+            return []
+        args = {"tenant": tenant, "terms": terms, "limit": MAX_CANDIDATES, "tags": json.dumps(list(tags)),
+                "auth_type": auth_type}
+
+        def read(conn):
+            rows = conn.execute(sql("tool_candidates"), args).fetchall()
+            if not rows:
+                return [], None, {}
+            s = conn.execute(sql("tool_stats"), args).fetchone()
+            df = {r["term"]: r["doc"] for r in conn.execute(sql("tool_df"), args)}
+            return rows, (s["n"], s["name"], s["text"], s["schema"]), df
+        rows, stats, df = self.store.read(read)
+        if not rows:
+            return []
+        scores = bm25(rows, terms, stats, df)
+        best = sorted(scores, key=lambda name: (-scores[name], name))[:top_k]
+        full = {r["name"]: r for r in self.store.read(lambda c: c.execute(sql("tools_by_names"), {
+            "tenant": tenant, "names": best}).fetchall())}
+        attainable = sum(idf_of(stats[0], df.get(t, 0)) for t in terms) * (K1 + 1) * sum(WEIGHTS.values()) or 1.0
+        return [dict(tool_dict(full[n]), bm25_score=round(scores[n], 6),
+                     score=round(min(1.0, scores[n] / attainable), 6)) for n in best if n in full]
+
+    def close(self) -> None:
+        pass
