@@ -36,7 +36,7 @@ FEED_LIMIT = 1000          # units read per tenant and tick
 SEARCH_WAIT_S = 10.0       # longest a search subscription waits for the read index to show a new unit
 SEARCH_TOP_K = 10          # what resources/read of context://search/{query} shows (service/mcp/resources.py)
 LIST = "list"              # the pending marker of a resources list change
-FULL_LOOK_S = 1.0          # a hub woken for some tenants still looks at every one at least this often
+FULL_LOOK_S = 1.0          # a hub woken for some tenants still looks at every one this often (or listen_poll_ms)
 
 
 class LimitReached(Exception):
@@ -399,16 +399,17 @@ class Hub:
             if self.worker is not None and not self.worker.alive:
                 self._end_all("shutdown")        # gunicorn is stopping this worker: end streams gracefully
                 continue
-            if changed is None or time.monotonic() - everyone >= FULL_LOOK_S:
+            if changed is None or time.monotonic() - everyone >= max(FULL_LOOK_S, interval):
                 changed, everyone = None, time.monotonic()   # expiries, slow searches, a lost wake-up
             with self.lock:
+                watching = bool(self.watches)
                 watches = [w for w in self.watches.values() if changed is None or w.tenant in changed]
             for w in watches:
                 try:
                     self.tick(w)
                 except Exception:  # noqa: BLE001 - keep feeding the others; the next tick retries
                     log.exception("live hub: tenant %s", w.tenant)
-            if watches and time.monotonic() - self._touched > TOUCH_S:
+            if watching and time.monotonic() - self._touched > TOUCH_S:
                 self._touched = time.monotonic()
                 try:
                     self.slots.touch()

@@ -12,7 +12,7 @@ The tables are the source of truth; NOTIFY only wakes (service/hub.py's interfac
 - **wake-ups**: after a commit the node sends ``NOTIFY cms_live, '<tenant>'`` (never content). Each
   worker's hub holds one listening connection; a notification makes it read that tenant's feed and log
   from its own last positions. A lost notification or a reconnect loses nothing: the hub also looks at
-  every watched tenant each LOOK_S, and after a reconnect at once.
+  every watched tenant each LOOK_S (or ``listen_poll_ms``, if longer), and after a reconnect at once.
 - **stream slots** (``live_listeners``): the per-key and per-tenant limits over every worker of every node.
 """
 from __future__ import annotations
@@ -32,7 +32,8 @@ from . import redact, sql
 
 log = logging.getLogger(__name__)
 
-LOOK_S = 1.0                   # without a notification the hub still looks at every watched tenant this often
+LOOK_S = 1.0                   # the longest wait for a notification; without one the hub looks at every
+                               # watched tenant this often (hub.FULL_LOOK_S; or every listen_poll_ms if longer)
 LISTENER_LOCKS = 2 << 32       # + crc32(tenant): the advisory lock of a tenant's stream slots
 KEEP_EVENTS_MS = 10 * 60 * 1000    # change-log rows older than this are pruned by the janitor (as on SQLite)
 
@@ -162,7 +163,8 @@ class PgSources:
         return row["seq"], row["n"]
 
     def wait(self, timeout: float, stop: threading.Event) -> set[str] | None:
-        """Block until a notification (the tenants named) or LOOK_S (None: look at every tenant)."""
+        """Block until a notification or at most LOOK_S: the tenants named (maybe none; the hub looks at
+        every tenant every ``max(LOOK_S, timeout)`` anyway), or None after a reconnect: look at every one."""
         if self._conn is None:
             try:
                 self._conn = psycopg.connect(self.store.config.store, autocommit=True, connect_timeout=5,
@@ -176,7 +178,7 @@ class PgSources:
             return None             # (re)connected: a wake-up may have been missed meanwhile
         tenants: set[str] = set()
         try:
-            for note in self._conn.notifies(timeout=max(timeout, LOOK_S), stop_after=1):
+            for note in self._conn.notifies(timeout=LOOK_S, stop_after=1):
                 tenants.add(note.payload)
             if tenants:             # the rest of a burst, in one look
                 tenants.update(note.payload for note in self._conn.notifies(timeout=0.005))
@@ -184,7 +186,7 @@ class PgSources:
             log.warning("live hub: listening connection lost (%s); reconnecting", type(e).__name__)
             self._drop()
             return None
-        return tenants or None
+        return tenants
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
