@@ -2,15 +2,18 @@
 
 A listener (an MCP ``subscriptions/listen`` stream, service/mcp/listen.py, or a GET /mcp/stream,
 service/api/stream.py) is one long-lived response on one gunicorn thread. The hub's single thread
-polls, every ``listen_poll_ms`` and only for tenants that have listeners here, the shared sources of
-service/events.py (the feed of new units, the change log) and hands each listener what it watches.
-Nothing is queued between workers: whichever worker took a push, every worker reads it from SQLite.
+looks, only for tenants that have listeners here, at the shared sources (the feed of new units, the
+change log) and hands each listener what it watches. Nothing is queued between workers: whichever
+worker took a push, every worker reads it from storage. The sources are the backend's: FileSources
+(SQLite files, service/events.py, polled every ``listen_poll_ms``) or service/pg/live.py's PgSources
+(tables every node shares, woken by LISTEN/NOTIFY); the API and MCP layers never tell them apart.
 
 Bounds (README, docs/configuration.md):
 - per worker at most ``config.stream_cap`` open streams (each holds a gunicorn thread; the others
   stay free for requests), refused with 503 + Retry-After beyond;
 - per API key and per tenant, over every worker, ``max_listeners_per_key`` / ``max_listeners_per_tenant``
-  (counted in ``<data>/streams.db``; a dead worker's rows stop counting after STALE_MS), 429 beyond;
+  (counted in ``<data>/streams.db``, on PostgreSQL in a table over every node; a dead worker's rows stop
+  counting after STALE_MS), 429 beyond;
 - a stream that delivered nothing for ``listen_idle_s`` ends (with a final message), as do all of a
   worker's streams when it shuts down; a closed client is noticed within a second.
 """
