@@ -53,6 +53,7 @@ def ack_of(sse, request_id) -> dict:
     return first["data"]["params"]["notifications"]
 
 
+@pytest.mark.sqlite_only            # no storage involved: one backend is enough (CI time)
 def test_capabilities_are_truthful_in_both_revisions(server):
     modern = rpc(server, "server/discover", key=KEY).json()["result"]["capabilities"]["resources"]
     assert modern == {"subscribe": True, "listChanged": True}
@@ -66,6 +67,7 @@ def test_capabilities_are_truthful_in_both_revisions(server):
         assert rv.json()["error"]["code"] == -32601, rv.text
 
 
+@pytest.mark.sqlite_only            # no storage involved: one backend is enough (CI time)
 def test_ack_holds_only_what_is_accepted(server):
     uris = ["context://units/0123456789ab", "context://search/ORD-7890%20shipped", "context://tools/get_weather",
             "context://units/NOT-A-CID", "file:///etc/passwd"]
@@ -206,6 +208,7 @@ def test_tenants_hear_only_their_own_changes(server):
         sse.close()
 
 
+@pytest.mark.sqlite_only            # no storage involved: one backend is enough (CI time)
 def test_errors_are_clear_json_rpc(server):
     # a key without the search scope
     sse = listen(server, {"resourcesListChanged": True}, key=PUSH_ONLY, id=11)
