@@ -102,12 +102,10 @@ def role_of(pid: int, root_pid: int) -> str:
     if pid == root_pid:
         return "master"
     try:
-        cmd = " ".join(psutil.Process(pid).cmdline())
+        name = psutil.Process(pid).name()       # the maintainer's processes name themselves (comm)
     except psutil.Error:
         return "worker"
-    if "service.maintainer run" in cmd:
-        return "maintainer"
-    return "supervisor" if "service.maintainer" in cmd else "worker"
+    return {"cms-maintainer": "maintainer", "cms-supervisor": "supervisor"}.get(name, "worker")
 
 
 class RssSampler(threading.Thread):

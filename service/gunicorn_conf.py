@@ -58,7 +58,7 @@ def when_ready(server):
     global _maintainer
     if _config.background and _config.maintenance_process:
         from service import maintainer
-        _maintainer = maintainer.spawn(_config)
+        _maintainer = maintainer.spawn(server)
 
 
 def on_exit(server):

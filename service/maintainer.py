@@ -4,9 +4,11 @@ Indexing, the read-index writer and the janitor are CPU-bound Python. Run as a t
 request worker, they hold that worker's GIL in 5 ms slices, and every request the worker serves
 waits for those slices at each of its own I/O steps: at a fixed load of 250 pushes/s a push's ack
 took tens of milliseconds on the worker that led the tenant, a few on the other (bench/README.md).
-So under gunicorn the master starts one *maintainer*: a small supervisor (``python -m
-service.maintainer``) that runs the maintenance in a child process (``... run``) and starts it again
-if it dies. The workers then keep their maintenance thread idle:
+So under gunicorn the master forks one *maintainer*: a small supervisor (process name
+``cms-supervisor``) that forks the maintenance (``cms-maintainer``) and forks it again if it dies.
+Forked from the master like the workers, both share its loaded modules and the segmenter's
+dictionary instead of loading them again (an exec'd interpreter cost ~0.7 s of CPU at every start).
+The workers then keep their maintenance thread idle:
 
 - ``maintainer.lock`` in the data folder (fcntl, held by the running maintainer, released by the
   kernel when it dies) says whether one runs. While it is held, a worker leads no tenant: it lets
@@ -33,7 +35,6 @@ import os
 import re
 import signal
 import stat
-import subprocess
 import sys
 import threading
 import time
@@ -124,25 +125,72 @@ class Presence:
             self._lock_fd = self._wake_fd = None
 
 
-def spawn(config) -> subprocess.Popen:
-    """Start the supervisor (from the gunicorn master); it inherits the environment, so the same config."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen([sys.executable, "-m", "service.maintainer", "--parent", str(os.getpid())],
-                            env=env, close_fds=True)
+SUPERVISOR_NAME = b"cms-supervisor"   # /proc/<pid>/comm, ps -o comm (forked: the command line is gunicorn's)
+MAINTAINER_NAME = b"cms-maintainer"
 
 
-def stop(proc: subprocess.Popen | None, timeout: float = 15.0) -> None:
-    """End the supervisor and its maintainer (SIGTERM: the maintainer finishes its pass)."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
+def _set_name(name: bytes) -> None:
     try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
+        import ctypes
+        ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)     # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+def _fork(target, *args) -> int:
+    """Fork a child that runs ``target(*args)`` and exits with its result, never returning here (no
+    atexit or cleanup of the parent's runs in the child). Returns the child's pid."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        code = target(*args)
+    except BaseException:          # noqa: BLE001 - whatever ends the child is logged, and it exits
+        log.exception("%s failed", getattr(target, "__name__", target))
+    finally:
+        os._exit(code if isinstance(code, int) else 1)
+
+
+def spawn(server) -> int:
+    """Fork the supervisor from the gunicorn master (``when_ready``: the master has loaded the service's
+    modules and the segmenter's dictionary, and runs no thread yet). The child shares those pages, as
+    the workers do, instead of loading them again. Returns its pid."""
+    master = os.getpid()
+
+    def child() -> int:
+        for sig in list(server.SIGNALS) + [signal.SIGCHLD]:       # the master's handlers are not ours
+            signal.signal(sig, signal.SIG_DFL)
+        for listener in list(server.LISTENERS):                  # nor its listening sockets
+            listener.close()
+        return supervise(master)
+    return _fork(child)
+
+
+def _alive(pid: int) -> bool:
+    """True until ``pid`` has exited (reaped by us, or by gunicorn's master, which reaps every child)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def stop(pid: int | None, timeout: float = 15.0) -> None:
+    """End the supervisor and its maintainer (SIGTERM: the maintainer finishes its pass)."""
+    if pid is None or not _alive(pid):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
 
 
 class _Stop:
@@ -166,33 +214,46 @@ class _Stop:
         return self.flag
 
 
+_STOP: _Stop | None = None
+
+
+def _stopper() -> _Stop:
+    """This process's one stop flag. A maintainer forked by the supervisor keeps the supervisor's
+    (handlers and all), so a SIGTERM that arrives before ``run`` has started is not lost."""
+    global _STOP
+    if _STOP is None:
+        _STOP = _Stop()
+    return _STOP
+
+
 def supervise(parent: int) -> int:
-    """Run the maintainer, and run it again after it dies, until SIGTERM or the parent ends."""
+    """Run the maintainer in a forked child, and again after it dies, until SIGTERM or the parent ends."""
+    _set_name(SUPERVISOR_NAME)
     _die_with_parent()
-    stop = _Stop()
+    stop = _stopper()
     pause = RESTART_BACKOFF_S[0]
     child = None
     while not stop.flag and os.getppid() == parent:
         started = time.monotonic()
-        child = subprocess.Popen([sys.executable, "-m", "service.maintainer", "run", "--parent", str(os.getpid())])
-        while child.poll() is None:
+        child = _fork(run, os.getpid())
+        while _alive(child):
             if stop.flag or os.getppid() != parent:
-                child.terminate()            # it finishes its pass; waited for below
+                os.kill(child, signal.SIGTERM)         # it finishes its pass; waited for below
                 break
             stop.wait(0.2)
         if stop.flag or os.getppid() != parent:
             break
         if time.monotonic() - started > 60:
             pause = RESTART_BACKOFF_S[0]
-        log.error("maintainer exited with %s; the workers maintain meanwhile; starting it again in %.1f s",
-                  child.returncode, pause)
+        log.error("maintainer %d exited; the workers maintain meanwhile; starting it again in %.1f s", child, pause)
         stop.wait(pause)
         pause = min(pause * 2, RESTART_BACKOFF_S[1])
-    if child is not None and child.poll() is None:
-        try:
-            child.wait(30)
-        except subprocess.TimeoutExpired:
-            child.kill()
+    deadline = time.monotonic() + 30
+    while child is not None and _alive(child):
+        if time.monotonic() > deadline:
+            os.kill(child, signal.SIGKILL)
+            break
+        time.sleep(0.05)
     return 0
 
 
@@ -208,7 +269,10 @@ def _wake_fifo(path: Path) -> int:
 
 
 def run(parent: int) -> int:
-    """The maintainer itself: hold the lock, maintain every tenant, until SIGTERM or the parent ends."""
+    """The maintainer itself: hold the lock, maintain every tenant, until SIGTERM or the parent ends.
+    Forked by the supervisor, or run as ``python -m service.maintainer run`` (by hand: its parent
+    is then the shell)."""
+    _set_name(MAINTAINER_NAME)
     _die_with_parent()
     from .boot import check_store, limit_malloc_arenas, open_store, raise_open_files_limit, setup_logging
     limit_malloc_arenas()
@@ -220,7 +284,7 @@ def run(parent: int) -> int:
     check_store(config)
     data = Path(config.data_dir)
     data.mkdir(parents=True, exist_ok=True)
-    stop = _Stop()
+    stop = _stopper()
 
     lock_fd = os.open(data / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     while True:                          # a worker's check holds a shared lock for a moment

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from conftest import LiveServer
-from workers import children, cmdline
+from workers import children, comm
 
 
 def alive(pid: int) -> bool:
@@ -41,9 +41,9 @@ def maintainer_pids(server: LiveServer) -> tuple[int, int]:
     """(supervisor, maintainer) under this gunicorn's master, waiting for both."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        sups = [p for p in children(server.proc.pid) if "service.maintainer" in cmdline(p)]
+        sups = [p for p in children(server.proc.pid) if comm(p) == "cms-supervisor"]
         if sups:
-            runs = [p for p in children(sups[0]) if "service.maintainer run" in cmdline(p)]
+            runs = [p for p in children(sups[0]) if comm(p) == "cms-maintainer"]
             if runs:
                 return sups[0], runs[0]
         time.sleep(0.1)
@@ -119,7 +119,7 @@ def test_a_killed_maintainer_loses_nothing_and_comes_back(server):
     deadline = time.monotonic() + 30
     new = None
     while time.monotonic() < deadline:
-        runs = [p for p in children(sup) if "service.maintainer run" in cmdline(p) and p != run]
+        runs = [p for p in children(sup) if comm(p) == "cms-maintainer" and p != run]
         tenant_lock = server.data_dir / "tenants" / "default" / "maintenance.lock"
         if runs and lock_holders(tenant_lock) == {runs[0]}:
             new = runs[0]
@@ -129,7 +129,7 @@ def test_a_killed_maintainer_loses_nothing_and_comes_back(server):
     after = {push(server, 200 + j, "beta") for j in range(10)}
     wait_indexed(server)
     assert found_in_read_index(server, "beta", 100) == before | during | after
-    assert "maintainer exited with -9" in server.log()
+    assert f"maintainer {run} exited" in server.log()
 
 
 def test_the_maintainer_ends_when_the_master_is_killed(tmp_path):
@@ -169,7 +169,7 @@ def test_signals_in_a_burst_still_end_the_maintainer(tmp_path):
         os.killpg(s.proc.pid, signal.SIGTERM)                  # the whole group, as a terminal would
         s.proc.wait(30)
         deadline = time.monotonic() + 20
-        while (alive(sup) or any("service.maintainer" in cmdline(p) for p in children(sup))) \
+        while (alive(sup) or any(comm(p) == "cms-maintainer" for p in children(sup))) \
                 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not alive(sup)
@@ -180,7 +180,7 @@ def test_signals_in_a_burst_still_end_the_maintainer(tmp_path):
 def test_off_the_workers_maintain_as_before(tmp_path):
     s = LiveServer(tmp_path / "data", env={"CONTEXT_MAINTENANCE_PROCESS": "false"}).start()
     try:
-        assert not [p for p in children(s.proc.pid) if "service.maintainer" in cmdline(p)]
+        assert not [p for p in children(s.proc.pid) if comm(p) == "cms-supervisor"]
         cids = {push(s, i, "gamma") for i in range(10)}
         wait_indexed(s)
         assert found_in_read_index(s, "gamma", 10) == cids

@@ -16,16 +16,18 @@ def children(pid: int) -> list[int]:
     return [int(x) for x in out.split()]
 
 
-def cmdline(pid: int) -> str:
+def comm(pid: int) -> str:
+    """A process's name (the maintainer's supervisor and maintainer name themselves: they are forks of
+    the gunicorn master and share its command line)."""
     try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        return (Path("/proc") / str(pid) / "comm").read_text().strip()
     except OSError:
         return ""
 
 
 def worker_pids(master: int) -> list[int]:
     """The pids of the gunicorn master's workers (not the maintainer's supervisor, service/maintainer.py)."""
-    return [p for p in children(master) if "service.maintainer" not in cmdline(p)]
+    return [p for p in children(master) if comm(p) != "cms-supervisor"]
 
 
 def _inode(server_port: int, client_port: int) -> str | None:
