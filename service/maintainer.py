@@ -230,30 +230,22 @@ def supervise(parent: int) -> int:
     """Run the maintainer in a forked child, and again after it dies, until SIGTERM or the parent ends."""
     _set_name(SUPERVISOR_NAME)
     _die_with_parent()
-    stop = _stopper()
+    stopping = _stopper()
     pause = RESTART_BACKOFF_S[0]
     child = None
-    while not stop.flag and os.getppid() == parent:
+    while not stopping.flag and os.getppid() == parent:
         started = time.monotonic()
         child = _fork(run, os.getpid())
-        while _alive(child):
-            if stop.flag or os.getppid() != parent:
-                os.kill(child, signal.SIGTERM)         # it finishes its pass; waited for below
-                break
-            stop.wait(0.2)
-        if stop.flag or os.getppid() != parent:
+        while _alive(child) and not stopping.flag and os.getppid() == parent:
+            stopping.wait(0.2)
+        if stopping.flag or os.getppid() != parent:
             break
         if time.monotonic() - started > 60:
             pause = RESTART_BACKOFF_S[0]
         log.error("maintainer %d exited; the workers maintain meanwhile; starting it again in %.1f s", child, pause)
-        stop.wait(pause)
+        stopping.wait(pause)
         pause = min(pause * 2, RESTART_BACKOFF_S[1])
-    deadline = time.monotonic() + 30
-    while child is not None and _alive(child):
-        if time.monotonic() > deadline:
-            os.kill(child, signal.SIGKILL)
-            break
-        time.sleep(0.05)
+    stop(child, timeout=30)                     # it finishes its pass; killed past 30 s
     return 0
 
 
@@ -284,7 +276,7 @@ def run(parent: int) -> int:
     check_store(config)
     data = Path(config.data_dir)
     data.mkdir(parents=True, exist_ok=True)
-    stop = _stopper()
+    stopping = _stopper()
 
     lock_fd = os.open(data / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     while True:                          # a worker's check holds a shared lock for a moment
@@ -292,7 +284,7 @@ def run(parent: int) -> int:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
-            if stop.wait(0.05) or os.getppid() != parent:
+            if stopping.wait(0.05) or os.getppid() != parent:
                 return 0
     store, maintenance = open_store(config)
     maintenance.start()
@@ -303,7 +295,7 @@ def run(parent: int) -> int:
         import select
         poll_s = config.index_poll_ms / 1000
         rest = b""
-        while not stop.flag and os.getppid() == parent:
+        while not stopping.flag and os.getppid() == parent:
             ready, _, _ = select.select([wake_fd], [], [], poll_s)
             if ready:
                 rest = _wake_lines(wake_fd, rest, maintenance)
