@@ -1,5 +1,5 @@
 """The shapes of names the service accepts, shared by everything that checks them (issue 13): CIDs,
-tenant names, day files, control characters. Only ``re``: any module may import it."""
+tenant names, days and day files, control characters. Only ``re``: any module may import it."""
 from __future__ import annotations
 
 import re
@@ -8,6 +8,7 @@ import re
 CID_RE = re.compile(r"[0-9a-f]{12}")
 TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 DAY_FILE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})\.db$")
+DAY_RE = re.compile(r"\d{4}-\d{2}-\d{2}")          # a day's name (fullmatch)
 # Control characters: C0, DEL and C1 (what a unit's source may not hold, DESIGN.md section 3) ...
 CONTROL_CHARS_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # ... and C0 and DEL only (what a context://search/{query} URI's query may not hold).

@@ -32,7 +32,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import signal
 import stat
 import sys
@@ -40,9 +39,7 @@ import threading
 import time
 from pathlib import Path
 
-from .formats import TENANT_RE
-
-DAY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+from .formats import DAY_RE, TENANT_RE
 
 log = logging.getLogger("service.maintainer")   # also when run as __main__
 
@@ -327,7 +324,7 @@ def _wake_lines(fd: int, rest: bytes, maintenance) -> bytes:
     by_tenant: dict[str, set[str]] = {}
     for line in lines[:-1]:
         tenant, _, day = line.decode("ascii", "replace").partition("\t")
-        if TENANT_RE.match(tenant) and DAY_RE.match(day):
+        if TENANT_RE.match(tenant) and DAY_RE.fullmatch(day):
             by_tenant.setdefault(tenant, set()).add(day)
     for tenant, days in by_tenant.items():
         maintenance.mark(tenant, days)
