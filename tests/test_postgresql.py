@@ -237,6 +237,31 @@ def test_two_nodes_on_one_primary_index_everything_once(tmp_path, pg_urls):
         b.extensions["context_shutdown"]()
 
 
+def test_strong_reads_wait_for_rows_another_nodes_indexer_holds(tmp_path, pg_urls):
+    """Another node's indexer has claimed the queue (its rows locked, not yet committed): a strong search
+    and a forget by query skip nothing pushed before them; they wait, bounded, until those rows are
+    searchable. (They once returned at once with what the SKIP LOCKED claim found: CI saw a forget
+    dry run count 1 of 3 units.)"""
+    pg = app_on(tmp_path, "pg", store=pg_urls[0])
+    try:
+        cids = [r["cid"] for r in pushed(pg, [make_unit(f"heron sighting {i}") for i in range(3)])]
+        with psycopg.connect(pg_urls[0]) as other:
+            assert len(other.execute("SELECT cid FROM pending FOR UPDATE").fetchall()) == 3
+            threading.Timer(0.5, other.rollback).start()   # that node dies: its claim goes back to the queue
+            t0 = time.monotonic()
+            got = search(pg, query="heron", consistency="strong")["results"]
+            waited = time.monotonic() - t0
+        assert sorted(r["cid"] for r in got) == sorted(cids) and waited >= 0.4
+        with psycopg.connect(pg_urls[0]) as other:
+            cids += [r["cid"] for r in pushed(pg, [make_unit(f"heron nest {i}") for i in range(2)])]
+            assert len(other.execute("SELECT cid FROM pending FOR UPDATE").fetchall()) == 2
+            threading.Timer(0.3, other.rollback).start()
+            rv = pg.test_client().post("/mcp/forget", json={"query": "heron"})
+            assert rv.status_code == 200 and rv.get_json()["count"] == 5, rv.get_json()
+    finally:
+        pg.extensions["context_shutdown"]()
+
+
 def test_bad_store_url_stops_the_start_with_a_clear_message(tmp_path):
     from service import create_app
     with pytest.raises(RuntimeError, match="CONTEXT_STORE must be"):

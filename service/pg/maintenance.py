@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 PURGE_BATCH = 5000
 SEARCH_COLUMNS = ("tenant", "cid", "day", "seq", "type", "source", "timestamp", "expires_at", "parent_cid")
+CATCH_UP_POLL_S = 0.005          # while another node's indexer holds rows a strong read waits for
 TOKEN_CHUNK = 64                 # units per thread-pool task when a batch is tokenized in parallel
 
 
@@ -91,11 +92,18 @@ def index_pending(store, tokenizer, limit: int = 512, tenant: str | None = None,
 
 
 def catch_up(store, tenant: str, wait_ms: int) -> None:
-    """Read-your-writes for strong searches and forget: index the tenant's queue now, bounded in time."""
+    """Read-your-writes for strong searches and forget, bounded in time: index the tenant's queue now,
+    then wait for the rows another node's indexer holds (the claim skips them) to be committed, so
+    every unit pushed before the call is searchable when it returns."""
+    before = time.time() * 1000
     deadline = time.monotonic() + wait_ms / 1000
     batch = store.config.index_batch
-    while time.monotonic() < deadline and index_pending(store, store.tokenizer, batch, tenant=tenant) == batch:
-        pass
+    while time.monotonic() < deadline:
+        if index_pending(store, store.tokenizer, batch, tenant=tenant) == batch:
+            continue
+        if not store.one("pending_before", {"tenant": tenant, "before": before})["waiting"]:
+            return
+        time.sleep(CATCH_UP_POLL_S)
 
 
 def purge_tenant(store, tenant: str, now: int) -> int:

@@ -147,6 +147,10 @@ SELECT count(*) AS n FROM catalog WHERE tenant = %(tenant)s AND expires_at > %(n
 -- name: pending_count
 SELECT count(*) AS n, min(pushed_ms) AS oldest FROM pending WHERE tenant = %(tenant)s;
 
+-- name: pending_before
+-- (not locking: it also counts the rows another node's indexer holds until that indexer commits)
+SELECT EXISTS (SELECT 1 FROM pending WHERE tenant = %(tenant)s AND pushed_ms <= %(before)s) AS waiting;
+
 -- --- delete and forget --------------------------------------------------------------------------
 
 -- name: catalog_delete_many
