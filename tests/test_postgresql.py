@@ -262,6 +262,51 @@ def test_strong_reads_wait_for_rows_another_nodes_indexer_holds(tmp_path, pg_url
         pg.extensions["context_shutdown"]()
 
 
+def test_a_delete_and_a_push_of_the_same_unit_at_once_do_not_deadlock(tmp_path, pg_urls):
+    """A delete holds the unit's catalog row while it waits (here for the queue row an indexer holds);
+    a re-push of that unit then comes in. Both take the tenant's row before any catalog row, so the
+    push waits for the delete and both succeed. (The delete once took the tenant's row last, after
+    the push held it and waited for the catalog row: PostgreSQL aborted one of them as a deadlock.)"""
+    pg = app_on(tmp_path, "pg", store=pg_urls[0])
+    try:
+        unit = make_unit("kingfisher on the wire", ttl=86_400)
+        [cid] = [r["cid"] for r in pushed(pg, [unit])]
+        answers = {}
+
+        def call(name, method, path, **kw):
+            answers[name] = getattr(pg.test_client(), method)(path, **kw)
+
+        def waiting(n):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with psycopg.connect(pg_urls[0]) as c:
+                    if c.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                 "AND datname = current_database()").fetchone()[0] >= n:
+                        return True
+                time.sleep(0.02)
+            return False
+
+        with psycopg.connect(pg_urls[0]) as indexer:
+            assert len(indexer.execute("SELECT cid FROM pending FOR UPDATE").fetchall()) == 1
+            delete = threading.Thread(target=call, args=("delete", "delete", f"/mcp/units/{cid}"))
+            delete.start()
+            assert waiting(1)
+            push = threading.Thread(target=call, args=("push", "post", "/mcp/push"),
+                                    kwargs={"json": {"units": [{**unit, "ttl": 2 * 86_400}]}})
+            push.start()
+            assert waiting(2)
+            indexer.rollback()
+        delete.join(30)
+        push.join(30)
+        assert answers["delete"].status_code == 200, answers["delete"].get_json()
+        assert answers["push"].status_code == 200, answers["push"].get_json()
+        assert answers["push"].get_json()["results"][0]["status"] == "ok"     # stored again: the delete came first
+        got = pg.test_client().get(f"/mcp/units/{cid}").get_json()
+        assert got["ttl"] == 2 * 86_400
+    finally:
+        pg.extensions["context_shutdown"]()
+
+
 def test_bad_store_url_stops_the_start_with_a_clear_message(tmp_path):
     from service import create_app
     with pytest.raises(RuntimeError, match="CONTEXT_STORE must be"):

@@ -39,6 +39,7 @@ def units_at(conn, tenant: str, located: list[tuple[str, str]]) -> dict:
 def remove_units(conn, tenant: str, cids: list[str], now: int) -> list[str]:
     """Delete these live units (catalog, queue, search and unit rows, their share of the statistics); the
     CIDs that were stored. Default searches on the standby wait for this change (``tenant_bump``)."""
+    conn.execute(sql("tenant_hold"), {"tenant": tenant})    # (the lock order pushes use: tenant, then catalog)
     gone = conn.execute(sql("catalog_delete_many"), {"tenant": tenant, "cids": cids, "now": now}).fetchall()
     if not gone:
         return []

@@ -50,6 +50,11 @@ RETURNING last_seq;
 -- name: tenant_set_seq
 UPDATE tenants SET last_seq = %(seq)s, version = version + 1 WHERE tenant = %(tenant)s;
 
+-- name: tenant_hold
+-- A delete or forget takes the tenant's row first, as a push does (tenant_lock): one lock order, so a
+-- push waiting for a catalog row the delete holds never holds the row the delete then needs.
+SELECT 1 AS held FROM tenants WHERE tenant = %(tenant)s FOR NO KEY UPDATE;
+
 -- name: tenant_bump
 -- A change that assigns no seq (delete, forget): default searches must not read a standby without it.
 UPDATE tenants SET version = version + 1 WHERE tenant = %(tenant)s;
