@@ -10,6 +10,11 @@ the event's last byte. Bounded: about a minute in all (the machine is shared).
 
     .venv/bin/python bench/listen.py                      # 100 listeners, 300 pushes at 20/s
     .venv/bin/python bench/listen.py --listeners 20 --pushes 60 --name listen-quick
+    .venv/bin/python bench/listen.py --pg --name listen-postgresql   # the store on PostgreSQL (issue 18)
+
+With ``--pg`` the service stores on a PostgreSQL primary and standby started for the run
+(tools/pg_cluster.py, fsync on): new units reach listeners through the catalog feed and LISTEN/NOTIFY
+wake-ups (service/pg/live.py) instead of SQLite files.
 """
 from __future__ import annotations
 
@@ -208,6 +213,7 @@ def main(argv=None) -> None:
     ap.add_argument("--service-src", default="head")
     ap.add_argument("--name", default="listen")
     ap.add_argument("--seed", type=int, default=16)
+    ap.add_argument("--pg", action="store_true", help="store on PostgreSQL (a primary and a standby started here)")
     args = ap.parse_args(argv)
     rnd = random.Random(args.seed)
     src = service_src(args.service_src)
@@ -219,6 +225,11 @@ def main(argv=None) -> None:
                CONTEXT_WORKERS="2", CONTEXT_THREADS=str(cap + 8), CONTEXT_MAX_STREAMS=str(cap),
                CONTEXT_MAX_LISTENERS_PER_KEY=str(2 * cap), CONTEXT_MAX_LISTENERS_PER_TENANT=str(2 * cap),
                CONTEXT_LISTEN_POLL_MS=str(args.poll_ms), CONTEXT_RATE_LIMIT="off", CONTEXT_ACCESS_LOG="0")
+    cluster = None
+    if args.pg:
+        from postgresql import pg_cluster
+        cluster = pg_cluster(TMP / "listen-pg")
+        env.update(CONTEXT_STORE=cluster.primary_url, CONTEXT_STORE_REPLICA=cluster.standby_url)
     TMP.mkdir(parents=True, exist_ok=True)
     log = open(TMP / f"{args.name}-server.log", "wb")
     proc = subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-c", "service/gunicorn_conf.py",
@@ -291,7 +302,7 @@ def main(argv=None) -> None:
             "config": {"listeners": args.listeners, "mcp_unit_listeners": n_units, "mcp_search_listeners": n_search,
                        "stream_listeners": n_stream, "pushes": args.pushes, "rate_per_s": args.rate,
                        "subscribers_per_unit": args.subs, "workers": 2, "threads": cap + 8,
-                       "listen_poll_ms": args.poll_ms},
+                       "listen_poll_ms": args.poll_ms, "store": "postgresql" if args.pg else "sqlite"},
             "listeners_per_worker": {str(w): sum(1 for lst in listeners if lst.worker == w) for w in workers},
             "open_all_s": round(open_s, 3),
             "delivered": {"expected": expected, "received": received},
@@ -316,6 +327,8 @@ def main(argv=None) -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
         shutil.rmtree(data_dir, ignore_errors=True)
+        if cluster is not None:
+            cluster.stop()
 
 
 if __name__ == "__main__":
