@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import BadRequest
-from .formats import is_cid
+from .formats import CONTROL_CHARS_RE, is_cid
 from .units import CID_SCHEMA
 
 MAX_QUERY_CHARS = 16_384
@@ -179,6 +179,8 @@ def _source(f: Field, v, config):
     if v is not None and (not isinstance(v, str) or not v or len(v) > f.maximum):
         raise BadRequest(f"Field {f.name!r} must be a non-empty string (exact, or a prefix ending in '*').",
                          field=f.name)
+    if v is not None and CONTROL_CHARS_RE.search(v):   # (no source holds one: DESIGN.md section 3)
+        raise BadRequest(f"Field {f.name!r} must not contain control characters.", field=f.name)
     return v
 
 

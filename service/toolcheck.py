@@ -126,6 +126,8 @@ def _string(raw: dict, name: str, limit: int, *, required: bool = False) -> str 
         raise BadRequest(f"Field {name!r} must be a{' non-empty' if required else ''} string.", field=name)
     if len(value) > limit:
         raise BadRequest(f"Field {name!r} must be at most {limit} characters.", field=name)
+    if "\0" in value:       # (text for people and models; PostgreSQL's text cannot hold it either)
+        raise BadRequest(f"Field {name!r} must not contain NUL characters.", field=name)
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

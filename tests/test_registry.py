@@ -96,6 +96,8 @@ def _bad(**changes):
     (_bad(input_schema={"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}), 400,
      "invalid_schema"),
     (_bad(output_schema={"type": "array"}), 400, "invalid_schema"),
+    (_bad(description="Looks up\x00 the weather"), 400, "invalid_field"),    # (PostgreSQL's text: 500 once)
+    (_bad(title="Weather\x00"), 400, "invalid_field"),
     (_bad(input_schema=json.loads('{"type": "object", "properties": {"a": ' * 40 + "{}" + "}}" * 40)), 400,
      "invalid_schema"),
 ])

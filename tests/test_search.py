@@ -284,3 +284,16 @@ def test_strong_search_cpu_is_capped(make_app):
     app = make_app(search_cpu_ms=0)
     rv = app.test_client().post("/mcp/search", json=body | {"consistency": "strong"})
     assert rv.status_code == 200 and len(rv.get_json()["results"]) == 100
+
+
+@pytest.mark.parametrize("path", ["/mcp/search", "/mcp/units", "/mcp/export"])
+def test_a_source_filter_with_control_characters_is_400(client, path):
+    """No source holds a control character (DESIGN.md section 3), so no filter may: a clear 400 on both
+    backends (on PostgreSQL a U+0000 in a filter once reached the database and gave a 500)."""
+    client.post("/mcp/push", json=make_unit("parcel on the way", source="ctl_v1"))
+    for bad in ("ctl\x00v1", "ctl\nv1*", "\x9f"):
+        if path == "/mcp/search":
+            rv = client.post(path, json={"query": "parcel", "source": bad, "consistency": "strong"})
+        else:
+            rv = client.get(path, query_string={"source": bad})
+        assert rv.status_code == 400 and rv.get_json()["field"] == "source", rv.get_json()

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import assert_error, make_unit
+from conftest import assert_error, drain, make_unit
 from service.units import compute_cid
 
 # The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
@@ -207,6 +207,40 @@ def test_empty_and_whitespace_content_stored_not_searchable(client):
         assert client.get(f"/mcp/units/{rv.get_json()['cid']}").get_json()["content"] == text
     rv = client.post("/mcp/search", json={"query": "anything", "consistency": "strong"})
     assert rv.status_code == 200 and rv.get_json()["results"] == []
+
+
+def test_any_string_is_content_and_comes_back_exactly(app, client):
+    """Content is any string (DESIGN.md section 3), U+0000 included, which PostgreSQL's text cannot
+    hold: that backend stores it escaped (service/pg/rows.py). Every read gives back what was pushed:
+    the unit, strong and default search, the list, the export, MCP resources/read."""
+    texts = ["parcel a\x00b", "parcel \uffff0 not a NUL", "parcel \uffff\uffff\x00\uffff", "\x00", "parcel \uffff"]
+    cids = {}
+    for text in texts:
+        rv = client.post("/mcp/push", json=make_unit(text, source="nul_v1"))
+        assert rv.status_code == 200, rv.get_json()
+        cids[rv.get_json()["cid"]] = text
+    assert len(cids) == len(texts)
+    for cid, text in cids.items():
+        assert client.get(f"/mcp/units/{cid}").get_json()["content"] == text
+    searchable = {cid: text for cid, text in cids.items() if "parcel" in text}
+
+    def found(**body):
+        rv = client.post("/mcp/search", json={"query": "parcel", "top_k": 10, **body})
+        assert rv.status_code == 200, rv.get_json()
+        return {r["cid"]: r["content"] for r in rv.get_json()["results"]}
+    assert found(consistency="strong") == searchable
+    drain(app)
+    assert found() == searchable
+    listed = client.get("/mcp/units?source=nul_v1&limit=50").get_json()["units"]
+    assert {u["cid"]: u["content"] for u in listed} == cids
+    exported = [json.loads(x) for x in client.get("/mcp/export?source=nul_v1").get_data(as_text=True).splitlines()]
+    assert {u["cid"]: u["content"] for u in exported} == cids
+    cid = next(iter(cids))
+    rv = client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "resources/read",
+                                   "params": {"uri": f"context://units/{cid}"}},
+                     headers={"MCP-Protocol-Version": "2025-11-25", "Accept": "application/json, text/event-stream"})
+    [doc] = rv.get_json()["result"]["contents"]
+    assert doc["text"] == cids[cid]
 
 
 def test_metadata_rules(client):

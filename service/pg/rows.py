@@ -6,9 +6,53 @@ from __future__ import annotations
 import datetime
 from collections import Counter, defaultdict
 
+from psycopg.rows import dict_row
+
 from ..events import UNIT_PREFIX
 from . import sql
 from .live import record_changes
+
+# PostgreSQL's text cannot hold U+0000, which a unit's content may (DESIGN.md section 3: any string).
+# Content is stored escaped: U+FFFF (a noncharacter) doubles, U+0000 becomes U+FFFF "0"; content
+# holding neither (nearly all) is stored as it is. Every row read through the pools (``content_rows``)
+# comes back unescaped, so only the insert escapes and nothing else sees the difference.
+ESCAPE = "\uffff"
+
+
+def escape_content(text: str) -> str:
+    if "\0" not in text and ESCAPE not in text:
+        return text
+    return text.replace(ESCAPE, ESCAPE + ESCAPE).replace("\0", ESCAPE + "0")
+
+
+def unescape_content(text: str) -> str:
+    if ESCAPE not in text:
+        return text
+    out, i = [], 0
+    while (j := text.find(ESCAPE, i)) >= 0:
+        out.append(text[i:j])
+        out.append(ESCAPE if text[j + 1:j + 2] == ESCAPE else "\0")
+        i = j + 2
+    out.append(text[i:])
+    return "".join(out)
+
+
+def content_rows(cursor):
+    """psycopg row factory: dict rows (as ``dict_row``) whose ``content`` column is unescaped."""
+    make = dict_row(cursor)
+    names = [c.name for c in cursor.description or ()]
+    if "content" not in names:
+        return make
+    at = names.index("content")
+
+    def row(values):
+        text = values[at]
+        if text is not None and ESCAPE in text:
+            values = list(values)
+            values[at] = unescape_content(text)
+        return make(values)
+    return row
+
 
 SCHEMA_LOCK = 0x636d_7331      # advisory lock keys: schema set-up, partition create/drop
 PARTITION_LOCK = 0x636d_7332

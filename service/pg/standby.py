@@ -12,10 +12,10 @@ import threading
 import time
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from . import redact, sql
+from .rows import content_rows
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class Standby:
         self.url = url
         self.max_lag_ms = config.replica_max_lag_ms
         self.pool = ConnectionPool(url, min_size=1, max_size=max(2, config.pg_pool_size), open=False,
-                                   kwargs={"autocommit": True, "row_factory": dict_row, "connect_timeout": 2},
+                                   kwargs={"autocommit": True, "row_factory": content_rows, "connect_timeout": 2},
                                    timeout=2.0, reconnect_timeout=3600, name="standby",
                                    check=ConnectionPool.check_connection)   # as the primary's (store.py)
         self.pool.open(wait=False)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql as pgsql
-from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..events import UNIT_PREFIX
@@ -24,7 +23,7 @@ from ..storeapi import StoreApi
 from ..tokenize import tokenizer_for
 from . import manage, redact, schema, sql, template
 from .live import record_changes
-from .rows import PARTITION_LOCK, SCHEMA_LOCK, next_day, partition_name, units_at
+from .rows import PARTITION_LOCK, SCHEMA_LOCK, content_rows, escape_content, next_day, partition_name, units_at
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +44,7 @@ class PgStore(StoreApi):
         # CONTEXT_MCP_CURSOR_SECRET on every node behind one load balancer).
         self.root = Path(config.data_dir)
         self.root.mkdir(parents=True, exist_ok=True)
-        kwargs = {"autocommit": True, "row_factory": dict_row, "connect_timeout": 5}
+        kwargs = {"autocommit": True, "row_factory": content_rows, "connect_timeout": 5}
         try:
             psycopg.connect(config.store, **kwargs).close()     # a clear message at once, not a pool's retries
         except psycopg.Error as e:
@@ -279,7 +278,7 @@ class Plan:
                                     code="parent_not_found", field="parent_cid")
         params = {"tenant": self.tenant, "cid": u.cid, "day": u.day, "timestamp": u.timestamp,
                   "source": u.source, "digest": u.digest, "expires_at": u.expires_at,
-                  "parent_cid": u.parent_cid, "type": u.type, "ttl": u.ttl, "content": u.content,
+                  "parent_cid": u.parent_cid, "type": u.type, "ttl": u.ttl, "content": escape_content(u.content),
                   "metadata": u.metadata_json(), "pushed_ms": self.ms}
         if row is None:
             self.last += 1
