@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export CONTEXT_BIND ?= 127.0.0.1:5000
 export CONTEXT_DATA_DIR ?= ./data
 
-.PHONY: run serve test test-fast bench quality soak fuzz clean lock container-smoke pg-cluster
+.PHONY: run serve test test-fast test-postgresql bench quality soak fuzz clean lock container-smoke pg-cluster
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,12 @@ serve: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check --quiet
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# Every test that can, on PostgreSQL alone (issue 18; ~15-20 min here): what `make test` runs on both
+# backends (the front doors' contracts, manage, MCP, live, crash) plus everything else through a
+# PostgreSQL store; tests of SQLite's own files (sqlite_only) run on SQLite.
+test-postgresql: $(VENV)/.installed-test
+	CONTEXT_TEST_BACKEND=postgresql $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 quality: $(VENV)/.installed-bench
 	$(BIN)/python bench/quality.py

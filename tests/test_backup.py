@@ -16,6 +16,10 @@ from click.testing import CliRunner
 
 from conftest import VENV_BIN, make_unit
 
+# backup/restore copy SQLite files (PostgreSQL: pg_dump, docs/postgresql.md):
+# CONTEXT_TEST_BACKEND=postgresql runs these on SQLite
+pytestmark = pytest.mark.sqlite_only
+
 DAY = 86_400
 FIELDS = ("type", "source", "timestamp", "content", "metadata", "parent_cid")
 

@@ -16,6 +16,10 @@ import requests
 from conftest import make_unit
 from service.groupcommit import Group, Job
 
+# group commit is the SQLite backend's (on PostgreSQL a push is its own transaction):
+# CONTEXT_TEST_BACKEND=postgresql runs these on SQLite
+pytestmark = pytest.mark.sqlite_only
+
 HERE = Path(__file__).parent
 
 

@@ -3,6 +3,7 @@ import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import requests
 
 from conftest import make_unit
@@ -54,6 +55,7 @@ def test_two_workers_2000_units_from_20_threads(live_server):
         assert acked[i]["cid"] in [h["cid"] for h in hits]
 
 
+@pytest.mark.sqlite_only     # it reads the day file (PostgreSQL: tests/test_crash.py)
 def test_crash_with_pending_rows_then_restart_indexes_them(live_server_factory, tmp_path):
     data = tmp_path / "crashdata"
     # Background maintenance off: every acked row stays pending until the crash.

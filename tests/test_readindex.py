@@ -11,6 +11,10 @@ import tantivy
 
 from conftest import ROOT, drain, make_unit
 
+# the read index is the SQLite backend's (PostgreSQL scores in SQL: tests/test_postgresql.py):
+# CONTEXT_TEST_BACKEND=postgresql runs these on SQLite
+pytestmark = pytest.mark.sqlite_only
+
 
 # Every pass of the leader commits the read index (no debounce between a test's passes).
 INDEX_NOW = {"replica_debounce_ms": 0}

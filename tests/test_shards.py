@@ -11,6 +11,10 @@ import tantivy
 
 from conftest import drain, make_unit
 
+# day files and their read index are the SQLite backend's (PostgreSQL: tests/test_postgresql.py):
+# CONTEXT_TEST_BACKEND=postgresql runs these on SQLite
+pytestmark = pytest.mark.sqlite_only
+
 WORDS = ("order shipped refund invoice payment customer address warehouse delay carrier parcel label "
          "error timeout retry database index query latency cache token budget context agent tool model "
          "订单 发货 退款 发票 支付 客户 地址 仓库 延迟 快递 包裹 标签 错误 超时 重试 数据库 索引 查询 缓存").split()

@@ -7,6 +7,10 @@ import pytest
 
 from conftest import drain, make_unit
 
+# a full or read-only data directory (PostgreSQL down: tests/test_crash.py, test_postgresql.py):
+# CONTEXT_TEST_BACKEND=postgresql runs these on SQLite
+pytestmark = pytest.mark.sqlite_only
+
 
 @pytest.fixture
 def small_disk(tmp_path):
