@@ -104,23 +104,24 @@ def remove_units(conn, tenant: str, cids: list[str], now: int) -> list[str]:
 def unstat(conn, tenant: str, rows) -> None:
     """Take deleted units' tokens out of the BM25 statistics (rows: day, ntok, tfs)."""
     docs: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    dfs: dict[str, Counter] = defaultdict(Counter)
+    dfs: Counter = Counter()
     for r in rows:
         if r["ntok"]:
             docs[r["day"]][0] -= 1
             docs[r["day"]][1] -= r["ntok"]
-            dfs[r["day"]].update({term: -1 for term in r["tfs"]})
+            dfs.update({term: -1 for term in r["tfs"]})
     for day in sorted(docs):
         conn.execute(sql("stats_add"), {"tenant": tenant, "day": day, "ndocs": docs[day][0], "ntokens": docs[day][1]})
-        add_df(conn, tenant, day, dfs[day])
-        conn.execute(sql("df_cleanup"), {"tenant": tenant, "day": day})
+    if dfs:
+        add_df(conn, tenant, dfs)
+        conn.execute(sql("df_cleanup"), {"tenant": tenant, "dfs": dumps(dfs)})
 
 
-def add_df(conn, tenant: str, day: str, counts: Counter) -> None:
-    """Add these changes (term -> change) to the day's document frequencies: one JSON parameter (a
+def add_df(conn, tenant: str, counts: Counter) -> None:
+    """Add these changes (term -> change) to the tenant's document frequencies: one JSON parameter (a
     text[] and a bigint[] of a batch's ~4,000 terms cost ~100 us of Python per unit indexed)."""
     if counts:
-        conn.execute(sql("df_add"), {"tenant": tenant, "day": day, "dfs": dumps(counts)})
+        conn.execute(sql("df_add"), {"tenant": tenant, "dfs": dumps(counts)})
 
 
 def dumps(value) -> str:

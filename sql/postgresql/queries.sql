@@ -233,13 +233,15 @@ ON CONFLICT (tenant, day) DO UPDATE SET
 -- name: df_add
 -- dfs: a JSON object term -> change. Terms in one order (bytewise): concurrent indexers lock the same
 -- rows in the same order.
-INSERT INTO term_df(tenant, term, day, df)
-SELECT %(tenant)s, t.key, %(day)s, t.value::bigint FROM jsonb_each_text(%(dfs)s::jsonb) AS t
+INSERT INTO term_df(tenant, term, df)
+SELECT %(tenant)s, t.key, t.value::bigint FROM jsonb_each_text(%(dfs)s::jsonb) AS t
 ORDER BY t.key COLLATE "C"
-ON CONFLICT (tenant, term, day) DO UPDATE SET df = term_df.df + excluded.df;
+ON CONFLICT (tenant, term) DO UPDATE SET df = term_df.df + excluded.df;
 
 -- name: df_cleanup
-DELETE FROM term_df WHERE tenant = %(tenant)s AND day = %(day)s AND df <= 0;
+-- The terms df_add just lowered (the same dfs) that no unit holds any more.
+DELETE FROM term_df
+WHERE tenant = %(tenant)s AND term = ANY(ARRAY(SELECT jsonb_object_keys(%(dfs)s::jsonb))) AND df <= 0;
 
 -- --- the janitor --------------------------------------------------------------------------------
 
@@ -259,9 +261,6 @@ DELETE FROM tenant_days WHERE tenant = %(tenant)s AND max_expires_at <= %(now)s 
 
 -- name: stats_forget_day
 DELETE FROM day_stats WHERE tenant = %(tenant)s AND day = %(day)s;
-
--- name: df_forget_day
-DELETE FROM term_df WHERE tenant = %(tenant)s AND day = %(day)s;
 
 -- name: pending_orphans
 -- Queue rows whose unit is gone (deleted or its day dropped): nothing to index.
@@ -288,7 +287,7 @@ SELECT coalesce(sum(ndocs), 0)::bigint AS ndocs, coalesce(sum(ntokens), 0)::bigi
 FROM day_stats WHERE tenant = %(tenant)s;
 
 -- name: df_get
-SELECT term, sum(df)::bigint AS df FROM term_df WHERE tenant = %(tenant)s AND term = ANY(%(terms)s) GROUP BY term;
+SELECT term, df FROM term_df WHERE tenant = %(tenant)s AND term = ANY(%(terms)s);
 
 -- name: standby_lag
 -- Observed replay lag of a hot standby: 0 when it has replayed everything it received and its WAL
