@@ -165,9 +165,9 @@ def main(argv=None) -> None:
     if a.child:
         child(a)
         return
-    revs = {"base": a.base, "test": a.test}
-    for rev in revs.values():     # snapshot both before the first run (git archive)
-        service_src(rev)
+    # commits pinned before the first run (a branch may move while the runs go on)
+    revs = {label: rev if rev == "worktree" else service_rev(service_src(rev))
+            for label, rev in {"base": a.base, "test": a.test}.items()}
     out = {"machine": machine(), "units": a.units, "rounds": a.rounds, "runs": {"base": [], "test": []}}
     for rnd in range(a.rounds):
         for label, rev in revs.items():
