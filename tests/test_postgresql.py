@@ -519,3 +519,32 @@ def test_a_version_1_database_is_upgraded_at_start(tmp_path, pg_cluster):
         lite.extensions["context_shutdown"]()
         with psycopg.connect(pg_cluster.primary_url, autocommit=True) as c:
             c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+def test_no_gin_pending_list_outlives_a_commit(tmp_path, pg_urls):
+    """The GIN index over term frequencies takes new entries through its pending list (fastupdate on,
+    schema version 2), which every search reads: indexing batches and pushes that update indexed rows
+    (duplicates with new mutable fields) empty it before they commit."""
+    pg = app_on(tmp_path, "pg", store=pg_urls[0])
+    try:
+        with psycopg.connect(pg_urls[0], autocommit=True) as c:
+            c.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple SCHEMA public")
+
+            def pending_pages():
+                return c.execute("SELECT pending_pages, pending_tuples FROM pgstatginindex('unit_terms_tfs')").fetchone()
+            now = int(time.time())
+            units = [make_unit(" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(60)) + f" unit{i}",
+                               timestamp=now - i) for i in range(600)]
+            pushed(pg, units)
+            drain(pg)
+            assert pending_pages() == (0, 0)
+            assert c.execute("SELECT count(*) FROM unit_terms").fetchone()[0] == 600
+            # duplicates with another type and ttl: their unit_terms rows are updated (not in place: full pages)
+            again = pushed(pg, [dict(u, type="user_input", ttl=u["ttl"] + 60) for u in units])
+            assert {r["status"] for r in again} == {"duplicate"}
+            assert pending_pages() == (0, 0)
+            assert c.execute("SELECT count(*) FROM unit_terms WHERE type = 'user_input'").fetchone()[0] == 600
+        got = search(pg, query="carrier unit7", types=["user_input"])["results"]
+        assert got and got[0]["cid"] == again[7]["cid"]
+    finally:
+        pg.extensions["context_shutdown"]()

@@ -313,6 +313,9 @@ class Plan:
                 cur.executemany(sql("unit_update_mutable"), self.updates)
                 cur.executemany(sql("pending_update_mutable"), self.updates)
                 cur.executemany(sql("unit_terms_update_mutable"), self.updates)
+                # an updated row that did not fit its page put its keys in the GIN index's pending list,
+                # which every search would read until the next indexer batch: empty it now
+                cur.execute(sql("unit_terms_clean"))
             if self.expiry:
                 cur.executemany(sql("days_upsert"), [{"tenant": self.tenant, "day": d, "lo": lo, "hi": hi}
                                                      for d, (lo, hi) in sorted(self.expiry.items())])
