@@ -80,6 +80,7 @@ class Config:
     store_replica: str | None = None
     replica_max_lag_ms: int = 5000
     pg_pool_size: int = 10            # connections per process and server (primary, standby)
+    pg_index_batch: int = 2048        # queued units one PostgreSQL indexer transaction takes at most
     # Storage.
     busy_timeout_ms: int = 10_000
     group_commit_units: int = 1000    # concurrent pushes written in one transaction per file, up to this many units (a batch over it goes alone)

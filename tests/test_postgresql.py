@@ -3,12 +3,15 @@
 A session-wide primary and streaming hot standby (tools/pg_cluster.py); each test has a schema of
 its own. Skipped, with the reason, where PostgreSQL is not installed.
 """
+import os
 import random
 import threading
 import time
 
 import psycopg
 import pytest
+from psycopg import sql as pgsql
+from psycopg.types.json import Jsonb
 
 from conftest import ROOT, drain, make_unit, new_app
 
@@ -410,3 +413,138 @@ def test_tool_search_ranks_the_same_on_sqlite_and_postgresql(tmp_path, pg_urls):
     finally:
         for app in apps.values():
             app.extensions["context_shutdown"]()
+
+
+def _write_as_version_1(conn, config, units: list[dict], indexed: int) -> None:
+    """Store units in a version-1 database as version 1's push and indexer left them: catalog, unit and
+    day rows; the first ``indexed`` with their term frequencies and statistics (term_df per tenant,
+    term and day, the GIN index with fastupdate off), the rest still queued."""
+    from collections import Counter
+    from service.pg.rows import next_day, partition_name
+    from service.tokenize import tokenizer_for
+    from service.units import validate_unit
+    tokens = tokenizer_for(config).tokens
+    now = int(time.time())
+    dfs: Counter = Counter()
+    for seq, raw in enumerate(units, 1):
+        u = validate_unit(raw, config, now)
+        row = {"tenant": "default", "cid": u.cid, "seq": seq, "day": u.day, "timestamp": u.timestamp,
+               "source": u.source, "digest": u.digest, "expires_at": u.expires_at, "type": u.type,
+               "ttl": u.ttl, "content": u.content, "pushed_ms": now * 1000 + seq}
+        conn.execute(pgsql.SQL("CREATE TABLE IF NOT EXISTS {} PARTITION OF units FOR VALUES FROM ({}) TO ({})").format(
+            pgsql.Identifier(partition_name(u.day)), pgsql.Literal(u.day), pgsql.Literal(next_day(u.day))))
+        conn.execute("INSERT INTO catalog(tenant, cid, seq, day, timestamp, source, digest, expires_at) VALUES "
+                     "(%(tenant)s, %(cid)s, %(seq)s, %(day)s, %(timestamp)s, %(source)s, %(digest)s, %(expires_at)s)", row)
+        conn.execute("INSERT INTO units(tenant, day, cid, seq, type, source, timestamp, ttl, expires_at, content, "
+                     "pushed_ms) VALUES (%(tenant)s, %(day)s, %(cid)s, %(seq)s, %(type)s, %(source)s, %(timestamp)s, "
+                     "%(ttl)s, %(expires_at)s, %(content)s, %(pushed_ms)s)", row)
+        conn.execute("INSERT INTO tenant_days VALUES (%(tenant)s, %(day)s, %(expires_at)s, %(expires_at)s) ON CONFLICT "
+                     "(tenant, day) DO UPDATE SET min_expires_at = least(tenant_days.min_expires_at, excluded.min_expires_at), "
+                     "max_expires_at = greatest(tenant_days.max_expires_at, excluded.max_expires_at)", row)
+        if seq > indexed:
+            conn.execute("INSERT INTO pending(tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at) "
+                         "VALUES (%(tenant)s, %(cid)s, %(day)s, %(seq)s, %(pushed_ms)s, %(type)s, %(source)s, "
+                         "%(timestamp)s, %(expires_at)s)", row)
+            continue
+        tfs = Counter(tokens(u.content))
+        conn.execute("INSERT INTO unit_terms(tenant, cid, day, seq, type, source, timestamp, expires_at, ntok, tfs) "
+                     "VALUES (%(tenant)s, %(cid)s, %(day)s, %(seq)s, %(type)s, %(source)s, %(timestamp)s, "
+                     "%(expires_at)s, %(ntok)s, %(tfs)s)", {**row, "ntok": sum(tfs.values()), "tfs": Jsonb(dict(tfs))})
+        conn.execute("INSERT INTO day_stats VALUES (%s, %s, 1, %s) ON CONFLICT (tenant, day) DO UPDATE SET "
+                     "ndocs = day_stats.ndocs + 1, ntokens = day_stats.ntokens + excluded.ntokens",
+                     ("default", u.day, sum(tfs.values())))
+        dfs.update((term, u.day) for term in tfs)
+    for (term, day), df in sorted(dfs.items()):
+        conn.execute("INSERT INTO term_df(tenant, term, day, df) VALUES ('default', %s, %s, %s)", (term, day, df))
+    conn.execute("INSERT INTO tenants(tenant, last_seq, version) VALUES ('default', %s, 1)", (len(units),))
+
+
+def test_a_version_1_database_is_upgraded_at_start(tmp_path, pg_cluster):
+    """A database made by schema version 1 (tests/pg_schema_v1.sql, as main released it), holding indexed
+    and queued units, is upgraded by the first node that starts on it (term_df summed per tenant, the
+    GIN index's fastupdate on, version 2), once; it then ranks exactly as SQLite does with the same
+    units, before and after a delete (statistics exact), and indexes new pushes."""
+    name = f"upgrade_v1_{os.getpid()}"
+    with psycopg.connect(pg_cluster.primary_url, autocommit=True) as c:
+        c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        c.execute(f"CREATE SCHEMA {name}")
+    url = pg_cluster.url(pg_cluster.primary_port, options=f"-csearch_path%3D{name}%2Cpublic")
+    docs, queries = corpus(n=120, seed=5)
+    now = int(time.time())
+    units = [make_unit(text, timestamp=now - (i % 3) * 86_400, ttl=30 * 86_400) for i, text in enumerate(docs)]
+    lite = app_on(tmp_path, "lite")
+    try:
+        with psycopg.connect(url) as c:
+            c.execute((ROOT / "tests" / "pg_schema_v1.sql").read_text(encoding="utf-8"))
+            _write_as_version_1(c, lite.config["CONTEXT"], units[:100], indexed=80)
+            assert c.execute("SELECT count(DISTINCT day) FROM term_df").fetchone()[0] == 3
+        pg = app_on(tmp_path, "pg", store=url)
+        try:
+            with psycopg.connect(url) as c:
+                assert c.execute("SELECT value FROM cms_meta WHERE key = 'schema_version'").fetchone()[0] == 2
+                assert c.execute("SELECT count(*) FROM information_schema.columns WHERE table_schema = %s "
+                                 "AND table_name = 'term_df' AND column_name = 'day'", (name,)).fetchone()[0] == 0
+                assert c.execute("SELECT reloptions FROM pg_class WHERE oid = 'unit_terms_tfs'::regclass"
+                                 ).fetchone()[0] == ["fastupdate=on"]
+                indexed_terms = {term for (tfs,) in c.execute("SELECT tfs FROM unit_terms") for term in tfs}
+                assert c.execute("SELECT count(*) FROM term_df").fetchone()[0] == len(indexed_terms)
+            drain(pg)
+            pushed(lite, units[:100])
+            drain(lite)
+            cids = [r["cid"] for r in pushed(pg, units[100:])]   # new pushes after the upgrade
+            assert cids == [r["cid"] for r in pushed(lite, units[100:])]
+            drain(pg)
+            drain(lite)
+
+            def same_ranking():
+                for q in queries[:20]:
+                    body = {"query": q, "top_k": 15, "consistency": "strong"}
+                    a = [(r["cid"], r["bm25_score"]) for r in search(lite, **body)["results"]]
+                    b = [(r["cid"], r["bm25_score"]) for r in search(pg, **body)["results"]]
+                    assert a == b and a, body
+            same_ranking()
+            gone = pushed(pg, units[:1])[0]["cid"]
+            for app in (lite, pg):
+                assert app.test_client().delete(f"/mcp/units/{gone}").status_code == 200
+            same_ranking()
+            # a second node starting on the upgraded database changes nothing
+            again = app_on(tmp_path, "pg2", store=url)
+            again.extensions["context_shutdown"]()
+            with psycopg.connect(url) as c:
+                assert c.execute("SELECT value FROM cms_meta WHERE key = 'schema_version'").fetchone()[0] == 2
+                assert c.execute("SELECT sum(ndocs) FROM day_stats").fetchone()[0] == 119
+        finally:
+            pg.extensions["context_shutdown"]()
+    finally:
+        lite.extensions["context_shutdown"]()
+        with psycopg.connect(pg_cluster.primary_url, autocommit=True) as c:
+            c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+def test_no_gin_pending_list_outlives_a_commit(tmp_path, pg_urls):
+    """The GIN index over term frequencies takes new entries through its pending list (fastupdate on,
+    schema version 2), which every search reads: indexing batches and pushes that update indexed rows
+    (duplicates with new mutable fields) empty it before they commit."""
+    pg = app_on(tmp_path, "pg", store=pg_urls[0])
+    try:
+        with psycopg.connect(pg_urls[0], autocommit=True) as c:
+            c.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple SCHEMA public")
+
+            def pending_pages():
+                return c.execute("SELECT pending_pages, pending_tuples FROM pgstatginindex('unit_terms_tfs')").fetchone()
+            now = int(time.time())
+            units = [make_unit(" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(60)) + f" unit{i}",
+                               timestamp=now - i) for i in range(600)]
+            pushed(pg, units)
+            drain(pg)
+            assert pending_pages() == (0, 0)
+            assert c.execute("SELECT count(*) FROM unit_terms").fetchone()[0] == 600
+            # duplicates with another type and ttl: their unit_terms rows are updated (not in place: full pages)
+            again = pushed(pg, [dict(u, type="user_input", ttl=u["ttl"] + 60) for u in units])
+            assert {r["status"] for r in again} == {"duplicate"}
+            assert pending_pages() == (0, 0)
+            assert c.execute("SELECT count(*) FROM unit_terms WHERE type = 'user_input'").fetchone()[0] == 600
+        got = search(pg, query="carrier unit7", types=["user_input"])["results"]
+        assert got and got[0]["cid"] == again[7]["cid"]
+    finally:
+        pg.extensions["context_shutdown"]()

@@ -17,13 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 from psycopg import sql as pgsql
-from psycopg.types.json import Jsonb
 
 from ..instruments import DAYS_UNLINKED, UNITS_INDEXED, UNITS_PURGED
 from ..maintenance import Loop
 from . import sql, template
 from .live import prune_changes
-from .rows import JANITOR_LOCKS, PARTITION_LOCK, add_df, partition_day, unstat
+from .rows import JANITOR_LOCKS, PARTITION_LOCK, add_df, dumps, partition_day, unstat
 
 log = logging.getLogger(__name__)
 
@@ -41,42 +40,50 @@ def _tokenize(tokenizer, texts: list[str], pool: ThreadPoolExecutor | None) -> l
 
 
 def _index_claimed(conn, rows, token_lists) -> None:
-    """Write claimed units' term frequencies and lengths, their statistics, and take them off the queue."""
-    inserts, done = [], []
+    """Write claimed units' term frequencies and lengths, their statistics, and take them off the queue:
+    a handful of statements whatever the batch's size, sent in one pipeline (one round trip)."""
+    inserts = []
+    claimed: dict[str, list[str]] = defaultdict(list)
     docs: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-    dfs: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    dfs: dict[str, Counter] = defaultdict(Counter)
     for r, toks in zip(rows, token_lists):
-        done.append({"tenant": r["tenant"], "cid": r["cid"]})
-        if not toks:   # empty or whitespace content is stored but not searchable
+        claimed[r["tenant"]].append(r["cid"])
+        if not toks:   # empty or whitespace content is stored but not searchable (or the unit is gone)
             continue
         tfs = Counter(toks)
-        inserts.append({**{k: r[k] for k in SEARCH_COLUMNS}, "ntok": len(toks), "tfs": Jsonb(dict(tfs))})
+        inserts.append({**{k: r[k] for k in SEARCH_COLUMNS}, "ntok": len(toks), "tfs": tfs})
         key = (r["tenant"], r["day"])
         docs[key][0] += 1
         docs[key][1] += len(toks)
-        dfs[key].update(tfs.keys())
-    with conn.cursor() as cur:
+        dfs[r["tenant"]].update(tfs.keys())
+    with conn.pipeline():
         if inserts:
-            cur.executemany(sql("unit_terms_insert"), inserts)
-        cur.executemany(sql("pending_done"), done)
-    for tenant in sorted({r["tenant"] for r in rows}):   # (sorted: every indexer locks in one order)
-        conn.execute(sql("index_mark"), {"tenant": tenant})
-    for key in sorted(docs):       # one order for every indexer: no deadlock on the statistics rows
-        conn.execute(sql("stats_add"), {"tenant": key[0], "day": key[1], "ndocs": docs[key][0],
-                                        "ntokens": docs[key][1]})
-        add_df(conn, key[0], key[1], dfs[key])
+            conn.execute(sql("unit_terms_insert"), {"rows": dumps(inserts)})
+            conn.execute(sql("unit_terms_clean"))
+        # Rows locked in one order by every indexer, and by deletes and the janitor (rows.unstat:
+        # statistics, then the tenant's mark): no deadlock.
+        for tenant in sorted(claimed):
+            conn.execute(sql("pending_delete_many"), {"tenant": tenant, "cids": claimed[tenant]})
+        for key in sorted(docs):
+            conn.execute(sql("stats_add"), {"tenant": key[0], "day": key[1], "ndocs": docs[key][0],
+                                            "ntokens": docs[key][1]})
+        for tenant in sorted(dfs):
+            add_df(conn, tenant, dfs[tenant])
+        for tenant in sorted(claimed):
+            conn.execute(sql("index_mark"), {"tenant": tenant})
 
 
 def index_pending(store, tokenizer, limit: int = 512, tenant: str | None = None,
                   pool: ThreadPoolExecutor | None = None, on_lags=None) -> int:
     """Index up to ``limit`` queued units (of one tenant, or any); return how many."""
     def tx(conn):
+        conn.execute(sql("index_plan"))
         if tenant is None:
             rows = conn.execute(sql("pending_claim"), {"limit": limit}).fetchall()
         else:
             rows = conn.execute(sql("pending_claim_tenant"), {"limit": limit, "tenant": tenant}).fetchall()
         if rows:
-            _index_claimed(conn, rows, _tokenize(tokenizer, [r["content"] for r in rows], pool))
+            _index_claimed(conn, rows, _tokenize(tokenizer, [r["content"] or "" for r in rows], pool))
             if on_lags is not None:
                 now = time.time() * 1000
                 on_lags([now - r["pushed_ms"] for r in rows])
@@ -97,7 +104,7 @@ def catch_up(store, tenant: str, wait_ms: int) -> None:
     every unit pushed before the call is searchable when it returns."""
     before = time.time() * 1000
     deadline = time.monotonic() + wait_ms / 1000
-    batch = store.config.index_batch
+    batch = store.config.pg_index_batch
     while time.monotonic() < deadline:
         if index_pending(store, store.tokenizer, batch, tenant=tenant) == batch:
             continue
@@ -127,7 +134,6 @@ def purge_tenant(store, tenant: str, now: int) -> int:
         conn.execute(sql("catalog_purge"), {"tenant": tenant, "now": now})
         for r in conn.execute(sql("days_forget_dead"), {"tenant": tenant, "now": now}).fetchall():
             conn.execute(sql("stats_forget_day"), {"tenant": tenant, "day": r["day"]})
-            conn.execute(sql("df_forget_day"), {"tenant": tenant, "day": r["day"]})
         return total
     return store.write(tx)
 
@@ -175,10 +181,10 @@ class PgMaintenance(Loop):
         """Index every queued unit (any tenant); the janitor when due. Returns units indexed."""
         total = 0
         while not self._stop.is_set():
-            n = index_pending(self.store, self.tokenizer, self.config.index_batch, pool=self.pool,
+            n = index_pending(self.store, self.tokenizer, self.config.pg_index_batch, pool=self.pool,
                               on_lags=self._record_lags)
             total += n
-            if n < self.config.index_batch:
+            if n < self.config.pg_index_batch:
                 break
         UNITS_INDEXED.inc(total)
         if self.janitor_due(force_janitor):

@@ -23,7 +23,8 @@ from ..storeapi import StoreApi
 from ..tokenize import tokenizer_for
 from . import manage, redact, schema, sql, template
 from .live import record_changes
-from .rows import PARTITION_LOCK, SCHEMA_LOCK, content_rows, escape_content, next_day, partition_name, units_at
+from .rows import (PARTITION_LOCK, SCHEMA_LOCK, SCHEMA_VERSION, content_rows, escape_content, next_day,
+                   partition_name, units_at)
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,10 @@ class PgStore(StoreApi):
     # --- connections ------------------------------------------------------------------------------
     @staticmethod
     def _ensure_schema(conn) -> None:
-        """Create the tables once (re-runnable; under a lock, since every node starts with this)."""
-        if conn.execute(sql("schema_present")).fetchone()["ok"]:
+        """Create the tables once, or upgrade them from an earlier schema version (re-runnable; under a
+        lock, since every node starts with this)."""
+        if (conn.execute(sql("schema_present")).fetchone()["ok"]
+                and conn.execute(sql("schema_version")).fetchone()["version"] >= SCHEMA_VERSION):
             return
         conn.execute(sql("advisory_lock"), {"key": SCHEMA_LOCK})
         conn.execute(schema())
@@ -310,6 +313,9 @@ class Plan:
                 cur.executemany(sql("unit_update_mutable"), self.updates)
                 cur.executemany(sql("pending_update_mutable"), self.updates)
                 cur.executemany(sql("unit_terms_update_mutable"), self.updates)
+                # an updated row that did not fit its page put its keys in the GIN index's pending list,
+                # which every search would read until the next indexer batch: empty it now
+                cur.execute(sql("unit_terms_clean"))
             if self.expiry:
                 cur.executemany(sql("days_upsert"), [{"tenant": self.tenant, "day": d, "lo": lo, "hi": hi}
                                                      for d, (lo, hi) in sorted(self.expiry.items())])
