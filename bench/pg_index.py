@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import time
 
-from common import ROOT, TMP, machine, quiet_service_logs, r, service_rev, service_src, summary, write_json
+from common import ROOT, TMP, machine, quiet_service_logs, r, service_rev, service_src, write_json
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -55,28 +55,11 @@ def own_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def searches(app, qs: list[str], max_s: float, **extra) -> tuple[dict, list]:
-    from service.params import parse_search
-    store, config = app.extensions["context_store"], app.config["CONTEXT"]
-    for q in qs[:20]:
-        store.search("default", parse_search({"query": q, "top_k": 10, **extra}, config))
-    lat, tops = [], []
-    deadline = time.perf_counter() + max_s
-    for q in qs:
-        t0 = time.perf_counter()
-        body = store.search("default", parse_search({"query": q, "top_k": 10, **extra}, config))
-        lat.append((time.perf_counter() - t0) * 1000)
-        tops.append([(x["cid"], x["bm25_score"]) for x in body["results"]])
-        if time.perf_counter() > deadline:
-            break
-    return summary(lat), tops
-
-
 def child(a) -> None:
     """One build on one commit; prints a JSON line."""
     src = service_src(a.service_src)
     quiet_service_logs()
-    from postgresql import pg_cluster
+    from postgresql import pg_cluster, push_all, searches
     from corpus import Generator, queries
     import psycopg
     from service import create_app
@@ -87,12 +70,9 @@ def child(a) -> None:
         units = list(Generator(a.seed).units(a.units))
         app = create_app({"data_dir": str(TMP / f"pg-index-app-{os.getpid()}"), "background": False,
                           "store": cluster.primary_url, "store_replica": cluster.standby_url})
-        store, maint = app.extensions["context_store"], app.extensions["context_maintenance"]
+        maint = app.extensions["context_maintenance"]
         t0 = time.perf_counter()
-        for i in range(0, len(units), 1000):
-            for res in store.push_many("default", units[i:i + 1000]):
-                if not isinstance(res, dict):
-                    raise RuntimeError(f"push failed: {res}")
+        push_all(app, units)
         out["push_units_per_s"] = round(len(units) / (time.perf_counter() - t0))
         with psycopg.connect(cluster.primary_url, autocommit=True) as c:
             c.execute("CHECKPOINT")         # both commits start the pass from the same state

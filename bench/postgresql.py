@@ -44,14 +44,20 @@ def pg_cluster(base):
     return tool.Cluster(base, shared_buffers="256MB").start()     # fsync on
 
 
-def build(app, units: list[dict]) -> dict:
-    """Push the units in batches of 1,000, then drain the maintenance (index); timed apart."""
-    store, maint = app.extensions["context_store"], app.extensions["context_maintenance"]
-    t0 = time.perf_counter()
+def push_all(app, units: list[dict]) -> None:
+    """Push the units in batches of 1,000 (``push_many``, in process); any refused unit stops the run."""
+    store = app.extensions["context_store"]
     for i in range(0, len(units), 1000):
         for r in store.push_many("default", units[i:i + 1000]):
             if not isinstance(r, dict):
                 raise RuntimeError(f"push failed: {r}")
+
+
+def build(app, units: list[dict]) -> dict:
+    """Push the units in batches of 1,000, then drain the maintenance (index); timed apart."""
+    maint = app.extensions["context_maintenance"]
+    t0 = time.perf_counter()
+    push_all(app, units)
     t1 = time.perf_counter()
     while maint.run_once():
         pass
