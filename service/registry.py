@@ -99,6 +99,15 @@ def bm25(rows, terms: list[str], stats, df: dict[str, int]) -> dict[int, float]:
     return scores
 
 
+def answers(found: dict, best: list, scores: dict, terms: list[str], stats, df: dict[str, int]) -> list[dict]:
+    """The ``best`` tools (keys of ``found`` and ``scores``) in order, each with its ``bm25_score`` and
+    ``score`` (0-1: divided by what the query could score at most, as unit search does)."""
+    from .readindex import K1, idf_of
+    attainable = sum(idf_of(stats[0], df.get(t, 0)) for t in terms) * (K1 + 1) * sum(WEIGHTS.values()) or 1.0
+    return [dict(tool_dict(found[k]), bm25_score=round(scores[k], 6),
+                 score=round(min(1.0, scores[k] / attainable), 6)) for k in best if k in found]
+
+
 def tool_dict(row) -> dict:
     """The public shape of a registered tool."""
     return {"name": row["name"], "uri": tool_uri(row["name"]), "title": row["title"],
@@ -191,7 +200,6 @@ class Registry:
     def search(self, tenant: str, query: str, *, top_k: int = 5, tags=(), auth_type=None) -> list[dict]:
         """The best ``top_k`` tools for a plain-text query, BM25-ranked: each with ``bm25_score`` (raw) and
         ``score`` (0-1: divided by what the query could score at most, as unit search does)."""
-        from .readindex import K1, idf_of
         terms = self.tokenizer.query_terms(query)[:MAX_QUERY_TERMS]
         if not terms:
             return []
@@ -214,9 +222,7 @@ class Registry:
         best = sorted(scores, key=lambda i: (-scores[i], names[i]))[:top_k]
         full = {r["id"]: r for r in db.read(lambda c: c.execute(sql("tools_by_ids"),
                                                                 {"ids": json.dumps(best)}).fetchall())}
-        attainable = sum(idf_of(stats[0], df.get(t, 0)) for t in terms) * (K1 + 1) * sum(WEIGHTS.values()) or 1.0
-        return [dict(tool_dict(full[i]), bm25_score=round(scores[i], 6),
-                     score=round(min(1.0, scores[i] / attainable), 6)) for i in best if i in full]
+        return answers(full, best, scores, terms, stats, df)
 
     def _changed(self, tenant: str, name: str, kind: str) -> None:
         try:

@@ -13,7 +13,7 @@ import json
 import psycopg
 
 from ..errors import Conflict, Unprocessable
-from ..registry import MAX_CANDIDATES, WEIGHTS, Registry, _not_found, bm25, tool_dict
+from ..registry import MAX_CANDIDATES, WEIGHTS, Registry, _not_found, answers, bm25, tool_dict
 from ..search import MAX_QUERY_TERMS
 from ..toolcheck import is_tool_name, tool_uri, validate_tool
 from . import sql
@@ -98,7 +98,6 @@ class PgRegistry(Registry):
 
     def search(self, tenant: str, query: str, *, top_k: int = 5, tags=(), auth_type=None) -> list[dict]:
         """As Registry.search: the best ``top_k`` tools with ``bm25_score`` and ``score`` (0-1)."""
-        from ..readindex import K1, idf_of
         terms = self.tokenizer.query_terms(query)[:MAX_QUERY_TERMS]
         if not terms:
             return []
@@ -119,9 +118,7 @@ class PgRegistry(Registry):
         best = sorted(scores, key=lambda name: (-scores[name], name))[:top_k]
         full = {r["name"]: r for r in self.store.read(lambda c: c.execute(sql("tools_by_names"), {
             "tenant": tenant, "names": best}).fetchall())}
-        attainable = sum(idf_of(stats[0], df.get(t, 0)) for t in terms) * (K1 + 1) * sum(WEIGHTS.values()) or 1.0
-        return [dict(tool_dict(full[n]), bm25_score=round(scores[n], 6),
-                     score=round(min(1.0, scores[n] / attainable), 6)) for n in best if n in full]
+        return answers(full, best, scores, terms, stats, df)
 
     def close(self) -> None:
         pass
