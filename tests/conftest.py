@@ -50,6 +50,30 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("backend", backends, indirect=True, scope="module")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--beyond-make-test", action="store_true",
+        help="with CONTEXT_TEST_BACKEND: only the tests that use a store and that `make test` does not "
+             "already run on that backend (CI runs these on PostgreSQL after `make test`)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not (FORCED_BACKEND and config.getoption("--beyond-make-test")):
+        return
+
+    def already_run(item) -> bool:
+        # storage-free tests run the same on either backend, sqlite_only ones on SQLite whatever is
+        # forced, and BACKENDS modules ran on both in `make test`
+        uses_store = "backend" in getattr(item, "fixturenames", ())
+        return (not uses_store or item.get_closest_marker("sqlite_only") is not None
+                or FORCED_BACKEND in getattr(item.module, "BACKENDS", ()))
+
+    deselected = [item for item in items if already_run(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not already_run(item)]
+
+
 @pytest.fixture(scope="session")
 def backend(request) -> str:
     return getattr(request, "param", "sqlite")
