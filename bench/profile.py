@@ -1,9 +1,11 @@
-"""Profile the hot paths with py-spy (sampling, all threads): search at a corpus size, and ingest
-(push_many then draining the index). Writes collapsed stacks to bench/results/tmp/ and the top
-frames (inclusive and self share of samples) to bench/results/profile-<what>.txt.
+"""Profile the hot paths with py-spy (sampling, all threads): search at a corpus size, ingest
+(push_many then draining the index), and single-unit pushes over HTTP (a gunicorn worker under 50 wrk
+writers, only while a thread holds the GIL). Writes collapsed stacks to bench/results/tmp/ and the
+top frames (inclusive and self share of samples) to bench/results/profile-<what>.txt.
 
     python bench/profile.py search --size 1000000 --seconds 30
     python bench/profile.py ingest --units 30000
+    python bench/profile.py push --seconds 8
 """
 from __future__ import annotations
 
@@ -86,9 +88,46 @@ def summarize(raw_path, top: int = 25) -> str:
     return "\n".join(lines)
 
 
+def profile_push(src, seconds: float, seed: int, raw) -> str:
+    """One worker of a real gunicorn (empty data dir) under 50 closed-loop wrk push writers."""
+    import importlib.util
+    import shutil
+    import uuid
+
+    import psutil
+    spec = importlib.util.spec_from_file_location("bench_http", _os.path.join(_HERE, "http.py"))
+    H = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(H)
+    data = TMP / "profile-push"
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    port = H.free_port()
+    server = H.start_service(src, data, port)
+    try:
+        H.wait_ready(port)
+        scripts = H.write_inputs(seed, uuid.uuid4().hex[:8])
+        H.wrk(scripts["push"], port, 8, 2)                      # warm up: connections, the day file
+        procs = [psutil.Process(server.pid)] + psutil.Process(server.pid).children(recursive=True)
+        worker = next(p.pid for p in procs[1:] if H.role_of(p.pid, server.pid) == "worker")
+        cpu = lambda: sum(p.cpu_times().user + p.cpu_times().system for p in procs)  # noqa: E731
+        cpu0 = cpu()
+        spy = subprocess.Popen([_os.path.join(_os.path.dirname(_sys.executable), "py-spy"), "record", "--gil",
+                                "--nonblocking", "--format", "raw", "--rate", "200", "--duration",
+                                str(int(seconds)), "--pid", str(worker), "-o", str(raw)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        res = H.wrk(scripts["push"], port, 50, seconds + 2)
+        used = cpu() - cpu0
+        spy.wait()
+        return (f"{res['rps']} pushes/s, p50 {res['p50']} ms, p99 {res['p99']} ms, {res['errors']} errors, "
+                f"server CPU {1000 * used / max(1, res['requests']):.3f} ms per push (all processes)")
+    finally:
+        H.stop(server)
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("search", "ingest"))
+    ap.add_argument("what", choices=("search", "ingest", "push"))
     ap.add_argument("--size", type=int, default=1_000_000)
     ap.add_argument("--units", type=int, default=30_000)
     ap.add_argument("--seconds", type=float, default=30)
@@ -105,8 +144,17 @@ def main(argv=None) -> None:
             workload_ingest(a.units, a.seed)
         return
     TMP.mkdir(parents=True, exist_ok=True)
-    tag = f"search-{a.size}" if a.what == "search" else "ingest"
+    tag = {"search": f"search-{a.size}", "push": "push-gil"}.get(a.what, a.what)
     raw = TMP / f"profile-{tag}.collapsed"
+    if a.what == "push":
+        run = profile_push(src, a.seconds, a.seed, raw)
+        text = f"py-spy --gil profile of one worker under 50 push writers, service {service_rev(src)}\n{run}\n"
+        text += summarize(raw, top=40)
+        out = RESULTS / f"profile-{tag}.txt"
+        out.write_text(text + "\n")
+        print(text)
+        print(f"wrote {out}")
+        return
     # Start the workload, wait until its setup is done, then attach: startup is not profiled.
     work = subprocess.Popen([_sys.executable, __file__, a.what, "--workload", "--size", str(a.size),
                              "--units", str(a.units), "--seconds", str(a.seconds), "--seed", str(a.seed),
