@@ -311,6 +311,15 @@ def restore(backup_dir: Path, data_dir: Path, *, force: bool = False) -> dict:
 
 
 def _default_data_dir() -> str:
+    """CONTEXT_DATA_DIR, or an error when the configured store is not these files (issue 18): backing up
+    ./data while the service writes to PostgreSQL would copy nothing, or an older store, and say it worked."""
+    from .pg import is_postgresql, redact
+    store = os.environ.get("CONTEXT_STORE")
+    if is_postgresql(store):
+        raise click.ClickException(
+            f"CONTEXT_STORE is PostgreSQL ({redact(store)}): backup and restore copy SQLite data files. "
+            "Back PostgreSQL up with its own tools (pg_dump, pg_basebackup; docs/postgresql.md), or "
+            "`context-mode export` the units; pass --data-dir to work on a SQLite data directory anyway.")
     return Config.from_env().data_dir
 
 

@@ -219,6 +219,28 @@ def test_restore_refuses_non_empty_dir_unless_forced(tmp_path, make_app):
     assert c.get(f"/mcp/units/{other}").status_code == 404  # the tenant is exactly the backup
 
 
+@pytest.mark.parametrize("command", ["backup", "restore"])
+def test_backup_and_restore_refuse_a_postgresql_store_unless_given_a_data_dir(tmp_path, make_app, monkeypatch,
+                                                                              command):
+    """With CONTEXT_STORE on PostgreSQL they would copy ./data (nothing, or an older SQLite store) and say
+    it worked; they say what to use instead, never showing the password."""
+    from service.cli import main
+    src, out = tmp_path / "src", tmp_path / "out"
+    _tiny_store(make_app, src, "a unit of an older SQLite store")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CONTEXT_DATA_DIR", raising=False)
+    monkeypatch.setenv("CONTEXT_STORE", "postgresql://ctx:s3cret@127.0.0.1:5432/context")
+    target = out if command == "backup" else src
+    rv = CliRunner().invoke(main, [command, str(target)])
+    assert rv.exit_code == 1
+    assert "CONTEXT_STORE is PostgreSQL" in rv.output and "pg_dump" in rv.output
+    assert "s3cret" not in rv.output
+    assert not out.exists() and not (tmp_path / "data").exists()
+    if command == "backup":        # --data-dir: a SQLite data directory on purpose
+        rv = CliRunner().invoke(main, ["backup", str(out), "--data-dir", str(src)])
+        assert rv.exit_code == 0 and "1 units" in rv.output, rv.output
+
+
 @pytest.mark.parametrize("tenant, day_file", [
     ("../escape", "2024-01-01.db"), ("default", "../../../etc/passwd"), ("default", "2024-01-01.db/../x"),
     ("Default", "2024-01-01.db"), ("default", "catalog.db"), ("", "2024-01-01.db"),
