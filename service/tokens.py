@@ -57,6 +57,21 @@ def _key_file(config) -> bytes:
     raise RuntimeError(f"unreadable MCP cursor key file {path}")
 
 
+def encode(raw: bytes) -> str:
+    """Unpadded base64url: how every token and cursor is written."""
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode(text: str) -> bytes:
+    """The bytes of ``encode``'s output, and only of it (ValueError otherwise): Python's decoder also takes
+    other spellings of the same bytes (other values of the last character's unused bits, characters
+    outside the alphabet), so a token changed there would still pass as the one the server returned."""
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if encode(raw) != text:
+        raise ValueError("not a token this server wrote")
+    return raw
+
+
 def _mac(secret: bytes, purpose: str, tenant: str, payload: bytes) -> bytes:
     msg = purpose.encode() + b"|" + tenant.encode() + b"|" + payload
     return hmac.new(secret, msg, hashlib.sha256).digest()[:MAC_BYTES]
@@ -65,7 +80,7 @@ def _mac(secret: bytes, purpose: str, tenant: str, payload: bytes) -> bytes:
 def seal(purpose: str, tenant: str, payload: dict, secret: bytes | None = None) -> str:
     raw = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
     raw += _mac(secret or key(), purpose, tenant, raw)
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return encode(raw)
 
 
 def unseal(purpose: str, tenant: str, token, *, field: str, code: str, secret: bytes | None = None) -> dict:
@@ -73,7 +88,7 @@ def unseal(purpose: str, tenant: str, token, *, field: str, code: str, secret: b
     try:
         if not isinstance(token, str) or not token or len(token) > MAX_CHARS:
             raise ValueError
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        raw = decode(token)
         payload, mac = raw[:-MAC_BYTES], raw[-MAC_BYTES:]
         if len(raw) <= MAC_BYTES or not hmac.compare_digest(mac, _mac(secret or key(), purpose, tenant, payload)):
             raise ValueError

@@ -2,9 +2,11 @@
 POST /mcp/forget, and forgotten units leaving search (the read index too) and being compacted."""
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sqlite3
+import string
 import time
 
 import pytest
@@ -145,6 +147,31 @@ def test_a_cursor_works_only_for_its_tenant_and_filters(client, world):
     assert client.get("/mcp/units", query_string={"cursor": cursor}, headers=auth(ADMIN)).status_code == 200
 
 
+@pytest.mark.parametrize("payload", [{"a": 1}, {"ab": 12}, {"abc": 123}])   # 23, 25, 27 bytes with the MAC
+def test_a_token_passes_only_as_it_was_written(payload):
+    """Python's base64 decoder maps other strings to a token's bytes (the last character's unused bits,
+    padding, characters outside the alphabet): each was accepted as the token the server returned, and
+    a tamper test failed on it in CI. Confirmations, list cursors and MCP cursors decode the one way."""
+    from service import tokens
+    from service.errors import BadRequest
+    secret = b"k" * 32
+    token = tokens.seal("forget", "acme", payload, secret=secret)
+    assert tokens.unseal("forget", "acme", token, field="confirm", code="invalid_confirm", secret=secret) == payload
+    variants = [token[:-1] + c for c in string.ascii_letters + string.digits + "-_" if c != token[-1]]
+    variants += [token + "=", token + "==", token[:5] + "!" + token[5:], token[:5] + "\n" + token[5:]]
+
+    def lenient(text):
+        try:
+            return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        except ValueError:
+            return None
+    aliases = [v for v in variants if lenient(v) == lenient(token)]
+    assert len(aliases) >= 2          # the inserted characters at least; more with unused trailing bits
+    for v in variants:
+        with pytest.raises(BadRequest):
+            tokens.unseal("forget", "acme", v, field="confirm", code="invalid_confirm", secret=secret)
+
+
 def test_list_stats_export_need_a_key_and_forget_needs_admin(client, world):
     for path in ("/mcp/units", "/mcp/stats", "/mcp/export"):
         error(client.get(path), 401, "missing_api_key")
@@ -265,7 +292,8 @@ def test_a_confirmation_is_bound_to_its_filters_tenant_and_time(client, world, m
           400, "invalid_confirm")
     error(client.post("/mcp/forget", json={"source": "chat_v1_prod", "confirm": dry["confirm"]}, headers=auth(OTHER)),
           400, "invalid_confirm")
-    error(client.post("/mcp/forget", json={"source": "chat_v1_prod", "confirm": dry["confirm"][:-2] + "xx"},
+    tampered = dry["confirm"][:-2] + ("xx" if not dry["confirm"].endswith("xx") else "yy")
+    error(client.post("/mcp/forget", json={"source": "chat_v1_prod", "confirm": tampered},
                       headers=auth(ADMIN)), 400, "invalid_confirm")
     later = time.time() + 601
     monkeypatch.setattr(time, "time", lambda: later)

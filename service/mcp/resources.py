@@ -5,7 +5,6 @@ description or title the model might read as guidance.
 """
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
@@ -15,6 +14,7 @@ from datetime import datetime, timezone
 import mcp_types as types
 
 from ..errors import ApiError
+from .. import tokens
 from ..params import parse_search
 from . import uris
 from .context import Call
@@ -89,7 +89,7 @@ def _mac(call: Call, seq: int, listed: int) -> bytes:
 
 def make_cursor(call: Call, seq: int, listed: int) -> str:
     raw = seq.to_bytes(8, "big") + listed.to_bytes(4, "big") + _mac(call, seq, listed)
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return tokens.encode(raw)
 
 
 def read_cursor(call: Call, cursor: str) -> tuple[int, int]:
@@ -97,7 +97,7 @@ def read_cursor(call: Call, cursor: str) -> tuple[int, int]:
     try:
         if not isinstance(cursor, str) or len(cursor) != CURSOR_CHARS:
             raise ValueError
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        raw = tokens.decode(cursor)
         seq, listed = int.from_bytes(raw[:8], "big"), int.from_bytes(raw[8:12], "big")
         if len(raw) != 28 or not hmac.compare_digest(raw[12:], _mac(call, seq, listed)):
             raise ValueError
