@@ -310,6 +310,86 @@ def test_a_delete_and_a_push_of_the_same_unit_at_once_do_not_deadlock(tmp_path, 
         pg.extensions["context_shutdown"]()
 
 
+def _lock_waiters(url: str, n: int) -> bool:
+    """Whether n sessions of this database wait for a lock, within 10 s."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with psycopg.connect(url) as c:
+            if c.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                         "AND datname = current_database()").fetchone()[0] >= n:
+                return True
+        time.sleep(0.02)
+    return False
+
+
+def _empty_partition(url: str, day: str) -> None:
+    """A day partition no unit lives in (as expired units leave one, or another node's early push)."""
+    from service.pg.rows import next_day, partition_name
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(pgsql.SQL("CREATE TABLE {} PARTITION OF units FOR VALUES FROM ({}) TO ({})").format(
+            pgsql.Identifier(partition_name(day)), pgsql.Literal(day), pgsql.Literal(next_day(day))))
+
+
+def _partition_exists(url: str, day: str) -> bool:
+    from service.pg.rows import partition_name
+    with psycopg.connect(url) as c:
+        return c.execute("SELECT to_regclass(%s) IS NOT NULL", (partition_name(day),)).fetchone()[0]
+
+
+def test_the_janitor_never_drops_a_day_under_a_push(tmp_path, pg_urls):
+    """The janitor drops day partitions no unit lives in. A push holds its days from its look at them to
+    its commit: a janitor pass meanwhile leaves them (CI once had a 500: sweeping through 25 empty days,
+    the janitor dropped one after each of a push's three looks). A day dropped before the push holds it
+    is created again in the push's own transaction."""
+    from service.pg.maintenance import drop_dead_partitions
+    from service.units import day_of, validate_unit
+    pg = app_on(tmp_path, "pg", store=pg_urls[0])
+    store, config = pg.extensions["context_store"], pg.config["CONTEXT"]
+    try:
+        now = int(time.time())
+        held, waiting = now - 5 * 86_400, now - 6 * 86_400
+        for ts in (held, waiting):
+            _empty_partition(pg_urls[0], day_of(ts))
+        answers = {}
+
+        def push(name, ts):
+            answers[name] = pg.test_client().post("/mcp/push", json=make_unit(f"heron {name}", timestamp=ts,
+                                                                               ttl=30 * 86_400))
+
+        # 1. the push holds its day and waits (for a row of the same CID another transaction is writing)
+        unit = validate_unit(make_unit("heron held", timestamp=held, ttl=30 * 86_400), config, now)
+        with psycopg.connect(pg_urls[0]) as other:
+            other.execute("INSERT INTO catalog(tenant, cid, seq, day, timestamp, source, digest, expires_at) "
+                          "VALUES ('default', %s, 0, %s, %s, 'x', 'x', %s)",
+                          (unit.cid, unit.day, unit.timestamp, unit.expires_at))
+            t = threading.Thread(target=push, args=("held", held))
+            t.start()
+            assert _lock_waiters(pg_urls[0], 1)
+            assert drop_dead_partitions(store) == []          # nothing, while a push holds the lock
+            assert _partition_exists(pg_urls[0], day_of(held))
+            other.rollback()
+        t.join(30)
+        assert answers["held"].status_code == 200, answers["held"].get_json()
+
+        # 2. the push waits for its tenant's row; its day is dropped meanwhile, and comes back with it
+        with psycopg.connect(pg_urls[0]) as other:
+            other.execute("SELECT 1 FROM tenants WHERE tenant = 'default' FOR UPDATE")
+            t = threading.Thread(target=push, args=("waiting", waiting))
+            t.start()
+            assert _lock_waiters(pg_urls[0], 1)
+            assert day_of(waiting) in drop_dead_partitions(store)
+            assert not _partition_exists(pg_urls[0], day_of(waiting))
+            other.rollback()
+        t.join(30)
+        assert answers["waiting"].status_code == 200, answers["waiting"].get_json()
+        for name in ("held", "waiting"):
+            cid = answers[name].get_json()["cid"]
+            assert pg.test_client().get(f"/mcp/units/{cid}").get_json()["content"] == f"heron {name}"
+        assert drop_dead_partitions(store) == []              # both days have a unit now
+    finally:
+        pg.extensions["context_shutdown"]()
+
+
 def test_bad_store_url_stops_the_start_with_a_clear_message(tmp_path):
     from service import create_app
     with pytest.raises(RuntimeError, match="CONTEXT_STORE must be"):

@@ -144,13 +144,17 @@ def _partition_dead(conn, part, day: str) -> bool:
 
 
 def _drop_if_dead(conn, name: str) -> bool:
-    conn.execute(sql("advisory_lock"), {"key": PARTITION_LOCK})
+    # Every push holds the partition lock shared from its look at its partitions to its commit: with it
+    # held exclusively no push is between the two. Taken only if free, since pushes would queue behind
+    # a janitor waiting for it; a busy partition is dropped on a later pass.
+    if not conn.execute(sql("advisory_try_lock"), {"key": PARTITION_LOCK}).fetchone()["ok"]:
+        return False
     conn.execute(sql("lock_timeout"))
     part, day = pgsql.Identifier(name), partition_day(name)
     if not _partition_dead(conn, part, day):
         return False
-    # A push may be writing this day right now (its rows not visible yet): take the locks a push takes,
-    # in its order, and look again once it has committed (the two-node test once lost acked units here).
+    # The locks DROP takes, in a push's order (the parent table, then the partition); look again under
+    # them (the two-node test once lost acked units when a push could be writing the day here).
     conn.execute(template("partition_lock", part=part))
     if not _partition_dead(conn, part, day):
         return False
@@ -164,9 +168,7 @@ def drop_dead_partitions(store) -> list[str]:
     for r in store.read(lambda c: c.execute(sql("partitions")).fetchall()):
         try:
             if store.write(_drop_if_dead, r["name"]):
-                day = partition_day(r["name"])
-                store.forget_partition(day)
-                dropped.append(day)
+                dropped.append(partition_day(r["name"]))
                 log.info("dropped expired day partition %s", r["name"])
         except Exception as e:  # noqa: BLE001  (a busy partition is dropped on a later pass)
             log.info("day partition %s not dropped now: %s", r["name"], e)

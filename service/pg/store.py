@@ -33,6 +33,10 @@ def _conflict(cid: str) -> Conflict:
                     "the stored unit was not changed.", field="cid")
 
 
+class PartitionGone(Exception):
+    """A day partition a push needs was dropped (empty) between its look and its lock."""
+
+
 class PgStore(StoreApi):
     """Every tenant in one PostgreSQL database; ``searcher.standby`` a streaming hot standby of it."""
 
@@ -61,7 +65,6 @@ class PgStore(StoreApi):
                                       check=ConnectionPool.check_connection, name="primary")
         self.primary.open(wait=True, timeout=15)
         self.write(self._ensure_schema)
-        self._partitions: set[str] = set()
         self.listeners: list = []   # callables(tenant, days) told about new queued units
         self.observers: list = []   # callables(tenant, changes) told after a delete or forget committed
         self.tokenizer = tokenizer_for(config)
@@ -135,39 +138,39 @@ class PgStore(StoreApi):
             return results
         days = sorted({u.day for _, u in valid})
         self.check_days_per_request(days)
-        for attempt in range(3):
-            self._ensure_partitions(days)
+        out = list(results)
+        try:
+            self.write(self._push_tx, tenant, valid, now, out, days, False)
+        except PartitionGone:
+            # a new day, or one the janitor dropped (empty): create it, holding the partition lock
+            # exclusively, in the transaction that writes the units, so nothing drops it before they commit
             out = list(results)
-            try:
-                self.write(self._push_tx, tenant, valid, now, out)
-                break
-            except psycopg.errors.CheckViolation:
-                # "no partition of relation units found for row": the janitor dropped an empty day
-                # between our check and the insert; create it again.
-                self._partitions.clear()
-                if attempt == 2:
-                    raise
+            self.write(self._push_tx, tenant, valid, now, out, days, True)
         for listener in self.listeners:
             listener(tenant, days)
         return out
 
-    def _ensure_partitions(self, days: list[str]) -> None:
-        missing = [d for d in days if d not in self._partitions]
-        if not missing:
+    @staticmethod
+    def _hold_partitions(conn, days: list[str], create: bool) -> None:
+        """Day partitions for these days that stay until this transaction ends. The janitor drops a
+        partition only with the partition lock held exclusively, so a push holds it shared, then looks
+        (PartitionGone if a day has none); ``create`` takes the lock exclusively and creates what is
+        missing. (A cache of known partitions, looked at outside the transaction, lost pushes: the
+        janitor, sweeping through empty days, dropped one after each of three looks: a 500 in CI.)"""
+        names = {partition_name(d): d for d in days}
+
+        def missing() -> list[str]:
+            return [names[r["name"]] for r in conn.execute(sql("partitions_missing"), {"names": list(names)})]
+        if not create:
+            conn.execute(sql("advisory_lock_shared"), {"key": PARTITION_LOCK})
+            if missing():
+                raise PartitionGone
             return
-
-        def create(conn):
-            conn.execute(sql("advisory_lock"), {"key": PARTITION_LOCK})
-            for day in missing:
-                # the name from a validated day (digits and dashes only), bounds as literals
-                conn.execute(template("partition_create", part=pgsql.Identifier(partition_name(day)),
-                                      lo=pgsql.Literal(day), hi=pgsql.Literal(next_day(day))))
-        self.write(create)
-        self._partitions.update(missing)
-
-    def forget_partition(self, day: str) -> None:
-        """The janitor dropped this day's partition: the next push for it creates it again."""
-        self._partitions.discard(day)
+        conn.execute(sql("advisory_lock"), {"key": PARTITION_LOCK})
+        for day in missing():
+            # the name from a validated day (digits and dashes only), bounds as literals
+            conn.execute(template("partition_create", part=pgsql.Identifier(partition_name(day)),
+                                  lo=pgsql.Literal(day), hi=pgsql.Literal(next_day(day))))
 
     def _check_tenant_days(self, conn, tenant: str, days: list[str]) -> None:
         cap = self.config.max_days_per_tenant
@@ -178,9 +181,13 @@ class PgStore(StoreApi):
         if new and conn.execute(sql("days_count"), {"tenant": tenant}).fetchone()["n"] + len(new) > cap:
             raise Unprocessable(f"This tenant may keep at most {cap} days.", code="too_many_days", field="timestamp")
 
-    def _push_tx(self, conn, tenant: str, valid: list, now: float, results: list) -> None:
+    def _push_tx(self, conn, tenant: str, valid: list, now: float, results: list, days: list[str],
+                 create: bool) -> None:
         last = conn.execute(sql("tenant_lock"), {"tenant": tenant}).fetchone()["last_seq"]
-        self._check_tenant_days(conn, tenant, sorted({u.day for _, u in valid}))
+        # after the tenant's row (which may wait for that tenant's delete or forget): a push holds the
+        # partition lock only while it writes, so no janitor or other tenant's new day waits on a forget
+        self._hold_partitions(conn, days, create)
+        self._check_tenant_days(conn, tenant, days)
         wanted = {u.cid for _, u in valid} | {u.parent_cid for _, u in valid if u.parent_cid}
         stored = {r["cid"]: r for r in conn.execute(sql("catalog_many"), {"tenant": tenant, "cids": list(wanted)})}
         plan = Plan(tenant, last, now_ms())

@@ -26,6 +26,14 @@ UPDATE cms_meta SET value = value WHERE key = 'schema_version';
 -- name: partition_create
 CREATE TABLE IF NOT EXISTS {part} PARTITION OF units FOR VALUES FROM ({lo}) TO ({hi});
 
+-- name: partitions_missing
+-- Which of these day partitions (names from validated days) do not exist.
+SELECT n AS name FROM unnest(%(names)s::text[]) AS n WHERE to_regclass(n) IS NULL;
+
+-- name: advisory_lock_shared
+-- A push's hold on the day partitions it found: the janitor drops one only under this key held exclusively.
+SELECT pg_advisory_xact_lock_shared(%(key)s);
+
 -- name: partitions
 SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = 'units'::regclass ORDER BY c.relname;
