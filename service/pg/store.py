@@ -162,9 +162,10 @@ class PgStore(StoreApi):
         def missing() -> list[str]:
             return [names[r["name"]] for r in conn.execute(sql("partitions_missing"), {"names": list(names)})]
         if not create:
-            conn.execute(sql("advisory_lock_shared"), {"key": PARTITION_LOCK})
-            if missing():
-                raise PartitionGone
+            with conn.pipeline():           # one round trip: the lock, then the look
+                conn.execute(sql("advisory_lock_shared"), {"key": PARTITION_LOCK})
+                if missing():
+                    raise PartitionGone
             return
         conn.execute(sql("advisory_lock"), {"key": PARTITION_LOCK})
         for day in missing():
