@@ -7,8 +7,9 @@ is empty). Reported per run: units/s (wall), CPU per unit of the Python process 
 rows; getrusage) and of each server (every process of the primary and of the standby, from /proc:
 backends, WAL sender and receiver, startup/replay, checkpointer, autovacuum), WAL written; then, after
 ``VACUUM ANALYZE``, default (standby) and ``strong`` (primary) search p50/p99 over the same queries, and
-whether both commits return the same top 10. Runs alternate between the commits (``--rounds``), so a
-load change on the shared machine hits both.
+whether both commits return the same top 10; last, the latency of ``--single-pushes`` one-unit pushes one
+after another. Runs alternate between the commits (``--rounds``), so a load change on the shared machine
+hits both.
 
     .venv/bin/python bench/pg_index.py [--units 20000] [--rounds 2] [--base main] [--test head]
         [--queries 200] [--name pg-index-20k]
@@ -28,7 +29,7 @@ import shutil
 import subprocess
 import time
 
-from common import ROOT, TMP, machine, quiet_service_logs, r, service_rev, service_src, write_json
+from common import ROOT, TMP, machine, quiet_service_logs, r, service_rev, service_src, summary, write_json
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -106,6 +107,7 @@ def child(a) -> None:
         qs = queries(a.queries, a.seed)
         out["search_default"], _ = searches(app, qs, a.max_seconds)
         out["search_strong"], out["tops"] = searches(app, qs, a.max_seconds, consistency="strong")
+        out["single_push_ms"] = single_pushes(app, a.single_pushes)
         app.extensions["context_shutdown"]()
     finally:
         cluster.stop()
@@ -113,9 +115,25 @@ def child(a) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
+def single_pushes(app, n: int) -> dict:
+    """Latency of one-unit pushes one after another (today's day partition exists): what a push
+    transaction costs on PostgreSQL, round trips included."""
+    store, now = app.extensions["context_store"], int(time.time())
+    lat = []
+    for i in range(n + 100):                 # the first 100 warm the pool and the statements
+        unit = {"type": "tool_output", "source": "bench_single", "timestamp": now - i % 3, "ttl": 86_400,
+                "content": f"single push {i} {os.getpid()}"}
+        t0 = time.perf_counter()
+        if not isinstance(store.push_many("default", [unit])[0], dict):
+            raise RuntimeError("a single push failed")
+        if i >= 100:
+            lat.append((time.perf_counter() - t0) * 1000)
+    return summary(lat)
+
+
 def run_child(a, rev: str) -> dict:
     cmd = [_sys.executable, __file__, "--child", "--service-src", rev, "--units", str(a.units), "--seed", str(a.seed),
-           "--queries", str(a.queries), "--max-seconds", str(a.max_seconds)]
+           "--queries", str(a.queries), "--max-seconds", str(a.max_seconds), "--single-pushes", str(a.single_pushes)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, cwd=ROOT)
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
@@ -137,6 +155,7 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--max-seconds", type=float, default=30, help="per search kind and run")
+    ap.add_argument("--single-pushes", type=int, default=2000, help="one-unit pushes timed after the searches")
     ap.add_argument("--timeout", type=float, default=1800, help="per run")
     ap.add_argument("--name", default=None)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -157,7 +176,8 @@ def main(argv=None) -> None:
             print(f"round {rnd + 1} {label} ({res['service_rev']}): {ix['units_per_s']} units/s, CPU us/unit "
                   f"{json.dumps(ix['cpu_us_per_unit'])}, WAL {ix['wal_bytes_per_unit']} B/unit; search default "
                   f"p50/p99 {res['search_default']['p50_ms']}/{res['search_default']['p99_ms']} ms, strong "
-                  f"{res['search_strong']['p50_ms']}/{res['search_strong']['p99_ms']} ms", flush=True)
+                  f"{res['search_strong']['p50_ms']}/{res['search_strong']['p99_ms']} ms; single push p50/p99 "
+                  f"{res['single_push_ms']['p50_ms']}/{res['single_push_ms']['p99_ms']} ms", flush=True)
     tops = {label: runs[0].pop("tops") for label, runs in out["runs"].items()}
     for runs in out["runs"].values():
         for res in runs:
@@ -174,7 +194,9 @@ def main(argv=None) -> None:
                        "search_default_p50_p99_ms": [median([x["search_default"][k] for x in runs])
                                                      for k in ("p50_ms", "p99_ms")],
                        "search_strong_p50_p99_ms": [median([x["search_strong"][k] for x in runs])
-                                                    for k in ("p50_ms", "p99_ms")]}
+                                                    for k in ("p50_ms", "p99_ms")],
+                       "single_push_p50_p99_ms": [median([x["single_push_ms"][k] for x in runs])
+                                                  for k in ("p50_ms", "p99_ms")]}
     out["median"] = summ
     print(json.dumps({"median": summ, "same_top10_strong": out["same_top10_strong"]}, indent=1))
     write_json(a.name or f"pg-index-{a.units // 1000}k", out)
