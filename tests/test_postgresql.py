@@ -265,6 +265,18 @@ def test_strong_reads_wait_for_rows_another_nodes_indexer_holds(tmp_path, pg_url
         pg.extensions["context_shutdown"]()
 
 
+def _lock_waiters(url: str, n: int) -> bool:
+    """Whether n sessions of this database wait for a lock, within 10 s."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with psycopg.connect(url) as c:
+            if c.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                         "AND datname = current_database()").fetchone()[0] >= n:
+                return True
+        time.sleep(0.02)
+    return False
+
+
 def test_a_delete_and_a_push_of_the_same_unit_at_once_do_not_deadlock(tmp_path, pg_urls):
     """A delete holds the unit's catalog row while it waits (here for the queue row an indexer holds);
     a re-push of that unit then comes in. Both take the tenant's row before any catalog row, so the
@@ -279,25 +291,15 @@ def test_a_delete_and_a_push_of_the_same_unit_at_once_do_not_deadlock(tmp_path, 
         def call(name, method, path, **kw):
             answers[name] = getattr(pg.test_client(), method)(path, **kw)
 
-        def waiting(n):
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                with psycopg.connect(pg_urls[0]) as c:
-                    if c.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                                 "AND datname = current_database()").fetchone()[0] >= n:
-                        return True
-                time.sleep(0.02)
-            return False
-
         with psycopg.connect(pg_urls[0]) as indexer:
             assert len(indexer.execute("SELECT cid FROM pending FOR UPDATE").fetchall()) == 1
             delete = threading.Thread(target=call, args=("delete", "delete", f"/mcp/units/{cid}"))
             delete.start()
-            assert waiting(1)
+            assert _lock_waiters(pg_urls[0], 1)
             push = threading.Thread(target=call, args=("push", "post", "/mcp/push"),
                                     kwargs={"json": {"units": [{**unit, "ttl": 2 * 86_400}]}})
             push.start()
-            assert waiting(2)
+            assert _lock_waiters(pg_urls[0], 2)
             indexer.rollback()
         delete.join(30)
         push.join(30)
@@ -308,18 +310,6 @@ def test_a_delete_and_a_push_of_the_same_unit_at_once_do_not_deadlock(tmp_path, 
         assert got["ttl"] == 2 * 86_400
     finally:
         pg.extensions["context_shutdown"]()
-
-
-def _lock_waiters(url: str, n: int) -> bool:
-    """Whether n sessions of this database wait for a lock, within 10 s."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with psycopg.connect(url) as c:
-            if c.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                         "AND datname = current_database()").fetchone()[0] >= n:
-                return True
-        time.sleep(0.02)
-    return False
 
 
 def _empty_partition(url: str, day: str) -> None:
