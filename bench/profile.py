@@ -90,14 +90,12 @@ def summarize(raw_path, top: int = 25) -> str:
 
 def profile_push(src, seconds: float, seed: int, raw) -> str:
     """One worker of a real gunicorn (empty data dir) under 50 closed-loop wrk push writers."""
-    import importlib.util
     import shutil
     import uuid
 
     import psutil
-    spec = importlib.util.spec_from_file_location("bench_http", _os.path.join(_HERE, "http.py"))
-    H = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(H)
+    from ingest import _http_bench
+    H = _http_bench()
     data = TMP / "profile-push"
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)

@@ -32,15 +32,7 @@ import uuid
 from functools import partial
 
 from common import BENCH, TMP, machine, service_rev, service_src, summary, write_json
-
-
-def _http_bench():
-    """bench/http.py's server helpers (it cannot be imported as ``http``: that is the stdlib)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("bench_http", _os.path.join(_HERE, "http.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from ingest import _http_bench
 
 
 H = _http_bench()
