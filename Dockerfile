@@ -1,5 +1,5 @@
 # Context Mode Service: gunicorn + Flask, SQLite FTS5 shards under /data (DESIGN.md sections 1 and 5).
-# Build: docker build -t context-mode-service .   Run: docker-compose up -d (see docker-compose.yml)
+# Build: docker build -t context-mode-service .   Run: docker compose up -d (see docker-compose.yml)
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -10,10 +10,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     CONTEXT_BIND=0.0.0.0:5000
 
 # An unprivileged user owns the data directory and nothing else: the code stays root's, read-only to it.
+# /data is 0700 as the service keeps its own folders (a new named volume copies this mode).
 RUN groupadd --system --gid 10001 app \
     && useradd --system --uid 10001 --gid app --create-home --home-dir /home/app --shell /usr/sbin/nologin app \
     && mkdir -p /data \
-    && chown app:app /data
+    && chown app:app /data \
+    && chmod 0700 /data
 
 WORKDIR /app
 # Dependencies from the lock file (exact versions, hashes checked), in a layer of their own.
@@ -28,9 +30,10 @@ RUN pip install --no-cache-dir --no-deps -e . ./clients/python
 
 USER 10001:10001
 # Warm jieba's dictionary cache (/tmp/jieba.cache, owned by this user) and check FTS5, the data
-# directory and the tokenizer once at build time, so the first request does not pay for it.
+# directory and the tokenizer once at build time, so the first request does not pay for it. (Keys come
+# at run time: checked as for a loopback bind here, the CMD's doctor checks them for real.)
 RUN python -c "import jieba; jieba.initialize()" \
-    && context-mode doctor
+    && CONTEXT_BIND=127.0.0.1:5000 context-mode doctor
 
 VOLUME ["/data"]
 EXPOSE 5000

@@ -6,13 +6,8 @@ pushes answered, and the server's CPU per push (every server process) for each r
 """
 from __future__ import annotations
 
-import os as _os
-import sys as _sys
-# bench/http.py would shadow the stdlib's http package: keep bench/ last on sys.path.
-_HERE = _os.path.dirname(_os.path.abspath(__file__))
-_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
-
 import argparse
+import os
 import shutil
 import time
 
@@ -37,7 +32,7 @@ def main(argv=None) -> None:
     bodies = TMP / "http-push-bodies.txt"
     rates = [float(r) for r in a.rates.split(",")]
     out = {"machine": machine(), "new": service_rev(srcs["new"]), "old": service_rev(srcs["old"]),
-           "load_at_start": _os.getloadavg(), "cells": []}
+           "load_at_start": os.getloadavg(), "cells": []}
     for rnd in range(a.rounds):
         for name in (("new", "old") if rnd % 2 == 0 else ("old", "new")):
             d = TMP / "run-alternate"
@@ -60,7 +55,7 @@ def main(argv=None) -> None:
                     W.H.wait_idle(proc.pid)
             finally:
                 W.H.stop(proc)
-    out["load_at_end"] = _os.getloadavg()
+    out["load_at_end"] = os.getloadavg()
     write_json(a.name, out)
 
 

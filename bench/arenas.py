@@ -7,20 +7,15 @@ copies of the same corpus: RSS, PSS and private (anonymous) MiB per process when
 """
 from __future__ import annotations
 
-import os as _os
-import sys as _sys
-# bench/http.py would shadow the stdlib's http package: keep bench/ last on sys.path.
-_HERE = _os.path.dirname(_os.path.abspath(__file__))
-_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
-
 import argparse
+import os
 import shutil
 import time
 
 import write as W
 from common import TMP, machine, service_rev, service_src, write_json
 
-VARIANTS = {"capped (default)": {}, "glibc default": {"MALLOC_ARENA_MAX": str(8 * (_os.cpu_count() or 1))}}
+VARIANTS = {"capped (default)": {}, "glibc default": {"MALLOC_ARENA_MAX": str(8 * (os.cpu_count() or 1))}}
 
 
 def memory(root_pid: int) -> dict:

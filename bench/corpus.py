@@ -1,6 +1,6 @@
 """Deterministic generator of realistic context units, and cached data dirs built from them.
 
-Text comes from real corpora (shared/eval: Chinese statutes, English abstracts) and jieba's
+Text comes from real corpora (the judged sets' documents: Chinese statutes, English abstracts) and jieba's
 dictionary frequencies; nothing is copied into the repo. Units come in time order over the
 30 UTC days before today (30 day shards), with parent chains inside sessions and TTLs that
 keep them live for months. Queries (2-4 terms) come from *held-back* units drawn from the
@@ -9,12 +9,6 @@ same generator stream but never pushed.
     python bench/corpus.py --size 20000 --seed 1      # build (or reuse) the service data dir
 """
 from __future__ import annotations
-
-import os as _os
-import sys as _sys
-# bench/http.py would shadow the stdlib's http package: keep bench/ last on sys.path.
-_HERE = _os.path.dirname(_os.path.abspath(__file__))
-_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
 
 import argparse
 import gzip
@@ -32,9 +26,10 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
 TMP = RESULTS / "tmp"
-SHARED = Path(os.environ.get("CONTEXT_SHARED_DIR", ROOT.parent / "shared"))
-EVAL_ZH = SHARED / "eval" / "stard" / "corpus.jsonl.gz"
-EVAL_EN = SHARED / "eval" / "scifact" / "corpus.jsonl.gz"
+# The judged sets' folder (bench/README.md, "Judged sets"): QUALITY_DATA, else the team machines' copy.
+EVAL_DIR = Path(os.environ.get("QUALITY_DATA") or ROOT.parent / "shared" / "eval").resolve()
+EVAL_ZH = EVAL_DIR / "stard" / "corpus.jsonl.gz"
+EVAL_EN = EVAL_DIR / "scifact" / "corpus.jsonl.gz"
 
 DAY = 86_400
 DAYS = 30
@@ -57,7 +52,7 @@ ZH_NOTICES = ("系统提示：{w1}服务响应缓慢", "会话已切换到{w1}�
 
 
 def cid_of(content: str, timestamp: int, source: str) -> str:
-    """DESIGN.md section 3: first 12 hex of sha256(content + str(timestamp) + source)."""
+    """docs/design.md §3: first 12 hex of sha256(content + str(timestamp) + source)."""
     return hashlib.sha256((content + str(timestamp) + source).encode("utf-8")).hexdigest()[:12]
 
 
@@ -259,7 +254,7 @@ def service_dir(size: int, seed: int = 1, *, rebuild: bool = False, log=print) -
     on-disk format is the committed one, so a cached dir is reused across service changes
     unless --rebuild.
     """
-    from service.shards import schema
+    from service.store.sqlite.shards import schema
     # The shard schema version is part of the key: a version change (e.g. v1 -> v2) builds a new
     # corpus; additive changes (new indexes, tables) are applied when the cached shards are opened.
     fmt = "v" + re.search(r"'schema_version', (\d+)", schema("shard_schema.sql")).group(1)

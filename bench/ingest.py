@@ -1,4 +1,4 @@
-"""Ingest, indexing, freshness and read-index cost (DESIGN.md section 10).
+"""Ingest, indexing, freshness and read-index cost (docs/design.md §10).
 
 1. batch ingest to durable storage, in-process (push_many, batches of 1000) and over HTTP
    (POST /mcp/push {"units": [1000]} to gunicorn), service vs baseline (which indexes inline);
@@ -14,12 +14,6 @@
     python bench/ingest.py --units 20000 --duration 10 --sizes 20000
 """
 from __future__ import annotations
-
-import os as _os
-import sys as _sys
-# bench/http.py would shadow the stdlib's http package: keep bench/ last on sys.path.
-_HERE = _os.path.dirname(_os.path.abspath(__file__))
-_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
 
 import argparse
 import http.client
@@ -291,7 +285,7 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     src = service_src(a.service_src)
     quiet_service_logs()
-    hb = _http_bench()
+    import http_bench as hb
     free_port, start_baseline, start_service, stop, wait_ready = (
         hb.free_port, hb.start_baseline, hb.start_service, hb.stop, hb.wait_ready)
 
@@ -342,15 +336,6 @@ def main(argv=None) -> None:
     out["targets"] = {"batch_ingest_units_per_s": 10_000, "index_lag_p99_ms": 2000}
     write_json(a.name, out)
     plot(out, a.name)
-
-
-def _http_bench():
-    """bench/http.py's server helpers (it cannot be imported as ``http``: that is the stdlib)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("bench_http", _os.path.join(_HERE, "http.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _get(port: int, path: str) -> dict:

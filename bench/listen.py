@@ -1,4 +1,4 @@
-"""Live context delivery latency (issue 16): from a push's acknowledgement to the listener's event.
+"""Live context delivery latency: from a push's acknowledgement to the listener's event.
 
 One gunicorn (2 workers) with N listeners open at once (default 100): MCP ``subscriptions/listen``
 streams subscribed to unit URIs (and list changes), MCP streams subscribed to search URIs, and plain
@@ -10,19 +10,13 @@ the event's last byte. Bounded: about a minute in all (the machine is shared).
 
     .venv/bin/python bench/listen.py                      # 100 listeners, 300 pushes at 20/s
     .venv/bin/python bench/listen.py --listeners 20 --pushes 60 --name listen-quick
-    .venv/bin/python bench/listen.py --pg --name listen-postgresql   # the store on PostgreSQL (issue 18)
+    .venv/bin/python bench/listen.py --pg --name listen-postgresql   # the store on PostgreSQL
 
 With ``--pg`` the service stores on a PostgreSQL primary and standby started for the run
 (tools/pg_cluster.py, fsync on): new units reach listeners through the catalog feed and LISTEN/NOTIFY
-wake-ups (service/pg/live.py) instead of SQLite files.
+wake-ups (service/store/postgresql/live.py) instead of SQLite files.
 """
 from __future__ import annotations
-
-import os as _os
-import sys as _sys
-# bench/http.py would shadow the stdlib's http package: keep bench/ last on sys.path.
-_HERE = _os.path.dirname(_os.path.abspath(__file__))
-_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
 
 import argparse
 import http.client
@@ -38,10 +32,10 @@ import threading
 import time
 from pathlib import Path
 
-from common import TMP, machine, service_rev, service_src, summary, write_json  # noqa: E402
+from common import ROOT, TMP, machine, service_rev, service_src, summary, write_json
 
 # which gunicorn worker holds a connection: the helper the live-context tests use (tests/workers.py)
-_sys.path.append(_os.path.join(_os.path.dirname(_HERE), "tests"))
+sys.path.append(str(ROOT / "tests"))
 from workers import worker_holding, worker_pids  # noqa: E402
 
 MODERN = "2026-07-28"

@@ -1,4 +1,4 @@
-"""Seeing and managing the memory at scale (issue 15): list pages, stats, export, forget, compaction.
+"""Seeing and managing the memory at scale: list pages, stats, export, forget, compaction.
 
 In-process on a *copy* of the cached service corpus (bench/corpus.py; forgetting changes it), so the
 figures are the store's own cost, without HTTP. Also default searches before a forget, right after it
@@ -38,7 +38,8 @@ def main(argv=None) -> None:
     src = service_src(a.service_src)
     quiet_service_logs()
     from corpus import queries, service_dir
-    from service import create_app, manage
+    from service import create_app
+    from service.store.sqlite import manage
     from service.params import parse_search
 
     cached = service_dir(a.size, a.seed)

@@ -1,4 +1,4 @@
-"""PostgreSQL indexing throughput, one service commit against another in one run (issue 18).
+"""PostgreSQL indexing throughput, one service commit against another in one run.
 
 Each run is a child process with its own fresh cluster (tools/pg_cluster.py: a primary and a streaming
 standby, fsync on, 256 MB of shared buffers, as bench/postgresql.py): push the same N units in batches
@@ -16,17 +16,13 @@ hits both.
 """
 from __future__ import annotations
 
-import os as _os
-import sys as _sys
-_HERE = _os.path.dirname(_os.path.abspath(__file__))
-_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
-
 import argparse
 import json
 import os
 import resource
 import shutil
 import subprocess
+import sys
 import time
 
 from common import ROOT, TMP, machine, quiet_service_logs, r, service_rev, service_src, summary, write_json
@@ -132,7 +128,7 @@ def single_pushes(app, n: int) -> dict:
 
 
 def run_child(a, rev: str) -> dict:
-    cmd = [_sys.executable, __file__, "--child", "--service-src", rev, "--units", str(a.units), "--seed", str(a.seed),
+    cmd = [sys.executable, __file__, "--child", "--service-src", rev, "--units", str(a.units), "--seed", str(a.seed),
            "--queries", str(a.queries), "--max-seconds", str(a.max_seconds), "--single-pushes", str(a.single_pushes)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, cwd=ROOT)
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]

@@ -1,4 +1,4 @@
-"""PostgreSQL vs SQLite, side by side in one run (issue 18): the same units, queries and load on both.
+"""PostgreSQL vs SQLite, side by side in one run: the same units, queries and load on both.
 
 - ingest in-process: the same corpus pushed in batches of 1,000 (``push_many``), then indexed (the
   maintenance pass: on SQLite FTS5 and the read index, on PostgreSQL term frequencies and statistics);
@@ -19,11 +19,6 @@ minute or two. The machine is shared: runs are bounded, ratios matter more than 
 """
 from __future__ import annotations
 
-import os as _os
-import sys as _sys
-_HERE = _os.path.dirname(_os.path.abspath(__file__))
-_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
-
 import argparse
 import importlib.util
 import json
@@ -33,7 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from common import ROOT, TMP, machine, quiet_service_logs, service_rev, service_src, summary, write_json
-from ingest import _drain, _http_bench, gen_units, http_batch_ingest, index_lag
+from ingest import _drain, gen_units, http_batch_ingest, index_lag
 
 
 def pg_cluster(base):
@@ -182,7 +177,7 @@ def main(argv=None) -> None:
     quiet_service_logs()
     from corpus import Generator, queries
     from service import create_app
-    hb = _http_bench()
+    import http_bench as hb
     cluster = pg_cluster(TMP / "pg-cluster")
     out = {"machine": machine(), "service_rev": service_rev(src), "size": a.size, "postgresql": {}, "sqlite": {}}
     try:

@@ -9,15 +9,11 @@ top frames (inclusive and self share of samples) to bench/results/profile-<what>
 """
 from __future__ import annotations
 
-import os as _os
-import sys as _sys
-# bench/http.py would shadow the stdlib's http package: keep bench/ last on sys.path.
-_HERE = _os.path.dirname(_os.path.abspath(__file__))
-_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
-
 import argparse
 import collections
+import os
 import subprocess
+import sys
 import time
 
 from common import RESULTS, TMP, quiet_service_logs, service_rev, service_src
@@ -94,8 +90,7 @@ def profile_push(src, seconds: float, seed: int, raw) -> str:
     import uuid
 
     import psutil
-    from ingest import _http_bench
-    H = _http_bench()
+    import http_bench as H
     data = TMP / "profile-push"
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
@@ -109,7 +104,7 @@ def profile_push(src, seconds: float, seed: int, raw) -> str:
         worker = next(p.pid for p in procs[1:] if H.role_of(p.pid, server.pid) == "worker")
         cpu = lambda: sum(p.cpu_times().user + p.cpu_times().system for p in procs)  # noqa: E731
         cpu0 = cpu()
-        spy = subprocess.Popen([_os.path.join(_os.path.dirname(_sys.executable), "py-spy"), "record", "--gil",
+        spy = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "--gil",
                                 "--nonblocking", "--format", "raw", "--rate", "200", "--duration",
                                 str(int(seconds)), "--pid", str(worker), "-o", str(raw)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -154,13 +149,13 @@ def main(argv=None) -> None:
         print(f"wrote {out}")
         return
     # Start the workload, wait until its setup is done, then attach: startup is not profiled.
-    work = subprocess.Popen([_sys.executable, __file__, a.what, "--workload", "--size", str(a.size),
+    work = subprocess.Popen([sys.executable, __file__, a.what, "--workload", "--size", str(a.size),
                              "--units", str(a.units), "--seconds", str(a.seconds), "--seed", str(a.seed),
                              "--service-src", a.service_src], stdout=subprocess.PIPE, text=True)
     for line in work.stdout:
         if line.startswith("READY"):
             break
-    spy = _os.path.join(_os.path.dirname(_sys.executable), "py-spy")
+    spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
     subprocess.run([spy, "record", "--format", "raw", "--rate", "200", "--pid", str(work.pid),
                     "-o", str(raw)], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     print(work.stdout.read().strip())

@@ -1,4 +1,5 @@
-"""Retrieval quality on the judged sets in ../shared/eval (DESIGN.md section 10).
+"""Retrieval quality on the judged sets STARD and SciFact (docs/design.md §10; where to get them and
+how to lay them out: bench/README.md, "Judged sets"; QUALITY_DATA names their folder).
 
 For each set (BEIR format: corpus.jsonl.gz, queries.jsonl, qrels.tsv) this measures, on the
 same documents and queries:
@@ -6,7 +7,7 @@ same documents and queries:
 - ``service``: the Context Mode Service itself, through its own paths: every document pushed
   with ``POST /mcp/push`` (test client, batches of 1000), the indexer drained, every query run
   with ``POST /mcp/search`` (top_k 100);
-- ``service-postgresql``: the same on the PostgreSQL backend (issue 18: ``CONTEXT_STORE``, a primary
+- ``service-postgresql``: the same on the PostgreSQL backend (``CONTEXT_STORE``, a primary
   and a streaming standby started by tools/pg_cluster.py; default searches read the standby);
 - ``fts5-unicode61``: SQLite FTS5, default tokenizer, raw text, ``ORDER BY rank``;
 - ``fts5-trigram``: SQLite FTS5 ``trigram`` tokenizer, query = OR of the query's trigrams;
@@ -38,11 +39,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# Run as a script, bench/ is sys.path[0], and bench/http.py would shadow the standard library's http
-# (imported by ranx, urllib, werkzeug): keep bench/ off the path.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 ROOT = HERE.parent
-EVAL_DIR = (ROOT / ".." / "shared" / "eval").resolve()
+# QUALITY_DATA: the folder holding stard/ and scifact/; else the team machines' copy beside the checkout.
+EVAL_DIR = Path(os.environ.get("QUALITY_DATA") or ROOT.parent / "shared" / "eval").resolve()
 RESULTS_DIR = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT))
 
@@ -50,7 +49,7 @@ SYSTEMS = ("service", "service-postgresql", "fts5-unicode61", "fts5-trigram", "b
 METRICS = ("ndcg@10", "mrr@10", "recall@10", "recall@100")
 TOP_K = 100
 BATCH = 1000
-# The best published/measured figures in ../shared/eval/README.md, for the markdown report.
+# The best published figures and baselines measured on the same files (bench/README.md), for the report.
 README_BASELINES = [
     ("stard", "bm25s k1=0.9 b=0.4, jieba + STARD stopwords", 0.342, 0.631),
     ("stard", "bm25s, jieba, no stopwords", 0.345, 0.620),
@@ -64,13 +63,18 @@ README_BASELINES = [
 # --- data --------------------------------------------------------------------------------------
 def load_set(name: str, limit_queries: int | None):
     d = EVAL_DIR / name
+    if not d.is_dir():
+        raise SystemExit(f"no judged set {name!r} in {EVAL_DIR}: set QUALITY_DATA to the folder holding stard/ and "
+                         "scifact/ (bench/README.md, 'Judged sets')")
     corpus = []
-    with gzip.open(d / "corpus.jsonl.gz", "rt", encoding="utf-8") as fh:
+    # BEIR's own download has corpus.jsonl and qrels/test.tsv; either layout works.
+    gz = d / "corpus.jsonl.gz"
+    with (gzip.open(gz, "rt", encoding="utf-8") if gz.exists() else open(d / "corpus.jsonl", encoding="utf-8")) as fh:
         for line in fh:
             doc = json.loads(line)
             corpus.append((str(doc["_id"]), doc.get("title") or "", doc.get("text") or ""))
     qrels: dict[str, dict[str, int]] = {}
-    with open(d / "qrels.tsv", encoding="utf-8") as fh:
+    with open(d / "qrels.tsv" if (d / "qrels.tsv").exists() else d / "qrels" / "test.tsv", encoding="utf-8") as fh:
         next(fh)  # header
         for line in fh:
             parts = line.rstrip("\n").split("\t")
@@ -176,8 +180,9 @@ def run_service(corpus, queries, overrides: dict) -> tuple[dict, dict]:
             info["search_s"] = round(time.perf_counter() - t0, 2)
             took.sort()
             info["search_p50_ms"] = took[len(took) // 2] if took else None
-            info["config"] = {k: getattr(app.config["CONTEXT"], k)
-                              for k in ("bm25_k1", "bm25_b", "stem", "segmenter", "local_top_n")}
+            from service.ranking.bm25 import B, K1
+            info["config"] = {"bm25_k1": K1, "bm25_b": B, **{k: getattr(app.config["CONTEXT"], k)
+                                                           for k in ("stem", "segmenter", "local_top_n")}}
         finally:
             app.extensions["context_shutdown"]()
     return ranked, info
@@ -270,15 +275,17 @@ def _bm25s_rank(doc_tokens: list[list[str]], query_tokens: list[list[str]], doc_
 
 def run_bm25s_service_tokens(corpus, queries, overrides: dict) -> tuple[dict, dict]:
     from service.config import Config
+    from service.ranking.bm25 import B, K1
     from service.tokenize import Tokenizer, STOPWORDS
-    cfg = Config(**{k: v for k, v in overrides.items() if k in ("bm25_k1", "bm25_b", "stem", "segmenter")})
+    cfg = Config(**{k: v for k, v in overrides.items() if k in ("stem", "segmenter")})
+    k1, b = overrides.get("k1", K1), overrides.get("b", B)
     tok = Tokenizer(segmenter=cfg.segmenter, stem=cfg.stem, stopwords=STOPWORDS)
     t0 = time.perf_counter()
     docs = [tok.tokens(content_of(title, text)) for _, title, text in corpus]
     qs = [tok.query_terms(text) for _, text in queries]
-    info = {"tokenize_s": round(time.perf_counter() - t0, 2), "k1": cfg.bm25_k1, "b": cfg.bm25_b,
+    info = {"tokenize_s": round(time.perf_counter() - t0, 2), "k1": k1, "b": b,
             "stem": cfg.stem}
-    res = _bm25s_rank(docs, qs, [d for d, _, _ in corpus], cfg.bm25_k1, cfg.bm25_b)
+    res = _bm25s_rank(docs, qs, [d for d, _, _ in corpus], k1, b)
     return {qid: res[i] for i, (qid, _) in enumerate(queries)}, info
 
 
@@ -329,8 +336,8 @@ def fmt_markdown(rows: list[dict], command: str) -> str:
     out += ["", "service = this service through POST /mcp/push and POST /mcp/search (top_k 100); "
             "bm25s-service-tokens = bm25s (Lucene BM25, same k1/b) over the service's own tokens "
             "(an exact global BM25: the service should equal it); "
-            "bm25s-own = bm25s with its own analysis as in ../shared/eval/README.md.", "",
-            "Baselines from ../shared/eval/README.md (measured there, not by this script):", "",
+            "bm25s-own = bm25s with its own analysis (bench/README.md, Judged sets).", "",
+            "Baselines measured on the same files, not by this script (bench/README.md, Judged sets):", "",
             "| set | system | nDCG@10 | R@100 |", "|---|---|---|---|"]
     out += [f"| {s} | {name} | {n:.3f} | {r:.3f} |" for s, name, n, r in README_BASELINES]
     out.append("")
@@ -342,8 +349,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sets", default="stard,scifact")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--limit-queries", type=int, default=None)
-    ap.add_argument("--k1", type=float, default=None, help="override the service's bm25_k1")
-    ap.add_argument("--b", type=float, default=None, help="override the service's bm25_b")
+    ap.add_argument("--k1", type=float, default=None, help="k1 of the bm25s baseline over the service's tokens "
+                    "(the service ranks with tantivy's fixed k1 1.2, b 0.75)")
+    ap.add_argument("--b", type=float, default=None, help="b of that baseline")
     ap.add_argument("--stem", action=argparse.BooleanOptionalAction, default=None,
                     help="override the service's English stemming")
     ap.add_argument("--no-write", action="store_true", help="print only; do not write bench/results/")
@@ -352,9 +360,9 @@ def main(argv=None) -> int:
 
     overrides: dict = {}
     if args.k1 is not None:
-        overrides["bm25_k1"] = args.k1
+        overrides["k1"] = args.k1
     if args.b is not None:
-        overrides["bm25_b"] = args.b
+        overrides["b"] = args.b
     if args.stem is not None:
         overrides["stem"] = args.stem
     systems = [s for s in args.systems.split(",") if s]

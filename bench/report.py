@@ -1,4 +1,4 @@
-"""Print the DESIGN.md section 10 table (markdown) from bench/results/*.json.
+"""Print the docs/design.md §10 table (markdown) from bench/results/*.json.
 
     python bench/report.py > /tmp/table.md
 """
@@ -57,7 +57,7 @@ def line(figure, svc, base, tv, target, better_lower=True, unit=""):
 
 
 def main() -> None:
-    """The issue 11 / DESIGN.md section 10 table from the read-index runs."""
+    """The issue 11 / docs/design.md §10 table from the read-index runs."""
     out = ["| figure | service | naive baseline | tantivy alone | service ÷ tantivy | target | met |",
            "|---|---|---|---|---|---|---|"]
     targets = {100_000: (2, 10, 1000), 1_000_000: (5, 25, 500)}

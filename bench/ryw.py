@@ -1,4 +1,4 @@
-"""Read-your-writes (issue 14, item 4): what it costs a default search, and what it buys.
+"""Read-your-writes: what it costs a default search, and what it buys.
 
 The same gunicorn (2 workers) on copies of the same 100k-unit corpus, read-your-writes on (the
 default) and off (``CONTEXT_READ_YOUR_WRITES_MS=0``: the read index alone), one after the other:
@@ -13,19 +13,15 @@ default) and off (``CONTEXT_READ_YOUR_WRITES_MS=0``: the read index alone), one 
 """
 from __future__ import annotations
 
-import os as _os
-import sys as _sys
-_HERE = _os.path.dirname(_os.path.abspath(__file__))
-_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
-
 import argparse
 import json
+import os
 import shutil
 import time
 import uuid
 
 from common import TMP, machine, quiet_service_logs, service_rev, service_src, summary, write_json
-from ingest import Client, _http_bench, gen_units, push_load
+from ingest import Client, gen_units, push_load
 
 
 def searches(c: Client, qs: list[str]) -> list[float]:
@@ -85,7 +81,7 @@ def main(argv=None) -> None:
     src = service_src(a.service_src)
     quiet_service_logs()
     from corpus import queries, service_dir
-    hb = _http_bench()
+    import http_bench as hb
     qs = queries(a.queries, a.seed)
     base = service_dir(a.size, a.seed)
     load_units = gen_units(20_000, a.seed + 700)
@@ -96,16 +92,16 @@ def main(argv=None) -> None:
         shutil.rmtree(d, ignore_errors=True)
         shutil.copytree(base, d)
         port = hb.free_port()
-        old = {k: _os.environ.get(k) for k in env}
-        _os.environ.update(env)
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         try:
             proc = hb.start_service(src, d, port)
         finally:
             for k, v in old.items():
                 if v is None:
-                    _os.environ.pop(k, None)
+                    os.environ.pop(k, None)
                 else:
-                    _os.environ[k] = v
+                    os.environ[k] = v
         try:
             hb.wait_ready(port, 180)
             c = Client(port)

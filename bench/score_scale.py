@@ -1,4 +1,4 @@
-"""What a score threshold keeps, on the judged sets in ../shared/eval (issue 14, item 9).
+"""What a score threshold keeps, on the judged sets of bench/quality.py (QUALITY_DATA).
 
 Every document of each set is pushed through the service and every query searched (top 10, with
 ``explain``), exactly as bench/quality.py does. For each candidate normalisation of the raw BM25
@@ -26,10 +26,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(1, str(HERE))
 
 import quality  # noqa: E402  (bench/quality.py: the judged data and the service run)
 
@@ -93,8 +91,8 @@ def former(r, rs):
 
 
 def service_scale(r, rs):
-    """The service's normalisation (service/search.py Scale), recomputed from the raw scores."""
-    from service.scoring import Scale
+    """The service's normalisation (service/store/sqlite/search.py Scale), recomputed from the raw scores."""
+    from service.ranking.scoring import Scale
     return Scale.of(rs[0]["bm25"], rs[0]["idf"], rs[0]["documents"]).score(r["bm25"])
 
 

@@ -1,4 +1,4 @@
-"""In-process search latency (DESIGN.md section 10): 2-4-term queries from held-back text,
+"""In-process search latency (docs/design.md §10): 2-4-term queries from held-back text,
 service (30 day shards, read index) vs the naive baseline (one table) and tantivy over the same
 tokens (the engine limit), same units; plus the read index's build rate and size, filter costs,
 and top-10 agreement with exhaustive exact-length BM25 scoring.
@@ -7,12 +7,6 @@ and top-10 agreement with exhaustive exact-length BM25 scoring.
     python bench/search.py --sizes 20000 --queries 100
 """
 from __future__ import annotations
-
-import os as _os
-import sys as _sys
-# bench/http.py would shadow the stdlib's http package: keep bench/ last on sys.path.
-_HERE = _os.path.dirname(_os.path.abspath(__file__))
-_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
 
 import argparse
 import shutil

@@ -1,9 +1,8 @@
-"""tantivy alone over the service's own tokens: the engine limit the service is compared with
-(issue 11). A whitespace analyzer over ``units.tokens`` (exactly the tokens FTS5 and the read
+"""tantivy alone over the service's own tokens: the engine limit the service is compared with. A whitespace analyzer over ``units.tokens`` (exactly the tokens FTS5 and the read
 index hold), BM25 k1 1.2 b 0.75, OR of the query's tokens, top k; no rows fetched, no filters.
 
     python bench/tantivy_engine.py --data DIR --index OUT           # build
-    gunicorn -c bench/tantivy_gunicorn.py 'tantivy_engine:create_app()'  # serve POST /mcp/search
+    TANTIVY_BENCH_INDEX=OUT gunicorn 'tantivy_engine:create_app()'  # serve POST /mcp/search (http_bench.py does)
 """
 from __future__ import annotations
 
@@ -59,7 +58,7 @@ def searcher(path: Path, tokenizer, top_k: int = 10):
 
 
 def create_app():
-    """The same search behind Flask, for bench/http.py (index from TANTIVY_BENCH_INDEX)."""
+    """The same search behind Flask, for bench/http_bench.py (index from TANTIVY_BENCH_INDEX)."""
     from flask import Flask, jsonify, request
 
     from service.config import Config

@@ -1,21 +1,15 @@
-"""Tool search quality and speed (issue 16): recall@k of BM25 tool search on the judged set.
+"""Tool search quality and speed: recall@k of BM25 tool search on the judged set.
 
 bench/data/tools.jsonl (500 tools, bench/tooldata.py) is registered through the Python client into a
 fresh gunicorn; each of bench/data/tool_queries.json's paraphrased requests is asked once with
 ``find_tools`` (GET /mcp/tools?q=, top 10) and scored by where its one relevant tool ranks: recall@1,
 @5, @10 and MRR@10, plus the HTTP latency of the searches. Then, in-process, the same queries under
 other column weights, split into the two halves used to choose them (even-numbered queries: dev,
-odd: test), so the choice in service/registry.py can be checked. Runs in well under a minute.
+odd: test), so the choice in service/store/sqlite/registry.py can be checked. Runs in well under a minute.
 
     .venv/bin/python bench/tools.py
 """
 from __future__ import annotations
-
-import os as _os
-import sys as _sys
-# bench/http.py would shadow the stdlib's http package: keep bench/ last on sys.path.
-_HERE = _os.path.dirname(_os.path.abspath(__file__))
-_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
 
 import argparse
 import json
@@ -101,7 +95,7 @@ def main(argv=None) -> None:
 
     # 2. In-process: the column weights, on the dev and test halves.
     from service import create_app
-    from service import registry as registry_mod
+    from service.store.sqlite import registry as registry_mod
     app = create_app({"data_dir": str(data_dir / "inproc"), "background": False, "access_log": False})
     reg = app.extensions["context_registry"]
     for tool in catalogue:

@@ -1,4 +1,4 @@
-"""The write path (issue 17), service vs the naive baseline (and optionally the service at an older
+"""The write path, service vs the naive baseline (and optionally the service at an older
 commit) in one run, each on a copy of the same corpus, loopback only, every cell bounded in time:
 
 - single-unit pushes from 50 closed-loop writers (wrk): pushes/s, ack p50/p95/p99, and the server's
@@ -15,15 +15,10 @@ commit) in one run, each on a copy of the same corpus, loopback only, every cell
 """
 from __future__ import annotations
 
-import os as _os
-import sys as _sys
-# bench/http.py would shadow the stdlib's http package: keep bench/ last on sys.path.
-_HERE = _os.path.dirname(_os.path.abspath(__file__))
-_sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _HERE] + [_HERE]
-
 import argparse
 import http.client
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -31,11 +26,8 @@ import time
 import uuid
 from functools import partial
 
+import http_bench as H
 from common import BENCH, TMP, machine, service_rev, service_src, summary, write_json
-from ingest import _http_bench
-
-
-H = _http_bench()
 
 
 def server_cpu(pid: int) -> float:
@@ -227,7 +219,7 @@ def main(argv=None) -> None:
     scripts = H.write_inputs(a.seed, nonce=f"w{int(time.time())}")
     bodies = TMP / "http-push-bodies.txt"
     out = {"machine": machine(), "service_rev": service_rev(src), "duration_s": a.duration, "rates": a.rates,
-           "load_at_start": _os.getloadavg(), "sizes": {}}
+           "load_at_start": os.getloadavg(), "sizes": {}}
     if old is not None:
         out["compare_rev"] = service_rev(old)
     for size in [int(x) for x in a.sizes.split(",")]:
@@ -253,7 +245,7 @@ def main(argv=None) -> None:
                                            ingest_units(a.ingest_units, a.seed))
             shutil.rmtree(run_dir, ignore_errors=True)
         out["sizes"][str(size)] = entry
-    out["load_at_end"] = _os.getloadavg()
+    out["load_at_end"] = os.getloadavg()
     out["targets"] = {"push_closed_50_per_s": 2000, "open_loop_1000_p50_ms": 5, "open_loop_1000_p99_ms": 20,
                       "batch_ingest_units_per_s": 20_000, "index_lag_p99_ms": 2000,
                       "worker_rss_mib_under_load_1m": 150, "worker_rss_mib_idle": 100}

@@ -1,4 +1,4 @@
-"""Context Mode Service: a durable, searchable memory of LLM context (see DESIGN.md)."""
+"""Context Mode Service: a durable, searchable memory of LLM context (see docs/design.md)."""
 from __future__ import annotations
 
 import atexit
@@ -8,7 +8,7 @@ import os
 from flask import Flask
 from flask.json.provider import DefaultJSONProvider
 
-from .boot import check_store, open_store, raise_open_files_limit, setup_logging
+from .boot import raise_open_files_limit, setup_logging
 from .config import Config
 
 log = logging.getLogger("service")
@@ -25,7 +25,8 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     from . import adapters, doors, errors, limits, mcp, metrics
     from .api import health, search, units
     from .auth import KeyRing
-    from .doors import is_loopback_bind
+    from .doors import refuse_open_bind
+    from .store import check_backend, open_backend
 
     setup_logging()
     if isinstance(test_config, Config):
@@ -38,7 +39,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     # SHM files take the database's mode). Descriptors: one per open day file and connection.
     os.umask(0o077)
     raise_open_files_limit()
-    check_store(config)
+    check_backend(config)
 
     app = Flask(__name__)
     app.json = StrictJSONProvider(app)
@@ -48,12 +49,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.json.sort_keys = False
 
     keys = KeyRing.from_config(config)
-    if keys.open and not config.allow_open and not is_loopback_bind(config.bind):
-        raise RuntimeError(
-            f"Refusing to start: no API keys are configured and CONTEXT_BIND={config.bind} is not loopback, "
-            "so anyone who can reach it could read and write everything. Configure keys "
-            "(CONTEXT_API_KEYS_FILE, see `context-mode keys add`), bind 127.0.0.1, or set "
-            "CONTEXT_ALLOW_OPEN=1 if a proxy in front authenticates callers.")
+    refuse_open_bind(config, keys)
     if keys.open:
         log.warning("=" * 72)
         log.warning("NO API KEYS CONFIGURED: every caller is the single 'default' tenant with all scopes.")
@@ -61,7 +57,8 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
         log.warning("=" * 72)
     app.extensions["context_keys"] = keys
 
-    store, maintenance = open_store(config)
+    backend = open_backend(config)
+    store, maintenance = backend.store, backend.maintenance
     app.extensions["context_store"] = store
     app.extensions["context_maintenance"] = maintenance
     if config.background:
@@ -76,7 +73,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     app.register_blueprint(search.bp)
     app.register_blueprint(health.bp)
     register_manage(app)
-    hub, registry = register_live(app, store)
+    hub, registry = register_live(app, backend)
     mcp.init_app(app)
     adapters.init_app(app)
     limits.init_app(app)
@@ -91,24 +88,14 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     return app
 
 
-def register_live(app: Flask, store) -> tuple:
-    """Live context and the tool registry (issue 16): where changes are read (a change log of what any
-    worker or node changes), the hub that tells this worker's listeners, the registry; GET /mcp/stream and
-    /mcp/tools. Returns the hub and the registry for shutdown (the hub closes its sources)."""
+def register_live(app: Flask, backend) -> tuple:
+    """Live context and the tool registry: where changes are read (the backend's sources: a change log of
+    what any worker or node changes), the hub that tells this worker's listeners, the registry; GET
+    /mcp/stream and /mcp/tools. Returns the hub and the registry for shutdown (the hub closes its sources)."""
     from .api import stream, tools
     from .hub import Hub
-    from .pg import is_postgresql
-    if is_postgresql(store.config.store):
-        from .pg.live import PgSources
-        from .pg.registry import PgRegistry
-        sources = PgSources(store)
-        registry = PgRegistry(store, sources)
-    else:
-        from .hub import FileSources
-        from .registry import Registry
-        sources = FileSources(store)
-        registry = Registry(store, sources.changes)
-    hub = Hub(store, sources)
+    sources, registry = backend.live()
+    hub = Hub(backend.store, sources)
     app.extensions["context_hub"] = hub
     app.extensions["context_registry"] = registry
     app.register_blueprint(stream.bp)
@@ -116,10 +103,8 @@ def register_live(app: Flask, store) -> tuple:
     return hub, registry
 
 
-
-
 def register_manage(app: Flask) -> None:
-    """Seeing and managing the memory (issue 15): list, stats, export, forget, and the web console."""
+    """Seeing and managing the memory: list, stats, export, forget, and the web console."""
     from . import console
     from .api import manage
     app.register_blueprint(manage.bp)
@@ -129,7 +114,7 @@ def register_manage(app: Flask) -> None:
 
 
 class StrictJSONProvider(DefaultJSONProvider):
-    """Responses are JSON every reader accepts: never NaN or Infinity (issue 12, finding 5)."""
+    """Responses are JSON every reader accepts: never NaN or Infinity."""
 
     def dumps(self, obj, **kwargs):
         kwargs.setdefault("allow_nan", False)

@@ -1,4 +1,4 @@
-"""API keys (DESIGN.md section 9): key -> tenant + scopes, stored hashed, compared in constant time."""
+"""API keys (docs/design.md §9): key -> tenant + scopes, stored hashed, compared in constant time."""
 from __future__ import annotations
 
 import hashlib
@@ -54,7 +54,10 @@ class KeyRing:
                     continue
                 key, tenant, scopes = (part.strip().split(":") + ["", ""])[:3]
                 scope_list = [s for s in scopes.replace(",", "+").split("+") if s] or list(SCOPES[:2])
-                entries.append(_entry({"key": key, "tenant": tenant, "scopes": scope_list}))
+                try:
+                    entries.append(_entry({"key": key, "tenant": tenant, "scopes": scope_list}))
+                except ValueError as e:    # docker-compose.yml builds it from .env's CONTEXT_API_KEY
+                    raise ValueError(f"CONTEXT_API_KEYS (under docker compose: CONTEXT_API_KEY in .env): {e}") from None
             if not entries:
                 raise ValueError("CONTEXT_API_KEYS is set but names no key; unset it to run without keys.")
         return cls(entries)
@@ -80,7 +83,7 @@ PLACEHOLDERS = ("change-me", "changeme", "change_me", "replace-me", "replaceme",
 
 def _read_keys_file(path: str) -> list[tuple[str, str, frozenset[str]]]:
     """Every entry of a keys file; ValueError (the start stops) when it yields no key or has
-    unknown fields: a typo must never turn authentication off (issue 12, finding 2)."""
+    unknown fields: a typo must never turn authentication off."""
     with open(path, encoding="utf-8") as fh:
         try:
             data = json.load(fh)
@@ -100,41 +103,44 @@ def _read_keys_file(path: str) -> list[tuple[str, str, frozenset[str]]]:
         if unknown:
             raise ValueError(f"keys file {path}: entry {i} has unknown field(s) {unknown}; "
                              f"known: {sorted(ENTRY_FIELDS)}")
-        entries.append(_entry(item))
+        try:
+            entries.append(_entry(item))
+        except ValueError as e:
+            raise ValueError(f"keys file {path}: entry {i}: {e}") from None
     return entries
 
 
 def weak_key_problem(key: str) -> str | None:
     """Why a plain key must not be used, or None: too short, or a placeholder from an example."""
+    lowered = key.lower()
+    if any(word in lowered for word in PLACEHOLDERS):     # first: .env.example's change-me is short too
+        return "this key is a placeholder from an example; generate a real one with `context-mode keys add`"
     if len(key) < MIN_KEY_CHARS:
         return f"a key must be at least {MIN_KEY_CHARS} characters (generate one with `context-mode keys add`)"
-    lowered = key.lower()
-    if any(word in lowered for word in PLACEHOLDERS):
-        return "this key is a placeholder from an example; generate a real one with `context-mode keys add`"
     return None
 
 
 def _entry(item: dict) -> tuple[str, str, frozenset[str]]:
     tenant = item.get("tenant", "")
     if not TENANT_RE.match(tenant or ""):
-        raise ValueError(f"keys file: invalid tenant name {tenant!r} (must match {TENANT_RE.pattern})")
+        raise ValueError(f"invalid tenant name {tenant!r} (must match {TENANT_RE.pattern})")
     scopes = frozenset(item.get("scopes") or ())
     unknown = scopes - set(SCOPES)
     if unknown:
-        raise ValueError(f"keys file: unknown scope(s) {sorted(unknown)}; known: {SCOPES}")
+        raise ValueError(f"unknown scope(s) {sorted(unknown)}; known: {SCOPES}")
     if "key_sha256" in item:
         key_hash = item["key_sha256"].lower() if isinstance(item["key_sha256"], str) else ""
         if len(key_hash) != 64 or not all(c in "0123456789abcdef" for c in key_hash):
-            raise ValueError("keys file: key_sha256 must be 64 hex digits")
+            raise ValueError("key_sha256 must be 64 hex digits")
     elif item.get("key"):
         if not isinstance(item["key"], str):
-            raise ValueError("keys file: 'key' must be a string")
+            raise ValueError("'key' must be a string")
         problem = weak_key_problem(item["key"])
         if problem:
-            raise ValueError(f"keys: refused key for tenant {tenant!r}: {problem}")
+            raise ValueError(f"refused key for tenant {tenant!r}: {problem}")
         key_hash = hash_key(item["key"])
     else:
-        raise ValueError("keys file: each key needs 'key_sha256' (or 'key' for development)")
+        raise ValueError("each key needs 'key_sha256' (or 'key' for development)")
     return key_hash, tenant, scopes
 
 

@@ -1,40 +1,11 @@
 """What starts a process of the service, a gunicorn worker (service.create_app) or the maintainer
-(service/maintainer.py): logging, the open-files limit, the storage check and opening the store."""
+(service/maintainer.py): logging, the open-files limit, malloc arenas (the store is opened by
+service/store/__init__.py's ``open_backend``)."""
 from __future__ import annotations
 
 import logging
 import os
 import sys
-
-from .config import Config
-
-
-def check_store(config: Config) -> None:
-    """Stop the start, with a message, on a storage setting that cannot work (before anything is opened)."""
-    from .pg import is_postgresql
-    from .shards import check_fts5
-    postgresql = is_postgresql(config.store)
-    if not postgresql and config.store != "sqlite":
-        raise RuntimeError(f"CONTEXT_STORE must be 'sqlite' or a postgresql://... URL, not {config.store!r}.")
-    if config.store_replica and not (postgresql and is_postgresql(config.store_replica)):
-        raise RuntimeError("CONTEXT_STORE_REPLICA is a postgresql://... URL and needs CONTEXT_STORE=postgresql://...")
-    problem = None if postgresql else check_fts5()
-    if problem:
-        raise RuntimeError(problem)
-
-
-def open_store(config: Config):
-    """The store and its background maintenance: SQLite files, or PostgreSQL (issue 18, service/pg/)."""
-    from .pg import is_postgresql
-    if is_postgresql(config.store):
-        from .pg.maintenance import PgMaintenance
-        from .pg.store import PgStore
-        store = PgStore(config)
-        return store, PgMaintenance(store)
-    from .maintenance import Maintenance
-    from .store import Store
-    store = Store(config)
-    return store, Maintenance(store)
 
 
 def open_files_needed(config) -> int:
@@ -67,7 +38,7 @@ def setup_logging() -> None:
 def limit_malloc_arenas(n: int = 2) -> None:
     """At most ``n`` glibc malloc arenas in this process and the workers it forks (glibc's default is
     8 per core, and each of a worker's threads may grow its own: after a batch ingest a worker kept
-    10-25 MiB more; bench/README.md, issue 17). Called before any thread starts; a MALLOC_ARENA_MAX
+    10-25 MiB more; bench/README.md). Called before any thread starts; a MALLOC_ARENA_MAX
     in the environment wins; nothing on other C libraries."""
     if os.environ.get("MALLOC_ARENA_MAX"):
         return

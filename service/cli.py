@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 import tempfile
 
@@ -20,10 +19,13 @@ def main():
 @click.option("--bind", default=None, help="host:port (default: CONTEXT_BIND or 127.0.0.1:5000)")
 def serve(bind):
     """Run the development server (use `make run` for gunicorn)."""
-    from . import create_app
-    config = Config.from_env()
-    if bind:
-        config = config.replace(bind=bind)
+    from . import create_app, preflight
+    try:
+        config = preflight.check(log=lambda line: click.echo(line, err=True), **({"bind": bind} if bind else {}))
+    except preflight.Refused as e:
+        raise click.ClickException(f"refusing to start: {e}") from None
+    for warning in preflight.warnings(config):
+        click.echo(f"warning: {warning}", err=True)
     host, _, port = config.bind.rpartition(":")
     app = create_app(config)
     app.run(host=host or "127.0.0.1", port=int(port), threaded=True, use_reloader=False)
@@ -32,9 +34,9 @@ def serve(bind):
 @main.command()
 @click.option("--quiet", is_flag=True, help="Print only problems.")
 def doctor(quiet):
-    """Check SQLite, FTS5, the data directory and the jieba dictionary."""
-    from .shards import check_fts5
-    config = Config.from_env()
+    """Check the configuration and keys, the storage backend, the data directory and the jieba dictionary."""
+    from . import preflight
+    from .store import doctor_lines
     ok = True
 
     def report(good: bool, text: str):
@@ -43,9 +45,16 @@ def doctor(quiet):
         if not good or not quiet:
             click.echo(("ok    " if good else "FAIL  ") + text, err=not good)
 
-    report(tuple(map(int, sqlite3.sqlite_version.split("."))) >= (3, 35), f"SQLite {sqlite3.sqlite_version}")
-    problem = check_fts5()
-    report(problem is None, problem or "FTS5 and fts5vocab available")
+    try:   # what gunicorn's master would refuse (keys, bind, store), also waiting for the database
+        config = preflight.check(log=lambda line: click.echo("wait  " + line, err=True))
+    except preflight.Refused as e:
+        report(False, f"configuration refused: {e}")
+        sys.exit(1)
+    report(True, "configuration: " + _keys_summary(config))
+    for warning in preflight.warnings(config):
+        click.echo(f"warn  {warning}", err=True)
+    for good, text in doctor_lines(config):
+        report(good, text)
     try:
         os.makedirs(config.data_dir, mode=0o700, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=config.data_dir):
@@ -83,23 +92,16 @@ def doctor(quiet):
     if not config.api_keys_file and not config.api_keys:
         if not quiet:
             click.echo("warn  no API keys configured: single 'default' tenant, no authentication")
-    for name, url in (("CONTEXT_STORE", config.store), ("CONTEXT_STORE_REPLICA", config.store_replica)):
-        report(*_postgresql_reachable(name, url))
     sys.exit(0 if ok else 1)
 
 
-def _postgresql_reachable(name: str, url: str | None) -> tuple[bool, str]:
-    """(ok, line) for a PostgreSQL URL of the configuration (issue 18); its password is never shown."""
-    from .pg import is_postgresql, redact
-    if not is_postgresql(url):
-        return True, f"{name}={url or 'unset'}" if url != "sqlite" else "storage: SQLite files in the data directory"
-    import psycopg
-    try:
-        with psycopg.connect(url, connect_timeout=5) as conn:
-            version = conn.execute("SHOW server_version").fetchone()[0]
-        return True, f"{name} {redact(url)} answers (PostgreSQL {version})"
-    except psycopg.Error as e:
-        return False, f"{name} {redact(url)} does not answer: {redact(str(e)).strip()}"
+def _keys_summary(config: Config) -> str:
+    from .auth import KeyRing
+    entries = KeyRing.from_config(config).entries
+    if not entries:
+        return "no API keys (single 'default' tenant, loopback only)"
+    tenants = sorted({tenant for _, tenant, _ in entries})
+    return f"{len(entries)} API key(s) for tenant(s) {', '.join(tenants)}"
 
 
 @main.group()
@@ -124,7 +126,10 @@ def keys_add(tenant, scopes, path):
 
 
 def _keys_file(path: str | None) -> str:
-    path = path or Config.from_env().api_keys_file
+    try:
+        path = path or Config.from_env().api_keys_file
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
     if not path:
         raise click.UsageError("No keys file: pass --file or set CONTEXT_API_KEYS_FILE.")
     return path
@@ -163,12 +168,12 @@ def keys_revoke(key_id, path):
 
 
 def _register_plugins() -> None:
-    """Commands that live beside the service: backup/restore, the MCP stdio bridge, and the
+    """Commands that live beside the service: the stores' own (backup/restore), the MCP stdio bridge, and the
     client commands (push, search, import; list, stats, export, forget) when the Python client
     package is installed."""
-    from . import backup
     from .mcp import stdio
-    backup.register_cli(main)
+    from .store import register_cli
+    register_cli(main)
     stdio.register_cli(main)
     try:
         from . import cli_client, cli_manage

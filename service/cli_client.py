@@ -1,4 +1,4 @@
-"""Client commands of `context-mode`: push, search, import (built on ``context_mode_client``).
+"""Client commands of `context-mode`: push, search, import, hook (built on ``context_mode_client``).
 
 They talk to a running service over HTTP like any other client (``--url``/``CONTEXT_URL``,
 ``--api-key``/``CONTEXT_API_KEY``); nothing here touches the store directly.
@@ -14,7 +14,7 @@ from collections import Counter
 import click
 from context_mode_client import ContextModeClient, ContextModeError
 
-from . import textsplit
+from context_mode_client import textsplit
 from .client_env import KEY_VAR, URL_VAR, from_env
 from .formats import CONTROL_CHARS_RE
 
@@ -45,6 +45,19 @@ def register_cli(main: click.Group) -> None:
     main.add_command(push)
     main.add_command(search)
     main.add_command(import_jsonl)
+    main.add_command(hook)
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def hook(args):
+    """Agent hook: CLIENT EVENT, the event JSON on stdin (clients/MCP.md, "Agent hooks").
+
+    Stores tool outputs and prompts, answers relevant earlier context in the agent's format; never
+    fails the agent (see `context-mode hook check`). Same as `python -m context_mode_client.hook`.
+    """
+    from context_mode_client.hook import main as hook_main
+    hook_main(list(args))
 
 
 @click.command()
@@ -52,7 +65,7 @@ def register_cli(main: click.Group) -> None:
 @click.argument("content", required=False)
 @click.option("--type", "type_", default="tool_output", show_default=True, help="Unit type.")
 @click.option("--source", default="context-mode_cli", show_default=True, help="Producer, e.g. curl_tool_v2.1_prod.")
-@click.option("--ttl", default=86400, show_default=True, type=int, help="Seconds to keep the unit.")
+@click.option("--ttl", default=None, type=int, help="Seconds to keep the unit (default: the server's).")
 @click.option("--timestamp", default=None, type=int, help="Unix seconds (default: now).")
 @click.option("--metadata", default=None, help="A JSON object.")
 @click.option("--parent", "parent_cid", default=None, help="CID of the parent unit.")

@@ -1,4 +1,4 @@
-"""Client commands to see and manage the memory (issue 15): `context-mode list | stats | forget | export`.
+"""Client commands to see and manage the memory: `context-mode list | stats | forget | export`.
 
 Like push/search/import (service/cli_client.py) they talk to a running service over HTTP with
 ``--url``/``CONTEXT_URL`` and ``--api-key``/``CONTEXT_API_KEY``; nothing here touches the store.

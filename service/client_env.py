@@ -1,6 +1,6 @@
 """The environment variables of the client side of ``context-mode`` (push, search, import and the
 mcp-stdio bridge): one name each, ``CONTEXT_URL`` and ``CONTEXT_API_KEY``. The bridge's older names
-still work, with a warning on stderr (issue 13: one client key variable)."""
+still work, with a warning on stderr (one client key variable)."""
 from __future__ import annotations
 
 import logging

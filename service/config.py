@@ -6,12 +6,33 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 ENV_PREFIX = "CONTEXT_"
 
+# Settings that no longer exist, refused when set so that nobody relies on one silently ignored.
+REMOVED = {
+    "CONTEXT_BM25_K1": "BM25's k1 is tantivy's 1.2 on every search path (the read index cannot rank with another)",
+    "CONTEXT_BM25_B": "BM25's b is tantivy's 0.75 on every search path (the read index cannot rank with another)",
+}
+
 BASE_TYPES = ("user_input", "model_thinking", "tool_output", "system_notice")
+
+
+def is_postgresql(url: str | None) -> bool:
+    """Whether a ``CONTEXT_STORE`` (or ``_REPLICA``) value names a PostgreSQL database."""
+    return bool(url) and url.split("://", 1)[0] in ("postgresql", "postgres")
+
+
+def redact(url: str) -> str:
+    """A connection URL for logs and messages: never its password."""
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+
+
+# Set but empty is a mistake for these, not "unset" (which means: no keys, loopback only).
+MUST_NOT_BE_EMPTY = ("api_keys_file", "api_keys")
 
 
 def _bool(v: str) -> bool:
@@ -28,15 +49,15 @@ class Config:
     bind: str = "127.0.0.1:5000"
     workers: int = 2
     threads: int = 8
-    # Auth (DESIGN.md section 9): a keys file, or inline keys "key:tenant:scope+scope;..." for development.
+    # Auth (docs/design.md §9): a keys file, or inline keys "key:tenant:scope+scope;..." for development.
     api_keys_file: str | None = None
     api_keys: str | None = None
-    # Unit contract (DESIGN.md section 3).
+    # Unit contract (docs/design.md §3).
     extra_types: tuple[str, ...] = ()
     max_content_bytes: int = 1024 * 1024
     max_metadata_bytes: int = 64 * 1024
     max_source_chars: int = 200
-    max_ttl: int = 31_536_000         # 0: no maximum, a unit may be kept for good (issue 14)
+    max_ttl: int = 31_536_000         # 0: no maximum, a unit may be kept for good
     default_ttl: int = 2_592_000      # ttl of a unit pushed without one (30 days); 0: kept for good (needs max_ttl 0)
     future_skew_s: int = 300
     max_batch: int = 1000
@@ -44,11 +65,11 @@ class Config:
     max_request_bytes: int = 1024 * 1024         # every other route's body (search, MCP, retrieval, ...)
     max_metadata_depth: int = 32
     max_lineage_bytes: int = 4 * 1024 * 1024     # content in one lineage answer (REST and review-lineage)
-    # Tokenizer (DESIGN.md section 6).
+    # Tokenizer (docs/design.md §6).
     segmenter: str = "auto"          # auto | rjieba | jieba
     user_dict: str | None = None
     stem: bool = True
-    # Indexer and read index (DESIGN.md section 5; service/readindex.py).
+    # Indexer and read index (docs/design.md §6.1; service/readindex/).
     index_threads: int = 2
     index_batch: int = 512
     index_poll_ms: int = 200
@@ -64,21 +85,20 @@ class Config:
     # ... when they are at most this many (a bulk import's backlog is reported in freshness instead).
     read_your_writes_max: int = 20_000
     janitor_interval_s: float = 30.0
-    # Search (DESIGN.md section 6).
+    # Search (docs/design.md §6).
     search_threads: int = 4
     local_top_n: int = 50
     exact_match_limit: int = 120     # at most this many matches in a shard: score them all exactly (cheap when small)
     # CPU one search may spend scoring on the primary files (strong reads, read-your-writes' tail);
     # past it the search stops with 422 query_too_expensive (0: no cap). The read index needs none.
     search_cpu_ms: int = 1000
-    bm25_k1: float = 1.2
-    bm25_b: float = 0.75
-    # Storage backend (issue 18; docs/postgresql.md): "sqlite" (files under data_dir) or a postgresql://...
+    # Storage backend (docs/postgresql.md): "sqlite" (files under data_dir) or a postgresql://...
     # URL; with PostgreSQL, store_replica names a streaming hot standby for default searches, which read
     # the primary while it is down or its observed replay lag passes replica_max_lag_ms.
     store: str = "sqlite"
     store_replica: str | None = None
     replica_max_lag_ms: int = 5000
+    store_wait_s: float = 0.0         # at start, wait this long for a PostgreSQL primary that does not answer yet
     pg_pool_size: int = 10            # connections per process and server (primary, standby)
     pg_index_batch: int = 2048        # queued units one PostgreSQL indexer transaction takes at most
     # Storage.
@@ -91,16 +111,16 @@ class Config:
     max_open_shards: int = 64         # primary day files kept open per process (least recently used closed)
     max_days_per_request: int = 100   # distinct days one push may touch (each is a file); 0: no limit
     max_days_per_tenant: int = 400    # day files per tenant (at the default max_ttl live units span ~366)
-    # Front doors (DESIGN.md sections 7 and 8).
+    # Front doors (docs/design.md §7, §8).
     public_url: str = "http://context-mode:5000"
-    # Host/Origin check on every door (DESIGN.md section 9); the host of public_url is always allowed.
+    # Host/Origin check on every door (docs/design.md §9); the host of public_url is always allowed.
     allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]", "::1")
     allowed_origins: tuple[str, ...] = ()
     mcp_allowed_hosts: tuple[str, ...] = ()     # older names of the two above; added to them
     mcp_allowed_origins: tuple[str, ...] = ()
     allow_open: bool = False          # no-keys mode on a non-loopback bind only when this is set
     mcp_cursor_secret: str | None = None   # HMAC key for MCP list cursors (default: a key file in data_dir)
-    mcp_list_max_units: int = 500     # resources/list stops after this many recent units (issue 14: clients cap pages)
+    mcp_list_max_units: int = 500     # resources/list stops after this many recent units (clients cap pages)
     # Per key (client address for requests without one). "auto": 1200/minute when keys are
     # configured, off in no-keys mode (loopback only, one user); "off" disables it everywhere.
     rate_limit: str | None = "auto"
@@ -113,7 +133,7 @@ class Config:
     # Under gunicorn: indexing, read-index writes and the janitor run in one maintainer process beside
     # the workers (service/maintainer.py), not in a worker's thread; False: in the workers, as before.
     maintenance_process: bool = True
-    # Live context (issue 16): MCP subscriptions/listen and GET /mcp/stream. Each open stream holds one
+    # Live context: MCP subscriptions/listen and GET /mcp/stream. Each open stream holds one
     # gunicorn thread, so streams per worker stay below CONTEXT_THREADS (service/hub.py).
     max_streams: int = -1             # open streams per worker; -1: half the threads; at most threads - 2
     max_listeners_per_key: int = 16   # open streams of one API key, over every worker
@@ -122,7 +142,7 @@ class Config:
     listen_poll_ms: int = 100         # how often each worker looks for new units and changes
     listen_heartbeat_s: float = 15.0  # an SSE comment on a quiet stream (proxies and clients keep it open)
     listen_idle_s: float = 1800.0     # a stream that delivered nothing this long ends (client re-listens)
-    # Tool registry (issue 16, service/registry.py).
+    # Tool registry (service/store/sqlite/registry.py).
     max_tools_per_tenant: int = 10_000
 
     def __post_init__(self):
@@ -146,18 +166,41 @@ class Config:
         return BASE_TYPES + tuple(t for t in self.extra_types if t not in BASE_TYPES)
 
     @property
+    def backend(self) -> str:
+        """"sqlite" or "postgresql", as ``CONTEXT_STORE`` says; RuntimeError (a refused start) otherwise."""
+        name = "postgresql" if is_postgresql(self.store) else "sqlite" if self.store == "sqlite" else None
+        if name is None:
+            raise RuntimeError(f"CONTEXT_STORE must be 'sqlite' or a postgresql://... URL, not {self.store!r}.")
+        if self.store_replica and not (name == "postgresql" and is_postgresql(self.store_replica)):
+            raise RuntimeError("CONTEXT_STORE_REPLICA is a postgresql://... URL and needs CONTEXT_STORE=postgresql://...")
+        return name
+
+    @property
     def data_path(self) -> Path:
+        """``data_dir`` as a Path: the data folder every file of this node lives under."""
         return Path(self.data_dir)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides) -> "Config":
         env = os.environ if environ is None else environ
+        for name, why in REMOVED.items():
+            if env.get(name):
+                raise ValueError(f"{name} is no longer a setting: {why}. Unset it.")
         values: dict = {}
         for f in dataclasses.fields(cls):
-            raw = env.get(ENV_PREFIX + f.name.upper())
+            name = ENV_PREFIX + f.name.upper()
+            raw = env.get(name)
+            if raw is not None and not raw.strip() and f.name in MUST_NOT_BE_EMPTY:
+                # A typo or a missing compose variable must never turn authentication off.
+                raise ValueError(f"{name} is set but empty: name the keys, or unset {name} to run without keys "
+                                 "(loopback only).")
             if raw is None or raw == "":
                 continue
-            values[f.name] = _coerce(f, raw)
+            try:
+                values[f.name] = _coerce(f, raw)
+            except ValueError:
+                kind = "a whole number" if isinstance(f.default, int) else "a number"
+                raise ValueError(f"{name}={raw!r} is not {kind}.") from None
         values.update(overrides)
         return cls(**values)
 

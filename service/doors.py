@@ -1,4 +1,4 @@
-"""Checks every front door makes before its view runs (DESIGN.md section 9, issue 12).
+"""Checks every front door makes before its view runs (docs/design.md §9).
 
 One rule for REST, ``/mcp``, ``/retrieval`` and the adapters, in every mode (keys or not):
 1. Host must name this service (DNS rebinding) and a browser's Origin must be this service
@@ -124,6 +124,16 @@ def check_request() -> None:
         if size > limit:
             raise ApiError(f"Request body too large: at most {limit} bytes on this route.",
                            code="payload_too_large", status=413)
+
+
+def refuse_open_bind(config, keys) -> None:
+    """RuntimeError when no keys are configured and the bind is not loopback (unless CONTEXT_ALLOW_OPEN)."""
+    if keys.open and not config.allow_open and not is_loopback_bind(config.bind):
+        raise RuntimeError(
+            f"No API keys are configured and CONTEXT_BIND={config.bind} is not loopback, "
+            "so anyone who can reach it could read and write everything. Configure keys "
+            "(CONTEXT_API_KEYS_FILE, see `context-mode keys add`), bind 127.0.0.1, or set "
+            "CONTEXT_ALLOW_OPEN=1 if a proxy in front authenticates callers.")
 
 
 def is_loopback_bind(bind: str) -> bool:

@@ -1,4 +1,4 @@
-"""One error tree and one error body (DESIGN.md section 4): {"error", "code", "field"?}."""
+"""One error tree and one error body (docs/design.md §4): {"error", "code", "field"?}."""
 from __future__ import annotations
 
 import errno
@@ -55,12 +55,8 @@ class Unprocessable(ApiError):
 
 
 class TooCostly(Unprocessable):
-    """A search that did more work on the primary files than one request may (issue 12, finding 9)."""
+    """A search that did more work on the primary files than one request may."""
     code = "query_too_expensive"
-
-
-class RateLimited(ApiError):
-    status, code = 429, "rate_limited"
 
 
 class StorageUnavailable(ApiError):
@@ -73,7 +69,7 @@ class StorageUnavailable(ApiError):
 
 
 class Busy(ApiError):
-    """Every search slot of this worker is taken (issue 12, finding 9): retry shortly."""
+    """Every search slot of this worker is taken: retry shortly."""
     status, code = 503, "search_busy"
 
     def __init__(self, message: str = "Too many searches at once; retry shortly.", **kw):
@@ -138,7 +134,7 @@ def door() -> str:
 
 def respond(status: int, code: str, message: str, field: str | None = None, headers: dict | None = None):
     """One error response in the shape of the door it answers: JSON-RPC for /mcp, Dify's for
-    /retrieval, {"error", "code", "field"?} (DESIGN.md section 4) everywhere else."""
+    /retrieval, {"error", "code", "field"?} (docs/design.md §4) everywhere else."""
     which = door()
     if which == "mcp":
         body = {"jsonrpc": "2.0", "id": None,

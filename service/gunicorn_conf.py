@@ -8,13 +8,26 @@ The slow-client guard bounds how a request *arrives*; a stream's writes are boun
 (a client that reads nothing for 30 s is dropped), and its heartbeats keep idle proxies quiet.
 """
 import os
+import sys
 import tempfile
 
+from service import preflight
 from service.boot import limit_malloc_arenas
-from service.config import Config
 from service.gunicorn_guard import install as install_guard
 
-_config = Config.from_env()
+
+def _say(line: str) -> None:
+    print(f"context-mode: {line}", file=sys.stderr, flush=True)
+
+
+# A configuration the workers would refuse stops the start here, in the master, with one line and exit
+# status 1 (issue 26): not a traceback from every worker and "Worker failed to boot" in a restart loop.
+try:
+    _config = preflight.check(log=_say)
+except preflight.Refused as e:
+    sys.exit(f"context-mode: refusing to start: {e}")
+for _warning in preflight.warnings(_config):
+    _say(f"warning: {_warning}")
 limit_malloc_arenas()   # in the master, before any thread: every forked worker keeps the limit
 
 bind = _config.bind
@@ -31,7 +44,7 @@ accesslog = None
 errorlog = "-"
 loglevel = "info"
 preload_app = False     # each worker opens its own SQLite connections and threads after fork
-# No shared ~/.gunicorn/gunicorn.ctl: every instance on a host would bind the same path (issue 12).
+# No shared ~/.gunicorn/gunicorn.ctl: every instance on a host would bind the same path.
 control_socket_disable = True
 
 
@@ -41,7 +54,7 @@ control_socket_disable = True
 install_guard(_config.read_timeout_s, _config.request_deadline_s)
 
 # Loaded once here in the master and shared by every forked worker (copy-on-write): the service's
-# modules and the segmenter with its dictionary (issue 17: about 40 MiB less private memory per
+# modules and the segmenter with its dictionary (about 40 MiB less private memory per
 # worker, bench/README.md). Imports only: no app, no open file, no thread before the fork.
 import service.adapters  # noqa: E402,F401
 import service.mcp  # noqa: E402,F401

@@ -1,4 +1,4 @@
-"""Slow clients cannot hold gunicorn's worker threads (DESIGN.md section 9, issue 12 finding 3).
+"""Slow clients cannot hold gunicorn's worker threads (docs/design.md §9).
 
 gthread hands a connection to a worker thread as soon as it is readable, and the thread then
 reads the request's headers and body with blocking ``recv`` calls. A client that sends one

@@ -1,11 +1,11 @@
-"""Live context, the delivery side (issue 16): one hub per gunicorn worker fans out to its open streams.
+"""Live context, the delivery side: one hub per gunicorn worker fans out to its open streams.
 
 A listener (an MCP ``subscriptions/listen`` stream, service/mcp/listen.py, or a GET /mcp/stream,
 service/api/stream.py) is one long-lived response on one gunicorn thread. The hub's single thread
 looks, only for tenants that have listeners here, at the shared sources (the feed of new units, the
 change log) and hands each listener what it watches. Nothing is queued between workers: whichever
 worker took a push, every worker reads it from storage. The sources are the backend's: FileSources
-(SQLite files, service/events.py, polled every ``listen_poll_ms``) or service/pg/live.py's PgSources
+(SQLite files, service/store/sqlite/live.py, polled every ``listen_poll_ms``) or service/store/postgresql/live.py's PgSources
 (tables every node shares, woken by LISTEN/NOTIFY); the API and MCP layers never tell them apart.
 
 Bounds (README, docs/configuration.md):
@@ -21,108 +21,21 @@ from __future__ import annotations
 
 import heapq
 import logging
-import secrets
 import select
 import socket
 import threading
 import time
-from pathlib import Path
 
-from .events import UNIT_PREFIX, ChangeLog, FeedUnit, read_feed, unit_expiry
-from .shards import Db, sql
+from .live import UNIT_PREFIX, FeedUnit, LimitReached
 
 log = logging.getLogger(__name__)
 
-STALE_MS = 15_000          # a streams.db row not refreshed for this long belongs to a dead worker
 TOUCH_S = 3.0              # how often a worker refreshes its rows
 FEED_LIMIT = 1000          # units read per tenant and tick
 SEARCH_WAIT_S = 10.0       # longest a search subscription waits for the read index to show a new unit
 SEARCH_TOP_K = 10          # what resources/read of context://search/{query} shows (service/mcp/resources.py)
 LIST = "list"              # the pending marker of a resources list change
 FULL_LOOK_S = 1.0          # a hub woken for some tenants still looks at every one this often (or listen_poll_ms)
-
-
-class LimitReached(Exception):
-    """Too many open streams: ``scope`` is "key", "tenant" (429) or "server" (this worker, 503)."""
-
-    def __init__(self, scope: str, limit: int, message: str | None = None):
-        self.scope, self.limit = scope, limit
-        what = {"key": "this API key", "tenant": "this tenant", "server": "this server process"}[scope]
-        super().__init__(message or f"Too many open streams for {what} (at most {limit}); close one or retry later.")
-
-    @property
-    def status(self) -> int:
-        return 503 if self.scope == "server" else 429
-
-
-class Slots:
-    """Open streams of every worker, so the per-key and per-tenant limits hold across processes."""
-
-    def __init__(self, config):
-        self.config = config
-        self.owner = secrets.token_hex(8)
-        self.db = Db(Path(config.data_dir) / "streams.db", "streams_schema.sql", config, pool_size=1,
-                     cache_size_kib=256, may_be_unlinked=False)
-
-    def take(self, tenant: str, key_id: str, kind: str) -> str:
-        slot = secrets.token_hex(8)
-        cfg = self.config
-
-        def tx(conn):
-            now = int(time.time() * 1000)
-            conn.execute(sql("listeners_expire"), {"before": now - STALE_MS})
-            n_tenant, n_key = conn.execute(sql("listeners_count"), {"tenant": tenant, "key_id": key_id}).fetchone()
-            if n_key >= cfg.max_listeners_per_key:
-                raise LimitReached("key", cfg.max_listeners_per_key)
-            if n_tenant >= cfg.max_listeners_per_tenant:
-                raise LimitReached("tenant", cfg.max_listeners_per_tenant)
-            conn.execute(sql("listeners_insert"), {"id": slot, "tenant": tenant, "key_id": key_id,
-                                                   "owner": self.owner, "kind": kind, "now": now})
-        self.db.write(tx)
-        return slot
-
-    def release(self, slot: str) -> None:
-        self.db.write(lambda c: c.execute(sql("listeners_delete"), {"id": slot}))
-
-    def touch(self) -> None:
-        self.db.write(lambda c: c.execute(sql("listeners_touch"), {"now": int(time.time() * 1000),
-                                                                   "owner": self.owner}))
-
-    def close(self) -> None:
-        self.db.close()
-
-
-class FileSources:
-    """Where the hub reads changes on the SQLite backend: the feed and the change log in the tenant's files,
-    the stream slots in ``<data>/streams.db``; polled every ``listen_poll_ms``. The PostgreSQL backend's
-    counterpart, with the same methods, is service/pg/live.py's PgSources (tables, woken by NOTIFY)."""
-
-    def __init__(self, store):
-        self.store = store
-        self.changes = ChangeLog(store)
-        self.slots = Slots(store.config)
-        store.observers.append(self.changes.observe)
-
-    def feed(self, tenant: str, after: int, limit: int) -> tuple[list[FeedUnit], int]:
-        """New units with seq > after (events.read_feed), and the seq the feed is resolved to."""
-        return read_feed(self.store.tenant(tenant), after, limit, tokenizer=self.store.tokenizer,
-                         batch=self.store.config.index_batch)
-
-    def expiry(self, tenant: str, cid: str) -> int | None:
-        return unit_expiry(self.store.tenant(tenant), cid)
-
-    def positions(self, tenant: str) -> tuple[int, int]:
-        """(the tenant's last seq, the change log's last n)."""
-        return self.store.max_seq(tenant), self.changes.max_n(tenant)
-
-    def wait(self, timeout: float, stop: threading.Event) -> set[str] | None:
-        """Block until the next look; the tenants known to have changed, or None: look at every one."""
-        stop.wait(timeout)
-        return None
-
-    def close(self) -> None:
-        self.slots.close()
-        self.changes.close()
 
 
 def client_gone(sock) -> bool:
@@ -306,7 +219,7 @@ class Hub:
     def __init__(self, store, sources):
         self.store = store
         self.config = store.config
-        self.sources = sources              # FileSources (SQLite) or service/pg/live.py's PgSources
+        self.sources = sources              # FileSources (SQLite) or service/store/postgresql/live.py's PgSources
         self.changes = sources.changes
         self.slots = sources.slots
         self.lock = threading.RLock()
@@ -541,7 +454,7 @@ class Hub:
         low = state.get("low", 0)
         cfg = self.config
         if cfg.read_your_writes_ms > 0 and self.store.max_seq(tenant) - low <= cfg.read_your_writes_max:
-            return None                         # service/search.py reads the units past the mark itself
+            return None                         # service/store/sqlite/search.py reads the units past the mark itself
         return low, state.get("seq", 0), state.get("backlog", 1)
 
     @staticmethod

@@ -1,6 +1,6 @@
 """Prometheus instruments recorded where things happen (prometheus-client only, no Flask): the
 maintenance thread and the request hooks both import them, and service/metrics.py exports them at
-/metrics (issue 13: the indexer imported the Flask-side metrics module for one histogram)."""
+/metrics (so the stores never import Flask)."""
 from __future__ import annotations
 
 from prometheus_client import Counter, Histogram

@@ -1,4 +1,4 @@
-"""Per-key rate limiting (DESIGN.md section 9) with flask-limiter: 429 + Retry-After.
+"""Per-key rate limiting (docs/design.md §9) with flask-limiter: 429 + Retry-After.
 (Slow clients are bounded by service/gunicorn_guard.py.)
 
 The key is a hash of the presented credential (or the client address when there is none),
@@ -18,7 +18,7 @@ DEFAULT_LIMIT = "1200/minute"
 
 
 def _key() -> str:
-    # The parsed token, not the raw header: "Bearer k", "bearer  k" and "BEARER k" are one key (issue 12, finding 7).
+    # The parsed token, not the raw header: "Bearer k", "bearer  k" and "BEARER k" are one key.
     token, _ = bearer_token(request.headers.get("Authorization"))
     if token:
         return "key:" + hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()[:24]

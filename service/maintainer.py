@@ -1,4 +1,4 @@
-"""Background maintenance in its own process, next to the gunicorn workers (issue 17).
+"""Background maintenance in its own process, next to the gunicorn workers.
 
 Indexing, the read-index writer and the janitor are CPU-bound Python. Run as a thread inside a
 request worker, they hold that worker's GIL in 5 ms slices, and every request the worker serves
@@ -263,15 +263,16 @@ def run(parent: int) -> int:
     is then the shell)."""
     _set_name(MAINTAINER_NAME)
     _die_with_parent()
-    from .boot import check_store, limit_malloc_arenas, open_store, raise_open_files_limit, setup_logging
+    from .boot import limit_malloc_arenas, raise_open_files_limit, setup_logging
+    from .store import check_backend, open_backend
     limit_malloc_arenas()
     from .config import Config
     setup_logging()
     config = Config.from_env()
     os.umask(0o077)
     raise_open_files_limit()
-    check_store(config)
-    data = Path(config.data_dir)
+    check_backend(config)
+    data = config.data_path
     data.mkdir(parents=True, exist_ok=True)
     stopping = _stopper()
 
@@ -283,7 +284,8 @@ def run(parent: int) -> int:
         except BlockingIOError:
             if stopping.wait(0.05) or os.getppid() != parent:
                 return 0
-    store, maintenance = open_store(config)
+    backend = open_backend(config)
+    store, maintenance = backend.store, backend.maintenance
     maintenance.start()
     wake_fd = _wake_fifo(data / WAKE_NAME)
     log.info("maintainer %d maintains %s", os.getpid(), data)

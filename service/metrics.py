@@ -34,6 +34,11 @@ class StoreCollector:
         lag = GaugeMetricFamily("context_replica_lag_seconds", "Age of the oldest change not yet in the read index.",
                                 labels=["tenant"])
         stored = GaugeMetricFamily("context_units_stored", "Live units in the catalog.", labels=["tenant"])
+        behind = GaugeMetricFamily("context_read_index_behind_units", "Live units this node's read index lacks.",
+                                   labels=["tenant"])
+        behind_s = GaugeMetricFamily("context_read_index_lag_seconds",
+                                     "How long the oldest unit this node's read index lacks has waited.",
+                                     labels=["tenant"])
         names = store.tenant_names()
         if self.tenants is not None:
             names = [n for n in names if n in self.tenants]
@@ -42,9 +47,15 @@ class StoreCollector:
             depth.add_metric([name], stats["index_pending"])
             lag.add_metric([name], stats["replica_lag_ms"] / 1000)
             stored.add_metric([name], stats["units_live"])
+            index_lag = store.read_index_lag(name)
+            if index_lag is not None:
+                behind.add_metric([name], index_lag["units"])
+                behind_s.add_metric([name], index_lag["lag_ms"] / 1000)
         yield depth
         yield lag
         yield stored
+        yield behind
+        yield behind_s
 
 
 def init_app(app: Flask) -> None:
@@ -62,7 +73,7 @@ def init_app(app: Flask) -> None:
             seconds = time.perf_counter() - t0
             REQUEST_SECONDS.labels(route, request.method, str(response.status_code)).observe(seconds)
             if access:
-                # One line per request (DESIGN.md section 9): the route pattern, never the path, content or key.
+                # One line per request (docs/design.md §9): the route pattern, never the path, content or key.
                 principal = g.get("principal")
                 ACCESS_LOG.info("tenant=%s method=%s route=%s status=%d ms=%.1f",
                                 principal.tenant if principal else "-", request.method, route,
@@ -71,7 +82,7 @@ def init_app(app: Flask) -> None:
 
     @app.get("/metrics")
     def metrics():
-        """Prometheus metrics. With keys configured: an admin key, and only its tenant's series (issue 12)."""
+        """Prometheus metrics. With keys configured: an admin key, and only its tenant's series."""
         tenants = None
         if not app.extensions["context_keys"].open:
             principal = current_principal()

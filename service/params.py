@@ -1,4 +1,4 @@
-"""Request parameters, declared once (DESIGN.md section 4; issue 13).
+"""Request parameters, declared once (docs/design.md §4).
 
 Each field of the search request is one row of ``SEARCH`` (name, kind, bounds, default,
 description, and the doors that accept it). The rows drive everything a door does with them:
@@ -76,6 +76,9 @@ PACKING: tuple[Field, ...] = (
 DOOR_DEFAULTS = {"context": {"top_k": 20}, "continue": {"top_k": 5}}
 
 _BY_NAME = {f.name: f for f in PACKING + SEARCH}
+# Names other APIs (and our own query string) use, and the field a body calls them: said in the 400.
+HINTS = {"q": "query", "text": "query", "k": "top_k", "limit": "top_k", "n": "top_k", "type": "types",
+         "threshold": "min_score", "score_threshold": "min_score", "parent": "parent_cid"}
 
 
 def fields(door: str) -> tuple[Field, ...]:
@@ -179,7 +182,7 @@ def _source(f: Field, v, config):
     if v is not None and (not isinstance(v, str) or not v or len(v) > f.maximum):
         raise BadRequest(f"Field {f.name!r} must be a non-empty string (exact, or a prefix ending in '*').",
                          field=f.name)
-    if v is not None and CONTROL_CHARS_RE.search(v):   # (no source holds one: DESIGN.md section 3)
+    if v is not None and CONTROL_CHARS_RE.search(v):   # (no source holds one: docs/design.md §3)
         raise BadRequest(f"Field {f.name!r} must not contain control characters.", field=f.name)
     return v
 
@@ -201,7 +204,9 @@ def parse(body, config, door: str, *, what: str) -> dict:
     declared = fields(door)
     unknown = sorted(set(body) - {f.name for f in declared})
     if unknown:
-        raise BadRequest(f"Unknown field {unknown[0]!r}.", code="unknown_field", field=unknown[0])
+        hint = HINTS.get(unknown[0])
+        hint = f"; did you mean {hint!r}?" if hint and hint in {f.name for f in declared} else "."
+        raise BadRequest(f"Unknown field {unknown[0]!r}{hint}", code="unknown_field", field=unknown[0])
     defaults = DOOR_DEFAULTS.get(door, {})
     return {f.name: _CHECK[f.kind](f, body[f.name] if f.name in body else defaults.get(f.name), config)
             for f in declared}
@@ -223,16 +228,36 @@ def parse_context(body, config) -> tuple[SearchParams, int, int]:
 _TRUE = ("1", "true", "yes", "on")
 
 
+def query_value(args, key: str) -> str | None:
+    """One query-string parameter's value; given more than once it is 400 (which one was meant is a guess)."""
+    values = args.getlist(key)
+    if len(values) > 1:
+        raise BadRequest(f"Parameter {key!r} is given {len(values)} times; give it once.",
+                         code="duplicate_parameter", field=key)
+    return values[0] if values else None
+
+
+def query_list(args, key: str) -> list[str]:
+    """A list parameter: ``types=a,b`` and ``types=a&types=b`` alike (issue 26: only the first counted)."""
+    return [x for value in args.getlist(key) for x in value.split(",") if x]
+
+
 def from_query_string(args) -> dict:
     """GET /mcp/search?q=...: the search door's fields from a query string (``q`` names ``query``),
     converted by kind; validation is then the JSON body's."""
     body: dict = {}
+    if "q" in args and "query" in args:
+        raise BadRequest("Give the search text once, as 'q' or as 'query'.", code="duplicate_parameter",
+                         field="query")
     for key in args:
         name = "query" if key == "q" else key
         f = _BY_NAME.get(name)
         if f is None or "search" not in f.doors:
             raise BadRequest(f"Unknown parameter {key!r}.", code="unknown_field", field=key)
-        value = args.get(key)
+        if f.kind == "types":
+            body[name] = query_list(args, key)
+            continue
+        value = query_value(args, key)
         if f.kind in ("integer", "count"):
             try:
                 body[name] = int(value)
@@ -245,8 +270,6 @@ def from_query_string(args) -> dict:
                 raise BadRequest(f"Parameter {key!r} must be a number.", field=name) from None
         elif f.kind == "boolean":
             body[name] = value.lower() in _TRUE
-        elif f.kind == "types":
-            body[name] = [x for x in value.split(",") if x]
         else:
             body[name] = value
     return body
@@ -292,7 +315,8 @@ def query_parameters(config) -> list[dict]:
                         "schema": {"type": "string", "maxLength": f.maximum}})
         elif f.kind == "types":
             out.append({"name": f.name, "in": "query", "required": False,
-                        "description": f.description + " Comma-separated type names.", "schema": {"type": "string"}})
+                        "description": f.description + " Comma-separated type names, or the parameter repeated "
+                                       "(types=a&types=b).", "schema": {"type": "string"}})
         else:
             s = schema(f, config, "search")
             out.append({"name": f.name, "in": "query", "required": False, "description": s.pop("description"),

@@ -1,4 +1,4 @@
-"""One tokenizer for indexing and for queries (DESIGN.md section 6).
+"""One tokenizer for indexing and for queries (docs/design.md §6).
 
 Lower-cased; Han runs segmented by jieba in search mode (HMM off, so rjieba and jieba
 agree); Latin words and numbers kept whole; identifiers such as ``ORD-7890``,

@@ -1,4 +1,4 @@
-"""Signed opaque tokens: list cursors and forget confirmations (issue 15).
+"""Signed opaque tokens: list cursors and forget confirmations.
 
 The same scheme and key as MCP ``resources/list`` cursors (service/mcp/resources.py): a small
 payload and an HMAC-SHA256 over (purpose, tenant, payload) under the deployment's cursor key
@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import time
-from pathlib import Path
 
 from flask import current_app
 
@@ -41,7 +40,7 @@ def cursor_key(app, config) -> bytes:
 
 def _key_file(config) -> bytes:
     """A per-deployment random key shared by every gunicorn worker through the data directory."""
-    path = Path(config.data_dir) / "mcp-cursor.key"
+    path = config.data_path / "mcp-cursor.key"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

@@ -1,10 +1,10 @@
-"""The tool contract (issue 16): what a registered tool may hold, checked before anything is stored.
+"""The tool contract: what a registered tool may hold, checked before anything is stored.
 
 A tool is a name, a description, an endpoint, an ``auth_type``, tags, metadata, and input/output
 schemas checked as JSON Schema 2020-12 (``jsonschema``). No credential is ever stored: field names
 and values that look like one are refused wherever they appear (metadata, the endpoint's user info
 or query, the description, literal values in the schemas); only the kind of auth is kept.
-service/registry.py stores and searches what passes.
+service/store/sqlite/registry.py stores and searches what passes.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
-from .errors import BadRequest, Unprocessable
+from .errors import ApiError, BadRequest, NotFound, Unprocessable
 from .units import _check_metadata_values
 
 TOOL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -282,3 +282,23 @@ def parse_search(body: dict) -> dict:
         raise BadRequest(f"Field 'auth_type' must be one of: {', '.join(AUTH_TYPES)}.", code="invalid_auth_type",
                          field="auth_type")
     return {"query": query, "top_k": top_k, "tags": parse_tags(body.get("tags")), "auth_type": auth_type}
+
+
+def tool_dict(row) -> dict:
+    """The public shape of a registered tool."""
+    return {"name": row["name"], "uri": tool_uri(row["name"]), "title": row["title"],
+            "description": row["description"], "endpoint": row["endpoint"], "auth_type": row["auth_type"],
+            "tags": json.loads(row["tags"]), "metadata": json.loads(row["metadata"]) if row["metadata"] else None,
+            "input_schema": json.loads(row["input_schema"]),
+            "output_schema": json.loads(row["output_schema"]) if row["output_schema"] else None,
+            "version": row["version"], "created_at": row["created_ms"] // 1000,
+            "updated_at": row["updated_ms"] // 1000}
+
+
+def dump_json(value) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def not_found(name: str) -> ApiError:
+    shown = name[:64] if isinstance(name, str) else ""
+    return NotFound(f"No tool named {shown!r} is registered.", code="not_found", field="name")

@@ -1,4 +1,4 @@
-"""The context unit contract (DESIGN.md section 3): validation, the CID rule, and the unit's JSON shapes
+"""The context unit contract (docs/design.md §3): validation, the CID rule, and the unit's JSON shapes
 (push bodies, stored units, search results), declared once for the MCP tools and the OpenAPI document."""
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def encode_metadata(metadata: dict) -> str:
 
 
 def day_of(timestamp: int) -> str:
-    """The unit's own UTC day names its shard file (DESIGN.md section 5)."""
+    """The unit's own UTC day names its shard file (docs/design.md §5)."""
     return _day_name(timestamp // 86_400)
 
 
@@ -101,7 +101,7 @@ def _encodable(text: str) -> bool:
 
 def _check_metadata_values(metadata: dict, max_depth: int) -> None:
     """Finite numbers only (1e400 parses as inf, which no JSON reader accepts back) and nesting at
-    most ``max_depth`` levels (deeper ones break recursive readers): issue 12, findings 5 and 6."""
+    most ``max_depth`` levels (deeper ones break recursive readers)."""
     stack = [(metadata, 1)]
     while stack:
         value, depth = stack.pop()
@@ -139,23 +139,31 @@ def _check_source(source, config: Config) -> str:
     return source
 
 
+YEAR_2000 = 946_684_800        # a timestamp that divides down to a time after this was meant in a finer unit
+
+
 def _check_timestamp(timestamp, config: Config, now: float) -> int:
     if timestamp is None:
-        raise BadRequest("Field 'timestamp' is required.", code="missing_field", field="timestamp")
+        return int(now)      # optional (issue 26): an agent cannot know the time; send it for idempotent retries
     if not _is_int(timestamp):
         raise BadRequest("Field 'timestamp' must be an integer number of seconds (not a float, string or boolean).",
                          field="timestamp")
     if timestamp < 0:
         raise BadRequest("Field 'timestamp' must not be negative.", field="timestamp")
     if timestamp > now + config.future_skew_s:
-        raise BadRequest(f"Field 'timestamp' is more than {config.future_skew_s} seconds in the future.",
+        hint = ""
+        for unit, factor in (("milliseconds", 1000), ("microseconds", 1_000_000), ("nanoseconds", 10**9)):
+            if YEAR_2000 <= timestamp // factor <= now + config.future_skew_s:   # e.g. JavaScript's Date.now()
+                hint = f"; {timestamp} looks like {unit}: send Unix seconds ({timestamp // factor})"
+                break
+        raise BadRequest(f"Field 'timestamp' is more than {config.future_skew_s} seconds in the future{hint}.",
                          code="timestamp_in_future", field="timestamp")
     return timestamp
 
 
 def _check_ttl(ttl, config: Config) -> int:
     if ttl is None:
-        ttl = default_ttl(config)          # optional since issue 14: the operator's default
+        ttl = default_ttl(config)          # optional: the operator's default
     if not _is_int(ttl):
         raise BadRequest("Field 'ttl' must be an integer number of seconds (not a float, string or boolean).",
                          field="ttl")
@@ -282,8 +290,9 @@ PUSH_FIELDS: tuple[Shape, ...] = (
           True),
     Shape("source", lambda c: {"type": "string", "minLength": 1, "maxLength": c.max_source_chars,
                                "description": "Who produced it, by convention {tool}_{version}_{env}."}, True),
-    Shape("timestamp", _described({"type": "integer", "minimum": 0}, "Unix seconds (UTC); at most 5 minutes ahead."),
-          True),
+    Shape("timestamp", _described({"type": "integer", "minimum": 0},
+                                  "Unix seconds (UTC), at most 5 minutes ahead; omitted: when the server receives "
+                                  "it (send it to make a retried push a duplicate, not a second unit).")),
     Shape("ttl", _ttl),
     Shape("content", _described({"type": "string"}, "The text to remember (serialize JSON yourself)."), True),
     Shape("metadata", _described({"type": "object"}, "Optional JSON object (at most 64 KiB).")),
@@ -318,3 +327,24 @@ def object_schema(shapes, config: Config, *, exclude: tuple[str, ...] = ()) -> d
     chosen = [f for f in shapes if f.name not in exclude]
     return {"type": "object", "properties": {f.name: f.schema(config) for f in chosen},
             "required": [f.name for f in chosen if f.required]}
+
+
+# --- a stored unit --------------------------------------------------------------------------------
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def unit_dict(row) -> dict:
+    """The public shape of a stored unit."""
+    meta = row["metadata"]
+    return {
+        "cid": row["cid"], "type": row["type"], "source": row["source"],
+        "timestamp": row["timestamp"], "ttl": row["ttl"], "content": row["content"],
+        "metadata": json.loads(meta) if meta else None, "parent_cid": row["parent_cid"],
+        "expires_at": row["expires_at"], "seq": row["seq"],
+    }
+
+
+def export_fields(unit: dict) -> dict:
+    """What export writes per unit: exactly the fields a push takes back (same CID)."""
+    return {k: unit[k] for k in FIELDS}

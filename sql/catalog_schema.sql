@@ -1,4 +1,4 @@
--- Tenant catalog: tenants/<tenant>/catalog.db (DESIGN.md section 5). cid -> day, expiry, seq.
+-- Tenant catalog: tenants/<tenant>/catalog.db (docs/design.md §5). cid -> day, expiry, seq.
 -- Rebuildable from the shards; a row here whose shard row is missing was never acked.
 CREATE TABLE IF NOT EXISTS catalog (
     seq          INTEGER PRIMARY KEY AUTOINCREMENT,   -- per-tenant acknowledgement order

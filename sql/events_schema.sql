@@ -1,4 +1,4 @@
--- tenants/<tenant>/events.db (issue 16): changes that get no new seq, so that every gunicorn worker can
+-- tenants/<tenant>/events.db: changes that get no new seq, so that every gunicorn worker can
 -- tell its listeners about them. New units need no row here: their catalog seq is the feed.
 -- Written by whichever worker made the change; read by every worker's hub (service/hub.py).
 CREATE TABLE IF NOT EXISTS events (

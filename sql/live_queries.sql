@@ -1,6 +1,6 @@
--- Named statements of issue 16 (live context and the tool registry), loaded with sql/queries.sql.
+-- Named statements of live context and the tool registry, loaded with sql/queries.sql.
 
--- ===== the feed: new units in seq order (service/events.py) =====
+-- ===== the feed: new units in seq order (service/store/sqlite/live.py) =====
 -- name: feed_catalog
 SELECT seq, cid, day, reserved_ms FROM catalog WHERE seq > :after ORDER BY seq LIMIT :limit;
 
@@ -42,7 +42,7 @@ DELETE FROM listeners WHERE id = :id;
 -- name: listeners_touch
 UPDATE listeners SET seen_ms = :now WHERE owner = :owner;
 
--- ===== tools.db (service/registry.py) =====
+-- ===== tools.db (service/store/sqlite/registry.py) =====
 -- name: tool_get
 SELECT * FROM tools WHERE name = :name;
 
@@ -81,8 +81,8 @@ WHERE name > :after
 ORDER BY name LIMIT :limit;
 
 -- name: tool_candidates
--- Every tool matching any query token (:match quotes each token: service/search.py fts_query), filtered as
--- tool_list; service/registry.py scores them (BM25 per column, weighted, global statistics).
+-- Every tool matching any query token (:match quotes each token: service/store/sqlite/search.py fts_query), filtered as
+-- tool_list; service/store/sqlite/registry.py scores them (BM25 per column, weighted, global statistics).
 SELECT tools.id, tools.name, tools.t_name, tools.t_text, tools.t_schema, tools.n_name, tools.n_text, tools.n_schema
 FROM tools_fts JOIN tools ON tools.id = tools_fts.rowid
 WHERE tools_fts MATCH :match

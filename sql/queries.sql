@@ -1,4 +1,4 @@
--- Named statements, loaded once by service/shards.py:sql(name). Named parameters only.
+-- Named statements, loaded once by service/store/sqlite/shards.py:sql(name). Named parameters only.
 
 -- ===== catalog.db =====
 -- name: catalog_get
@@ -123,7 +123,7 @@ SELECT term, doc FROM units_vocab WHERE term = :term;
 -- name: schema_version
 SELECT value FROM meta WHERE key = 'schema_version';
 
--- ===== read index sync (service/readindex.py) =====
+-- ===== read index sync (service/store/sqlite/readsync.py) =====
 -- name: unit_read_delete
 -- A removed row the read index may hold (any indexed row: a crash may have left it there unflagged).
 INSERT INTO read_deletes(id) SELECT :id WHERE :indexed > 0;
@@ -206,7 +206,7 @@ SELECT count(*), min(reserved_ms) FROM catalog WHERE seq > :seq;
 SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, ntok, tokens
 FROM units WHERE id IN (SELECT value FROM json_each(:ids));
 
--- ===== seeing and managing the memory (issue 15: service/manage.py) =====
+-- ===== seeing and managing the memory (service/store/sqlite/manage.py) =====
 -- name: catalog_delete_many
 DELETE FROM catalog WHERE cid IN (SELECT value FROM json_each(:cids));
 

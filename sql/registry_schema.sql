@@ -1,4 +1,4 @@
--- tenants/<tenant>/tools.db (issue 16): the tenant's tool registry. Tools are described, never called:
+-- tenants/<tenant>/tools.db: the tenant's tool registry. Tools are described, never called:
 -- the endpoint is stored as text and no credential is ever stored (only auth_type).
 CREATE TABLE IF NOT EXISTS tools (
     id             INTEGER PRIMARY KEY,

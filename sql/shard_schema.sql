@@ -1,4 +1,4 @@
--- One day shard: primary/YYYY-MM-DD.db (DESIGN.md section 5). Re-runnable: every new day runs it.
+-- One day shard: primary/YYYY-MM-DD.db (docs/design.md §5). Re-runnable: every new day runs it.
 CREATE TABLE IF NOT EXISTS units (
     id          INTEGER PRIMARY KEY,
     cid         TEXT NOT NULL UNIQUE,
@@ -13,7 +13,7 @@ CREATE TABLE IF NOT EXISTS units (
     parent_cid  TEXT,
     pushed_ms   INTEGER NOT NULL,
     indexed     INTEGER NOT NULL DEFAULT 0,  -- 0 pending (the durable indexer queue), 1 in FTS5, 2 also in the
-                                             -- read index, 3 in it but changed since (service/readindex.py)
+                                             -- read index, 3 in it but changed since (service/store/sqlite/readsync.py)
     ntok        INTEGER NOT NULL DEFAULT 0,  -- document length in tokens, for global BM25
     tokens      TEXT                         -- space-joined tokens (service/tokenize.py), set when indexed
 );

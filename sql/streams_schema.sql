@@ -1,4 +1,4 @@
--- <data>/streams.db (issue 16): the open listen streams of every worker, so that the limits per API key
+-- <data>/streams.db: the open listen streams of every worker, so that the limits per API key
 -- and per tenant hold over all gunicorn workers. A worker refreshes seen_ms of its rows every few seconds;
 -- rows of a worker that died stop being counted once they are older than service/hub.py's STALE_MS.
 CREATE TABLE IF NOT EXISTS listeners (

@@ -1,4 +1,4 @@
-"""Shared test code: in-process apps (``make_app``, ``app``, ``client``), ``drain``, shared assertions,
+"""Shared test code: in-process apps (``make_app``, ``app``, ``client``, ``keyed``), ``drain``, shared assertions,
 and real gunicorn servers on free loopback ports.
 
 Test modules import helpers from here (or from a helper module without the ``test_`` prefix, such as
@@ -126,7 +126,8 @@ def pg_schema(cluster):
                 with c.transaction():
                     for table in _EMPTIED:
                         c.execute(f"DELETE FROM {table}")
-                    c.execute("UPDATE tenants SET last_seq = 0")
+                    # (version up too: a standby that has not replayed the emptying must not look caught up)
+                    c.execute("UPDATE tenants SET last_seq = 0, version = version + 1")
         _free_schemas.append(name)
     except psycopg.Error:
         pass        # (a test stopped the primary and failed before starting it again: not reused)
@@ -189,6 +190,48 @@ def make_app(tmp_path, store_config):
     yield make
     for app in reversed(apps):
         close_app(app)
+
+
+class Clock:
+    """This process's clocks moved forward on demand, so expiry is tested without waiting: ``time.time``
+    (what expiry is measured by) and ``time.monotonic`` (debounces, such as the read index's commits)
+    read the real clock plus ``offset`` and keep ticking. A live gunicorn (another process) never sees
+    it, nor code that took ``from time import monotonic`` (threading's waits)."""
+
+    def __init__(self, monkeypatch):
+        self.offset = 0.0
+        for name in ("time", "monotonic"):
+            real = getattr(time, name)
+            monkeypatch.setattr(time, name, lambda real=real: real() + self.offset)
+
+    def advance(self, seconds: float) -> None:
+        """As if ``seconds`` had passed (``time.sleep(seconds)`` without the wait); never backwards."""
+        self.offset += max(0.0, seconds)
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    """The fake clock (``Clock``). Name it first among a test's arguments: its apps are then shut down
+    before the real clock comes back."""
+    return Clock(monkeypatch)
+
+
+@pytest.fixture
+def keyed(request, make_app, tmp_path):
+    """A test client of an app that accepts only the test module's ``KEYS`` ({key: (tenant, scopes)}, as
+    LiveServer takes them), given inline (CONTEXT_API_KEYS' ``key:tenant:scope+scope;...``). A module
+    with ``KEYS_FILE = True`` has them read from a keys file instead, stored as `context-mode keys add`
+    stores them (SHA-256 only), except those in its ``PLAIN_KEYS`` (in the clear, as for development)."""
+    keys: dict = request.module.KEYS
+    if not getattr(request.module, "KEYS_FILE", False):
+        return make_app(api_keys=";".join(f"{k}:{t}:{'+'.join(s)}" for k, (t, s) in keys.items())).test_client()
+    from service.auth import hash_key
+    plain = getattr(request.module, "PLAIN_KEYS", ())
+    path = tmp_path / "keyed.json"
+    path.write_text(json.dumps({"keys": [
+        {**({"key": k} if k in plain else {"key_sha256": hash_key(k)}), "tenant": t, "scopes": list(s)}
+        for k, (t, s) in keys.items()]}))
+    return make_app(api_keys_file=str(path)).test_client()
 
 
 @pytest.fixture

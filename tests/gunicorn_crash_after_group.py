@@ -15,7 +15,7 @@ _base_post_worker_init = getattr(_base, "post_worker_init", None)
 def post_worker_init(worker):
     if _base_post_worker_init is not None:
         _base_post_worker_init(worker)
-    from service.store import Store
+    from service.store.sqlite.store import Store
     marker = os.environ["CRASH_MARKER"]
     original = Store._write_group
 

@@ -2,16 +2,22 @@
 ``test_`` prefix).
 
 One gunicorn per test module keeps the MCP suite fast; the helpers speak raw JSON-RPC with
-requests where a test must control every header and byte.
+requests where a test must control every header and byte, and ``connect`` opens the official MCP
+Python SDK's client over Streamable HTTP or the stdio bridge.
 """
 from __future__ import annotations
 
 import base64
 import json
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import requests
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from conftest import VENV_BIN, LiveServer, free_port, make_unit
 
@@ -100,3 +106,19 @@ def free_port_url() -> str:
 
 def context_mode_bin() -> Path:
     return VENV_BIN / "context-mode"
+
+
+@asynccontextmanager
+async def connect(server: McpServer, conn: str, key: str = KEY):
+    """The SDK's client, connected: ``conn`` is ``{http|stdio}-{auto|legacy}`` (auto: 2026-07-28's
+    server/discover; legacy: the 2025-11-25 initialize handshake)."""
+    transport, mode = conn.split("-")
+    if transport == "stdio":
+        params = StdioServerParameters(command=str(context_mode_bin()),
+                                       args=["mcp-stdio", "--url", server.mcp, "--api-key", key])
+        async with Client(params, mode=mode) as client:
+            yield client
+        return
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http:
+        async with Client(streamable_http_client(server.mcp, http_client=http), mode=mode) as client:
+            yield client

@@ -141,7 +141,7 @@ CREATE TABLE IF NOT EXISTS term_df (
 -- re-push, a delete, a forget, a tool registered, updated or deleted), so a row exists iff the change
 -- committed. ``tenants.last_event`` numbers them per tenant under the tenant's row lock: rows become
 -- visible in the order of their numbers, so a reader at position n never skips a row committed later.
--- NOTIFY (channel cms_live, payload the tenant name) only wakes the listening nodes (service/pg/live.py).
+-- NOTIFY (channel cms_live, payload the tenant name) only wakes the listening nodes (service/store/postgresql/live.py).
 ALTER TABLE tenants ADD COLUMN IF NOT EXISTS last_event bigint NOT NULL DEFAULT 0;
 
 CREATE TABLE IF NOT EXISTS live_events (

@@ -9,15 +9,12 @@ from conftest import assert_error, make_unit
 from service.auth import hash_key
 
 
-@pytest.fixture
-def keyed(tmp_path, make_app):
-    keys = tmp_path / "keys.json"
-    keys.write_text(json.dumps({"keys": [
-        {"key_sha256": hash_key("acme-writer"), "tenant": "acme", "scopes": ["push", "search"]},
-        {"key_sha256": hash_key("acme-reader"), "tenant": "acme", "scopes": ["search"]},
-        {"key": "globex-dev-0123456789abcdef", "tenant": "globex", "scopes": ["push", "search", "admin"]},
-    ]}))
-    return make_app(api_keys_file=str(keys)).test_client()
+# The ``keyed`` client's keys (tests/conftest.py), read from a keys file: the acme keys as their hashes,
+# the globex key in the clear (the development form)
+KEYS = {"acme-writer": ("acme", ["push", "search"]), "acme-reader": ("acme", ["search"]),
+        "globex-dev-0123456789abcdef": ("globex", ["push", "search", "admin"])}
+KEYS_FILE = True
+PLAIN_KEYS = {"globex-dev-0123456789abcdef"}
 
 
 def bearer(key):

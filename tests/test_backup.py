@@ -246,7 +246,7 @@ def test_backup_and_restore_refuse_a_postgresql_store_unless_given_a_data_dir(tm
     ("Default", "2024-01-01.db"), ("default", "catalog.db"), ("", "2024-01-01.db"),
 ])
 def test_restore_rejects_a_hostile_manifest(tmp_path, tenant, day_file):
-    from service.backup import BackupError, restore
+    from service.store.sqlite.backup import BackupError, restore
     bdir = tmp_path / "b"
     bdir.mkdir()
     (bdir / "manifest.json").write_text(json.dumps({
@@ -257,7 +257,7 @@ def test_restore_rejects_a_hostile_manifest(tmp_path, tenant, day_file):
 
 
 def test_restore_refuses_while_a_server_holds_the_tenant(servers, tmp_path):
-    from service.backup import BackupError, backup, restore
+    from service.store.sqlite.backup import BackupError, backup, restore
     server = servers(tmp_path / "d")
     assert requests.post(server.url + "/mcp/push", json=make_unit("held"), timeout=10).status_code == 200
     deadline = time.monotonic() + 10
@@ -271,7 +271,7 @@ def test_restore_refuses_while_a_server_holds_the_tenant(servers, tmp_path):
 
 
 def test_backup_and_restore_paths_with_uri_characters(tmp_path, make_app):
-    from service.backup import backup, restore
+    from service.store.sqlite.backup import backup, restore
     src, out, dst = tmp_path / "src #1?x=%20", tmp_path / "out #2", tmp_path / "dst?mode=memory"
     cid = _tiny_store(make_app, src, "a unit in an awkward directory")
     m = backup(src, out)

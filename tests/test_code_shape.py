@@ -90,7 +90,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycle_among_service_modules():
     graph = import_graph()
     # open_store imports the store inside the function: the graph has that edge too.
-    assert "service.store" in graph["service.boot"] and "service.errors" in graph["service.shards"]
+    assert "service.store.sqlite.store" in graph["service.store.sqlite"]
+    assert "service.errors" in graph["service.store.sqlite.shards"]
     assert cycles(graph) == []
 
 
@@ -110,8 +111,9 @@ def test_the_cycle_check_sees_imports_inside_functions(tmp_path):
 def test_only_the_store_and_search_touch_the_searcher():
     """Health, metrics, maintenance and the doors use the store's API (freshness, stats, tokenizer,
     push_batch), never ``store.searcher`` (readindex's ``view.searcher`` is tantivy's own)."""
-    allowed = {"service.store", "service.search", "service.readindex",
-               "service.pg.store", "service.pg.search"}     # PostgreSQL's store and searcher (issue 18)
+    allowed = {"service.store.sqlite.store", "service.store.sqlite.search", "service.store.sqlite.readsync",
+               "service.store.postgresql.store", "service.store.postgresql.search",
+               "service.readindex.reader", "service.readindex.searcher"}
     reaching = []
     for name, path in service_modules().items():
         if name in allowed:
@@ -129,12 +131,12 @@ def named_statements(path) -> list[str]:
 def test_every_named_statement_is_used():
     """sql/queries.sql and each area's sql/*_queries.sql (shards.sql loads them all: live_queries.sql is
     issue 16's) hold no statement the service never runs (dead SQL drifts from the schema); nor does the
-    PostgreSQL backend's sql/postgresql/queries.sql (issue 18) in service/pg/."""
+    PostgreSQL backend's sql/postgresql/queries.sql (issue 18) in service/store/postgresql/."""
     names = [n for f in sorted((ROOT / "sql").glob("*queries.sql")) for n in named_statements(f)]
     source = "\n".join(p.read_text(encoding="utf-8") for p in service_modules().values())
     assert len(names) > 60
     assert [n for n in names if f'"{n}"' not in source] == []
-    pg_source = "\n".join(p.read_text(encoding="utf-8") for p in sorted((SERVICE / "pg").glob("*.py")))
+    pg_source = "\n".join(p.read_text(encoding="utf-8") for p in sorted((SERVICE / "store" / "postgresql").glob("*.py")))
     pg_names = named_statements(ROOT / "sql" / "postgresql" / "queries.sql")
     assert len(pg_names) > 40
     assert [n for n in pg_names if f'"{n}"' not in pg_source] == []
@@ -165,7 +167,8 @@ def test_no_function_over_80_lines():
 # shape depends on the query's terms and filters) and manage.py (issue 15's filtered list, export and
 # forget statements, built from fts.filters); on PostgreSQL (issue 18) their counterparts pg/search.py
 # (the match and queued-unit conditions around fts.scoring_sql) and pg/manage.py.
-SQL_BUILDERS = {"service.shards", "service.fts", "service.manage", "service.pg.search", "service.pg.manage"}
+SQL_BUILDERS = {"service.store.sqlite.shards", "service.store.sqlite.fts", "service.store.sqlite.manage",
+                "service.store.postgresql.search", "service.store.postgresql.manage"}
 _SQL_RE = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ATTACH|DETACH|REPLACE)\s+\S")
 
 
@@ -178,3 +181,90 @@ def test_no_sql_text_outside_sql_files_and_the_statement_builders():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL_RE.match(node.value):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value[:40]!r}")
     assert found == []
+
+
+# --- the two stores as peers (service/store/, docs/design.md §5) -----------------------------------------
+BACKENDS = ("service.store.sqlite", "service.store.postgresql")
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_neither_store_imports_the_other():
+    graph = import_graph()
+    crossing = [f"{m} -> {n}" for m, deps in graph.items() for n in deps
+                for own, other in (BACKENDS, BACKENDS[::-1]) if _in(m, own) and _in(n, other)]
+    assert crossing == []
+
+
+def test_loading_the_postgresql_store_loads_no_sqlite_module():
+    import subprocess
+    import sys
+    code = ("import sys, service.store.postgresql.store, service.store.postgresql.search, "
+            "service.store.postgresql.live, service.store.postgresql.registry, service.store.postgresql.maintenance; "
+            "print(sorted(m for m in sys.modules if m.startswith('service.store.sqlite')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_root_and_the_front_doors_reach_a_backend_only_through_open_backend():
+    """Outside service/store/ a module may import ``service.store`` (open_backend, check_backend, doctor_lines,
+    register_cli) and ``service.store.base`` (the contract), never a backend's own modules: the root holds
+    only what every backend uses and the front doors."""
+    graph = import_graph()
+    reaching = [f"{m} -> {n}" for m, deps in graph.items() if not _in(m, "service.store")
+                for n in deps if any(_in(n, b) for b in BACKENDS)]
+    assert reaching == []
+
+
+def _class_members(path: Path, name: str) -> set[str]:
+    """Public methods, class attributes (annotated or assigned) and attributes its __init__ sets."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
+    found: set[str] = set()
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef):
+            found.add(node.name)
+            if node.name == "__init__":
+                for sub in ast.walk(node):
+                    targets = sub.targets if isinstance(sub, ast.Assign) else \
+                        [sub.target] if isinstance(sub, ast.AnnAssign) else []
+                    found.update(t.attr for t in targets if isinstance(t, ast.Attribute)
+                                 and isinstance(t.value, ast.Name) and t.value.id == "self")
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            found.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            found.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return {m for m in found if not m.startswith("_")}
+
+
+STORE = SERVICE / "store"
+CONTRACTS = [   # (the contract, then the class each backend implements it with)
+    ((STORE / "base.py", "StoreApi"), (STORE / "sqlite" / "store.py", "Store"),
+     (STORE / "postgresql" / "store.py", "PgStore")),
+    ((STORE / "base.py", "RegistryBase"), (STORE / "sqlite" / "registry.py", "Registry"),
+     (STORE / "postgresql" / "registry.py", "PgRegistry")),
+    ((STORE / "base.py", "Sources"), (STORE / "sqlite" / "live.py", "FileSources"),
+     (STORE / "postgresql" / "live.py", "PgSources")),
+    ((STORE / "base.py", "ChangeLog"), (STORE / "sqlite" / "live.py", "ChangeLog"),
+     (STORE / "postgresql" / "live.py", "PgChangeLog")),
+    ((STORE / "base.py", "Slots"), (STORE / "sqlite" / "live.py", "Slots"),
+     (STORE / "postgresql" / "live.py", "PgSlots")),
+]
+
+
+def test_every_member_both_stores_implement_is_in_the_contract():
+    missing = []
+    for (base_path, base), (a_path, a), (b_path, b) in CONTRACTS:
+        declared = _class_members(base_path, base)
+        both = (_class_members(a_path, a) & _class_members(b_path, b)) - {"__init__"}
+        missing += [f"{base}.{m} (implemented by {a} and {b})" for m in sorted(both - declared)]
+    assert missing == []
+
+
+def test_the_contract_check_sees_what_a_class_sets(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text("class A:\n    x: int\n    y = 1\n    def __init__(self):\n        self.z = 2\n        self._p = 3\n"
+                   "    def m(self): pass\n    def _n(self): pass\n")
+    assert _class_members(mod, "A") == {"x", "y", "z", "m"}

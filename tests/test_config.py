@@ -29,3 +29,14 @@ def test_from_mapping_takes_prefixed_or_plain_names_and_ignores_others():
     config = Config.from_mapping({"CONTEXT_MAX_BATCH": "5", "stem": "false", "allowed_hosts": ["a.test"],
                                   "no_such_setting": 1})
     assert (config.max_batch, config.stem, config.allowed_hosts) == (5, False, ("a.test",))
+
+
+def test_a_removed_setting_refuses_the_start_instead_of_being_ignored(monkeypatch):
+    """CONTEXT_BM25_K1/_B once changed only the strong path and silently turned the read index off; they
+    are gone, and setting one says so rather than ranking differently from what the user asked."""
+    import pytest
+    monkeypatch.setenv("CONTEXT_BM25_K1", "0.9")
+    with pytest.raises(ValueError, match="CONTEXT_BM25_K1 is no longer a setting"):
+        Config.from_env()
+    monkeypatch.delenv("CONTEXT_BM25_K1")
+    assert Config.from_env().max_batch == 1000

@@ -10,11 +10,7 @@ from conftest import ROOT
 
 STATIC = ROOT / "service" / "console" / "static"
 KEY = "console-key-0123456789abcdef"
-
-
-@pytest.fixture
-def keyed(make_app):
-    return make_app(api_keys=f"{KEY}:acme:push+search").test_client()
+KEYS = {KEY: ("acme", ["push", "search"])}          # the ``keyed`` client's (tests/conftest.py)
 
 
 def csp(rv) -> dict[str, str]:

@@ -435,7 +435,9 @@ def test_no_keys_mode_on_loopback_opens_directly(browser, shots, tmp_path):
         c.open("#/units")
         assert c.all("#key-input") == []
         c.find("#unit-list li")
-        assert c.text("#tenant") == "default" and "no keys configured" in c.text("#who")
+        assert c.text("#tenant") == "default" and "(no keys configured, loopback only)" in c.text("#who")
+        assert c.text("#who").count("(") == 1                      # it read "(no keys configured (loopback))"
+        assert "order they arrived" in c.text("#units-order")       # not "newest first" by timestamp (issue 26)
         assert c.all("#signout") == [] and c.all("#nav-forget") != []
     finally:
         server.stop()

@@ -26,6 +26,8 @@ COMPOSE_PATH = ROOT / "docker-compose.yml"
 COMPOSE = yaml.safe_load(COMPOSE_PATH.read_text())
 DIFY_OVERRIDE_PATH = ROOT / "docker-compose.dify.yml"
 DIFY_OVERRIDE = yaml.safe_load(DIFY_OVERRIDE_PATH.read_text())
+PG_OVERRIDE_PATH = ROOT / "docker-compose.postgres.yml"
+PG_OVERRIDE = yaml.safe_load(PG_OVERRIDE_PATH.read_text())
 HADOLINT = shutil.which("hadolint")
 DOCKER_COMPOSE = shutil.which("docker-compose")
 VENV_BIN = str(Path(sys.executable).parent)
@@ -58,12 +60,15 @@ def test_hadolint_passes():
     assert rv.returncode == 0, rv.stdout + rv.stderr
 
 
-def compose(*args, env=None, env_file=None, dify=False):
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXT_", "DIFY_", "COMPOSE_"))}
+def compose(*args, env=None, env_file=None, dify=False, postgres=False):
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("CONTEXT_", "DIFY_", "COMPOSE_", "POSTGRES_"))}
     environ.update(env or {})
     cmd = [DOCKER_COMPOSE, "--project-directory", str(ROOT), "-f", str(COMPOSE_PATH)]
     if dify:
         cmd += ["-f", str(DIFY_OVERRIDE_PATH)]
+    if postgres:
+        cmd += ["-f", str(PG_OVERRIDE_PATH)]
     if env_file:
         cmd += ["--env-file", str(env_file)]
     return subprocess.run(cmd + list(args), cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60)
@@ -88,16 +93,26 @@ def test_compose_config_validates(tmp_path):
 
 
 @needs_compose
-def test_postgres_profile_is_a_primary_and_a_streaming_standby(tmp_path):
-    """`docker compose --profile postgres up -d` (issue 18): PostgreSQL 15 primary and standby; the service
-    stays on SQLite unless CONTEXT_STORE names them. Validated offline (no engine here to start them)."""
+def test_the_postgres_override_is_a_primary_a_streaming_standby_and_the_service_on_them(tmp_path):
+    """`-f docker-compose.postgres.yml` (issues 18 and 26): PostgreSQL 15 primary and standby, and the service's
+    CONTEXT_STORE built from the one variable POSTGRES_PASSWORD. Validated offline (no engine here)."""
     env_file = tmp_path / "pg.env"
-    env_file.write_text("CONTEXT_API_KEY=k_test_0123456789abcdef\nPOSTGRES_PASSWORD=pw_0123456789abcdef\n")
+    env_file.write_text("CONTEXT_API_KEY=k_test_0123456789abcdef\n")
     config = yaml.safe_load(compose("config", env_file=env_file).stdout)
-    services = config["services"]
-    assert services["context-mode"]["environment"]["CONTEXT_STORE"] == "sqlite"
+    assert set(config["services"]) == {"context-mode"}                      # the base file alone: SQLite
+    assert config["services"]["context-mode"]["environment"]["CONTEXT_STORE"] == "sqlite"
+    rv = compose("config", env_file=env_file, postgres=True)                # the override without its password
+    assert rv.returncode != 0 and "POSTGRES_PASSWORD" in rv.stderr
+    env_file.write_text(env_file.read_text() + "POSTGRES_PASSWORD=pw0123456789abcdef\n")
+    services = yaml.safe_load(compose("config", env_file=env_file, postgres=True).stdout)["services"]
+    svc = services["context-mode"]
+    assert svc["environment"]["CONTEXT_STORE"] == "postgresql://context:pw0123456789abcdef@postgres-primary:5432/context"
+    assert svc["environment"]["CONTEXT_STORE_REPLICA"] == \
+        "postgresql://context:pw0123456789abcdef@postgres-standby:5432/context"
+    assert float(svc["environment"]["CONTEXT_STORE_WAIT_S"]) >= 60           # waits instead of restart-looping
+    assert svc["environment"]["CONTEXT_API_KEYS"].startswith("k_test_")      # the base file's settings stay
+    assert set(svc["depends_on"]) == {"postgres-primary", "postgres-standby"}   # stopped before the databases
     primary, standby = services["postgres-primary"], services["postgres-standby"]
-    assert primary["profiles"] == standby["profiles"] == ["postgres"]
     assert primary["image"] == standby["image"] == "postgres:15"
     assert primary["environment"]["POSTGRES_PASSWORD"] == standby["environment"]["POSTGRES_PASSWORD"] != ""
     assert "wal_level=replica" in primary["command"] and standby["user"] == "postgres"
@@ -105,9 +120,10 @@ def test_postgres_profile_is_a_primary_and_a_streaming_standby(tmp_path):
     assert {Path(v).name for v in mounted} == {"primary-init.sh", "standby.sh"}
     assert all(Path(v).is_file() for v in mounted)
     assert "pg_basebackup" in (ROOT / "tools" / "postgres" / "standby.sh").read_text()
-    env_file.write_text(env_file.read_text() + "CONTEXT_STORE=postgresql://context:pw@postgres-primary:5432/context\n")
-    config = yaml.safe_load(compose("config", env_file=env_file).stdout)
-    assert config["services"]["context-mode"]["environment"]["CONTEXT_STORE"].startswith("postgresql://")
+    from service.config import Config
+    Config.from_env(svc["environment"])                                      # every value one the service takes
+    rv = compose("config", "-q", env_file=env_file, postgres=True, dify=True)
+    assert rv.returncode == 0, rv.stderr                                     # both overrides together
 
 
 @needs_compose
@@ -140,6 +156,11 @@ def test_env_example_works_with_compose():
     config = yaml.safe_load(rv.stdout)
     env = config["services"]["context-mode"]["environment"]
     assert env["CONTEXT_API_KEYS"] == "change-me:default:push+search"
+    # ... which the service refuses with a message saying so (issue 26): a copied example never runs.
+    from service import preflight
+    with pytest.raises(preflight.Refused, match="placeholder"):
+        preflight.check({k: str(v) for k, v in env.items()}, wait=False)
+    assert "CONTEXT_MCP_ALLOWED_HOSTS" not in (ROOT / ".env.example").read_text()     # the current name only
     rv = compose("config", env_file=ROOT / ".env.example", dify=True)
     assert rv.returncode == 0, rv.stderr
     assert yaml.safe_load(rv.stdout)["networks"]["dify"]["name"] == "docker_default"
@@ -188,6 +209,8 @@ def test_code_is_owned_by_root_and_only_data_by_the_app_user():
             assert "--chown" not in args, args
     runs = " ".join(args for word, args in INSTR if word == "RUN")
     assert re.findall(r"chown\s+\S+\s+(\S+)", runs) == ["/data"]
+    # ... and only by it: the service warned at every start that group and other could read /data (issue 26)
+    assert re.findall(r"chmod\s+(\S+)\s+(\S+)", runs) == [("0700", "/data")]
 
 
 def test_dockerfile_healthcheck_and_cmd():
@@ -216,9 +239,9 @@ def test_dockerfile_copies_only_what_exists_and_is_not_ignored():
 # --- compose structure --------------------------------------------------------------------------
 def test_compose_structure():
     services = COMPOSE["services"]
-    # the service, and PostgreSQL's primary and standby in the "postgres" profile (issue 18)
-    assert {name for name, svc in services.items() if not svc.get("profiles")} == {"context-mode"}
-    assert set(services) == {"context-mode", "postgres-primary", "postgres-standby"}
+    # the service alone; PostgreSQL's primary and standby come with docker-compose.postgres.yml
+    assert set(services) == {"context-mode"}
+    assert set(PG_OVERRIDE["services"]) == {"context-mode", "postgres-primary", "postgres-standby"}
     svc = services["context-mode"]
     assert "context-data:/data" in svc["volumes"]
     hc = svc["healthcheck"]

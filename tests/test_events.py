@@ -1,4 +1,4 @@
-"""The change log of live context (service/events.py, issue 16), in process: every change a listener can
+"""The change log of live context (service/store/sqlite/events.py, issue 16), in process: every change a listener can
 hear is recorded exactly once, whichever door made it (DELETE, forget, re-push, the tool registry)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import Counter
 from conftest import make_unit
 
 TENANT = "default"          # no keys configured: the open tenant
-# PostgreSQL writes the log in the change's own transaction (service/pg/live.py): the same rows there.
+# PostgreSQL writes the log in the change's own transaction (service/store/postgresql/live.py): the same rows there.
 BACKENDS = ("sqlite", "postgresql")
 
 

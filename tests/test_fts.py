@@ -1,11 +1,12 @@
-"""The scoring statement alone (service/fts.py, issue 13): printed, run on a plain table with the units
+"""The scoring statement alone (service/store/sqlite/fts.py, issue 13): printed, run on a plain table with the units
 columns, it ranks exactly as BM25 computed by hand over the same tokens."""
 import math
 import sqlite3
 
 import pytest
 
-from service.fts import Bm25, ShardHit, fts_query, score, scoring_sql
+from service.ranking.bm25 import Bm25, ShardHit
+from service.store.sqlite.fts import fts_query, score, scoring_sql
 
 DOCS = {"a1": "order ship order", "b2": "order refund", "c3": "ship ship ship parcel label", "d4": "invoice"}
 

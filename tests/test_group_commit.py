@@ -14,7 +14,8 @@ import pytest
 import requests
 
 from conftest import make_unit
-from service.groupcommit import Group, Job
+from crash_support import Writers, check_files, cid_of, verify
+from service.store.sqlite.groupcommit import Group, Job
 
 # group commit is the SQLite backend's (on PostgreSQL a push is its own transaction):
 # CONTEXT_TEST_BACKEND=postgresql runs these on SQLite
@@ -127,7 +128,6 @@ def test_sigkill_between_a_group_commit_and_its_answers(live_server_factory, tmp
     """The service dies right after committing a group of several requests, before answering any of
     them: none of those requests was acknowledged, yet their units are all stored (durable at commit),
     re-pushing them says "duplicate" (never 409), and every unit acknowledged before is intact."""
-    from test_crash import Writers, check_files, cid_of, verify
     data = tmp_path / "data"
     marker = tmp_path / "crash.json"
     server = live_server_factory(data_dir=data, conf=HERE / "gunicorn_crash_after_group.py",

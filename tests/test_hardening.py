@@ -97,7 +97,7 @@ def test_no_keys_mode_refuses_a_public_bind(make_app, bind, refused):
     ({}, "nothing else"),
     ([], "nothing else"),
     ({"keys": [{"key": "k-0123456789abcdef", "tenant": "acme", "scope": ["push"]}]}, "unknown field"),
-    ({"keys": [{"key": "change-me", "tenant": "acme", "scopes": ["push"]}]}, "at least 16"),
+    ({"keys": [{"key": "change-me", "tenant": "acme", "scopes": ["push"]}]}, "placeholder"),
     ({"keys": [{"key": "please-change-me-now-0000", "tenant": "acme", "scopes": ["push"]}]}, "placeholder"),
     ({"keys": [{"key": "short", "tenant": "acme", "scopes": ["push"]}]}, "at least 16"),
     ({"keys": [{"key_sha256": "zz" * 32, "tenant": "acme", "scopes": ["push"]}]}, "64 hex"),
@@ -502,7 +502,9 @@ def test_rate_limit_and_size_errors_use_each_doors_shape(make_app):
 @pytest.mark.parametrize("method", ["GET", "DELETE"])
 def test_404_echoes_no_long_path(client, path, method):
     rv = client.open(path, method=method)
-    assert rv.status_code in (404, 405) and "A" * 64 not in rv.get_data(as_text=True).upper()
+    # a unit path whose segment is no CID is 400 invalid_cid (issue 26), any other unknown path 404 or 405
+    assert rv.status_code in ((400, 405) if path.startswith("/mcp/units/") else (404, 405))
+    assert "A" * 64 not in rv.get_data(as_text=True).upper()
     assert len(rv.get_data()) < 300
 
 

@@ -11,8 +11,7 @@ import requests
 
 from conftest import make_unit, store_env
 from live_support import SUB_KEY, listen, method_of, push_via, stream, updated, worker_holding, workers_of
-from test_mcp_sdk import connect
-from mcp_support import LEGACY, McpServer, rpc
+from mcp_support import LEGACY, McpServer, connect, rpc
 
 KEY, ADMIN, OTHER = "listen-key-0123456789abcdef", "listen-admin-0123456789abcdef", "listen-other-0123456789abcdef"
 PUSH_ONLY = "listen-push-0123456789abcdef"
@@ -23,7 +22,7 @@ KEYS = {KEY: ("acme", ["push", "search"]), ADMIN: ("acme", ["push", "search", "a
 
 
 # The shared server's tests run on both storage backends (issue 18): on PostgreSQL the feed, the change
-# log, the stream slots and the registry are tables, and wake-ups come by LISTEN/NOTIFY (service/pg/live.py).
+# log, the stream slots and the registry are tables, and wake-ups come by LISTEN/NOTIFY (service/store/postgresql/live.py).
 BACKENDS = ("sqlite", "postgresql")
 
 

@@ -4,7 +4,7 @@ Two gunicorn servers (two "nodes", 2 workers each, their own data directories) s
 standby. Whatever one node changes, listeners on the other hear: MCP subscriptions/listen (raw HTTP and
 the official SDK client), GET /mcp/stream with its Last-Event-ID resume taken to the other node, the tool
 registry, and the stream limits counted over both. NOTIFY only wakes: a listening connection killed
-by PostgreSQL loses nothing (service/pg/live.py).
+by PostgreSQL loses nothing (service/store/postgresql/live.py).
 """
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ import requests
 
 from conftest import make_unit, store_env
 from live_support import SUB_KEY, listen, method_of, stream, updated
-from mcp_support import McpServer, rpc
-from test_mcp_sdk import connect
+from mcp_support import McpServer, connect, rpc
 
 KEY, ADMIN = "nodes-key-0123456789abcdef", "nodes-admin-0123456789abcdef"
 OTHER = "nodes-other-0123456789abcdef"

@@ -194,7 +194,7 @@ def test_off_the_workers_maintain_as_before(tmp_path):
 
 @pytest.mark.sqlite_only            # reads the day files (PostgreSQL's queue is one table: no days to tell)
 def test_a_pass_reads_the_days_it_was_told_and_every_day_once_a_second(make_app):
-    from service.maintenance import FULL_SCAN_S
+    from service.store.sqlite.maintenance import FULL_SCAN_S
     told, other = make_app(background=False), make_app(background=False)   # two workers of one data folder
     maint = told.extensions["context_maintenance"]
     store = told.extensions["context_store"]

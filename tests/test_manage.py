@@ -118,7 +118,7 @@ def test_list_time_filters(client, world):
 
 @pytest.mark.sqlite_only
 def test_a_selective_filter_answers_short_pages_that_still_reach_every_match(client, world, monkeypatch):
-    from service import manage
+    from service.store.sqlite import manage
     monkeypatch.setattr(manage, "SCAN_BUDGET", 1)
     monkeypatch.setattr(manage, "PAGE_ROWS", 1)
     for i in range(6):
@@ -195,7 +195,7 @@ def test_stats_count_units_and_utf8_bytes_per_type_and_day(client, world):
     error(client.get("/mcp/stats?x=1", headers=auth(ADMIN)), 400, "unknown_field")
 
 
-def test_stats_follow_pushes_deletes_and_expiry(client, app, world):
+def test_stats_follow_pushes_deletes_and_expiry(clock, client, app, world):
     first = client.get("/mcp/stats", headers=auth(ADMIN)).get_json()
     push(client, "one more 再来一条")
     assert client.get("/mcp/stats", headers=auth(ADMIN)).get_json()["units"] == first["units"] + 1
@@ -204,7 +204,7 @@ def test_stats_follow_pushes_deletes_and_expiry(client, app, world):
     assert after["units"] == first["units"] and "system_notice" not in after["types"]
     push(client, "short lived", ttl=2)
     assert client.get("/mcp/stats", headers=auth(ADMIN)).get_json()["units"] == first["units"] + 1
-    time.sleep(2.1)
+    clock.advance(2.1)
     assert client.get("/mcp/stats", headers=auth(ADMIN)).get_json()["units"] == first["units"]
 
 
@@ -286,7 +286,7 @@ def test_forget_never_removes_more_than_the_dry_run_counted(client, world):
     assert client.get(f"/mcp/units/{later}", headers=auth(ADMIN)).status_code == 200
 
 
-def test_a_confirmation_is_bound_to_its_filters_tenant_and_time(client, world, monkeypatch):
+def test_a_confirmation_is_bound_to_its_filters_tenant_and_time(clock, client, world):
     dry = client.post("/mcp/forget", json={"source": "chat_v1_prod"}, headers=auth(ADMIN)).get_json()
     error(client.post("/mcp/forget", json={"source": "gpt_v4_prod", "confirm": dry["confirm"]}, headers=auth(ADMIN)),
           400, "invalid_confirm")
@@ -295,8 +295,7 @@ def test_a_confirmation_is_bound_to_its_filters_tenant_and_time(client, world, m
     tampered = dry["confirm"][:-2] + ("xx" if not dry["confirm"].endswith("xx") else "yy")
     error(client.post("/mcp/forget", json={"source": "chat_v1_prod", "confirm": tampered},
                       headers=auth(ADMIN)), 400, "invalid_confirm")
-    later = time.time() + 601
-    monkeypatch.setattr(time, "time", lambda: later)
+    clock.advance(601)
     error(client.post("/mcp/forget", json={"source": "chat_v1_prod", "confirm": dry["confirm"]}, headers=auth(ADMIN)),
           400, "confirm_expired")
 

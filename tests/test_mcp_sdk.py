@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from contextlib import asynccontextmanager
 
 import mcp_types as types
 import pytest
 import requests
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from conftest import store_env
 from service.units import compute_cid
-from mcp_support import KEY, KEYS, LEGACY, MODERN, OTHER_KEY, context_mode_bin, push, start_server, \
-    wait_searchable
+from mcp_support import KEY, KEYS, LEGACY, MODERN, OTHER_KEY, connect, push, start_server, wait_searchable
 
 # The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
 BACKENDS = ("sqlite", "postgresql")
@@ -45,20 +39,6 @@ def seeded(server):
     wait_searchable(server, "ORD-7890", {root, child, grandchild, injection})
     wait_searchable(server, "ORD-7890", {foreign}, key=OTHER_KEY)
     return {"root": root, "child": child, "grandchild": grandchild, "injection": injection, "foreign": foreign}
-
-
-@asynccontextmanager
-async def connect(server, conn: str, key: str = KEY):
-    transport, mode = conn.split("-")
-    if transport == "stdio":
-        params = StdioServerParameters(command=str(context_mode_bin()),
-                                       args=["mcp-stdio", "--url", server.mcp, "--api-key", key])
-        async with Client(params, mode=mode) as client:
-            yield client
-        return
-    async with create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http:
-        async with Client(streamable_http_client(server.mcp, http_client=http), mode=mode) as client:
-            yield client
 
 
 def run(coro):
@@ -235,3 +215,30 @@ def test_other_tenant_sees_only_its_own_units(server, seeded):
 def test_http_client_without_key_is_refused(server):
     rv = requests.post(server.mcp, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=10)
     assert rv.status_code == 401 and rv.json()["error"]["code"] == -32010
+
+
+def test_the_sdk_example_in_mcp_md_runs_verbatim(server):
+    """Issue 26, item 7: clients/MCP.md's complete SDK program, over HTTP with the Bearer key and over
+    stdio through the bridge, run as written against a live server (only CONTEXT_URL/CONTEXT_API_KEY set)."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from conftest import ROOT, VENV_BIN
+    text = (ROOT / "clients" / "MCP.md").read_text()
+    section = text.split("## From Python: the official MCP SDK", 1)[1]
+    [program] = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], flags=re.S)
+    env = dict(os.environ, CONTEXT_URL=server.url, CONTEXT_API_KEY=KEY,
+               PATH=str(VENV_BIN) + os.pathsep + os.environ.get("PATH", ""))
+    rv = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
+    assert rv.returncode == 0, rv.stdout + rv.stderr
+    lines = rv.stdout.splitlines()
+    stored = [line.split()[1] for line in lines if line.startswith("stored ")]
+    assert len(stored) == 2 and all(re.fullmatch(r"[0-9a-f]{12}", cid) for cid in stored)       # over both
+    for cid in stored:
+        assert any(line.endswith(f"context://units/{cid} 订单 ORD-7890 已发货 shipped via DHL") for line in lines)
+    assert lines.count("订单 ORD-7890 已发货 shipped via DHL") == 2                        # read back over both
+    assert lines.count("heard ResourcesListChanged") == 1
+    rv = subprocess.run([sys.executable, "-c", program], env=dict(env, CONTEXT_API_KEY="wrong-key-0123456789"),
+                        capture_output=True, text=True, timeout=120)
+    assert rv.returncode != 0                                                          # the key is really sent

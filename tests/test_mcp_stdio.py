@@ -171,19 +171,42 @@ def test_client_configs_point_at_the_endpoint_and_the_bridge(server):
     assert "CONTEXT_MODE_" not in json.dumps([cursor, vscode, claude])     # the CLI's names everywhere
 
 
-def test_a_listen_stream_through_the_bridge_and_its_cancellation(server):
+@pytest.fixture(scope="module")
+def one_worker(tmp_path_factory):
+    """A server with one worker: every stream a test opens shares one hub, which hands an event to all
+    of them in one look (with two, each worker's hub looks on its own and no stream's order binds another's)."""
+    # a quiet stream hears a heartbeat every second: a stream the bridge closes ends within one, and so
+    # does the bridge's exit (a read that waits for the server's next bytes holds the close)
+    srv = start_server(tmp_path_factory, "mcp-stdio-one-worker", keys=KEYS, workers=1,
+                       env={"CONTEXT_LISTEN_HEARTBEAT_S": "1"})
+    yield srv
+    srv.stop()
+
+
+def test_a_listen_stream_through_the_bridge_and_its_cancellation(one_worker):
     """subscriptions/listen over stdio (issue 16): the bridge relays the stream's messages as lines, and the
     host's notifications/cancelled for the listen id closes it (on Streamable HTTP, closing is cancelling)."""
     import queue
     import threading
-    import time
 
     import requests
 
     from conftest import make_unit
     from service.units import compute_cid
+
+    def uri_of(unit: dict) -> str:
+        return f"context://units/{compute_cid(unit['content'], unit['timestamp'], unit['source'])}"
+
+    def sub_id(line: dict):
+        return line.get("params", {}).get("_meta", {}).get("io.modelcontextprotocol/subscriptionId")
+
+    def updated(line: dict, uri: str) -> bool:
+        return line.get("method") == "notifications/resources/updated" and line["params"]["uri"] == uri
+
+    server = one_worker
     u = make_unit("stdio listener unit ORD-3131", source="stdio_listen_v1")
-    uri = f"context://units/{compute_cid(u['content'], u['timestamp'], u['source'])}"
+    marker = make_unit("stdio listener marker ORD-3132", source="stdio_listen_v1")
+    uri, marker_uri = uri_of(u), uri_of(marker)
     environ = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_")}
     proc = subprocess.Popen([str(context_mode_bin()), "mcp-stdio", "--url", server.url, "--api-key", KEY],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environ)
@@ -204,14 +227,26 @@ def test_a_listen_stream_through_the_bridge_and_its_cancellation(server):
         requests.post(server.url + "/mcp/push", json=u, headers=server.headers(KEY), timeout=10).raise_for_status()
         update = lines.get(timeout=15)
         assert update["method"] == "notifications/resources/updated" and update["params"]["uri"] == uri
+        # A second subscription, to the same unit and to a marker, hears what the cancelled one must not.
+        send({"jsonrpc": "2.0", "id": "sub-2", "method": "subscriptions/listen",
+              "params": {"_meta": meta(), "notifications": {"resourceSubscriptions": [uri, marker_uri]}}})
+        ack = lines.get(timeout=15)
+        assert ack["method"] == "notifications/subscriptions/acknowledged" and sub_id(ack) == "sub-2"
         send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "sub-1"}})
-        time.sleep(0.5)
         requests.post(server.url + "/mcp/push", json=dict(u, metadata={"v": 2}), headers=server.headers(KEY),
                       timeout=10).raise_for_status()
         send(dict(PING, id=3))
-        assert lines.get(timeout=15) == {"jsonrpc": "2.0", "id": 3, "result": {}}
-        time.sleep(1.0)
-        assert lines.empty()                               # nothing more for the cancelled subscription
+        pong = {"jsonrpc": "2.0", "id": 3, "result": {}}
+        seen: list[dict] = []
+        # the bridge reads its stdin in order (the ping is answered once the cancel is done), and sub-2
+        # hearing the re-push says the server announced it to the listeners
+        while not (pong in seen and any(updated(x, uri) for x in seen)):
+            seen.append(lines.get(timeout=15))
+        requests.post(server.url + "/mcp/push", json=marker, headers=server.headers(KEY), timeout=10).raise_for_status()
+        while not updated(seen[-1], marker_uri):   # by the marker's update sub-1 would have spoken
+            seen.append(lines.get(timeout=15))
+        assert [sub_id(x) for x in seen if "method" in x] == ["sub-2", "sub-2"], seen   # nothing for sub-1
+        send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "sub-2"}})
     finally:
         proc.stdin.close()
         assert proc.wait(timeout=20) == 0

@@ -2,6 +2,7 @@
 import re
 
 import pytest
+import requests
 from openapi_spec_validator import validate
 
 # Routes deliberately left out of the document, and why.
@@ -115,7 +116,6 @@ def test_server_url_comes_from_configuration(make_app):
 
 
 def test_public_without_keys(live_server_factory):
-    import requests
     server = live_server_factory(workers=1, keys={"k-0123456789abcdef": ("acme", ["search"])})
     rv = requests.get(server.url + "/openapi.json", timeout=5)
     assert rv.status_code == 200
@@ -253,3 +253,53 @@ def test_a_loopback_public_url_is_warned_at_start(make_app, caplog):
             app = make_app(public_url=url)
         app.extensions["context_shutdown"]()
         assert ("Dify refuses" in caplog.text) is warned, url
+
+
+# --- /openapi.json?profile=dify: what a Dify agent should get as tools (issue 26, item 4) ------------
+DIFY_TOOLS = {"searchUnits", "packContext", "pushUnits", "getUnit", "getUnitLineage"}
+
+
+def test_the_dify_profile_holds_only_what_an_agent_should_call(client, doc):
+    rv = client.get("/openapi.json?profile=dify")
+    assert rv.status_code == 200
+    dify = rv.get_json()
+    validate(dify)
+    assert {op["operationId"] for _, _, op in operations(dify)} == DIFY_TOOLS
+    assert {b["operation_id"] for b in dify_parse(dify)} == DIFY_TOOLS
+    for path, method, op in operations(dify):              # the same operations as the whole document's
+        assert op == doc["paths"][path][method]
+    assert set(dify["components"]["schemas"]) < set(doc["components"]["schemas"])
+    text = rv.get_data(as_text=True)
+    for ref in set(re.findall(r'"#/components/schemas/([^"]+)"', text)):
+        assert ref in dify["components"]["schemas"], ref
+    assert len(text) < len(client.get("/openapi.json").get_data()) / 2
+
+
+def test_an_unknown_profile_is_400(client):
+    rv = client.get("/openapi.json?profile=everything")
+    assert rv.status_code == 400 and rv.get_json()["code"] == "invalid_field" and rv.get_json()["field"] == "profile"
+
+
+def test_a_dify_agent_calls_the_profiles_tools_on_a_live_server(live_server_factory):
+    """Each tool of the profile called the way Dify's ApiTool sends it: path parameters in the URL, the
+    body's top-level properties as JSON, the key as a Bearer header."""
+    key = "difytool-0123456789abcdef"
+    server = live_server_factory(workers=1, keys={key: ("acme", ["push", "search"])})
+    doc = requests.get(server.url + "/openapi.json?profile=dify", timeout=10).json()
+    tools = {b["operation_id"]: b for b in dify_parse(doc)}
+    headers = {"Authorization": f"Bearer {key}"}
+
+    def call(name, **args):
+        tool = tools[name]
+        url = tool["server_url"].replace("http://context-mode.test:5000", server.url)
+        for p in tool["parameters"]:
+            if "{" + p["name"] + "}" in url:
+                url = url.replace("{" + p["name"] + "}", str(args.pop(p["name"])))
+        rv = requests.request(tool["method"], url, json=args or None, headers=headers, timeout=10)
+        assert rv.status_code == 200, (name, rv.text)
+        return rv.json()
+    pushed = call("pushUnits", type="tool_output", source="dify_agent_v1", content="订单 ORD-1212 已签收")
+    assert call("getUnit", cid=pushed["cid"])["content"] == "订单 ORD-1212 已签收"
+    assert call("getUnitLineage", cid=pushed["cid"])["unit"]["cid"] == pushed["cid"]
+    assert [r["cid"] for r in call("searchUnits", query="ORD-1212 签收")["results"]] == [pushed["cid"]]
+    assert pushed["cid"] in call("packContext", query="ORD-1212")["context"]

@@ -14,6 +14,7 @@ from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 from conftest import ROOT, drain, make_unit, new_app
+from service.store.postgresql.rows import SCHEMA_VERSION
 
 WORDS = ("order shipped refund invoice payment customer address warehouse delay carrier parcel label "
          "error timeout retry database index query latency cache token budget context agent tool model "
@@ -55,10 +56,12 @@ QUERY_VARIANTS = [{}, {"operator": "and"}, {"types": ["tool_output"]}, {"source"
 def test_same_units_rank_the_same_on_sqlite_and_postgresql(tmp_path, pg_urls, pending, pruned, monkeypatch):
     """The same units pushed to both backends: the same CIDs in the same order with the same raw BM25
     and 0-1 scores, for default and strong searches, with filters and both operators; ``pending``:
-    with half of them not indexed yet (default searches then score the queued units themselves);
-    ``maxscore``: PostgreSQL's MaxScore pruning on every query (it starts at 2,000 matches)."""
+    with half of them not indexed yet (default searches then score the queued units themselves). Default
+    searches on PostgreSQL read the node's read index (service/store/postgresql/nodeindex.py), strong ones
+    the tables; ``maxscore``: default searches read the tables too (no read index), with PostgreSQL's
+    MaxScore pruning on every query (it starts at 2,000 matches)."""
     if pruned:
-        from service.pg import search as pg_search
+        from service.store.postgresql import search as pg_search
         monkeypatch.setattr(pg_search, "PRUNE_MIN_MATCHES", 0)
         monkeypatch.setattr(pg_search, "PRUNE_SEED_MATCHES", 20)
         calls = []          # (terms in, terms kept) per pruned search
@@ -76,7 +79,8 @@ def test_same_units_rank_the_same_on_sqlite_and_postgresql(tmp_path, pg_urls, pe
              for i, text in enumerate(docs)]
     # (a generous read-your-writes budget: every queued unit is scored, whatever the machine's speed)
     lite = app_on(tmp_path, "lite", read_your_writes_ms=60_000)
-    pg = app_on(tmp_path, "pg", store=pg_urls[0], store_replica=pg_urls[1], read_your_writes_ms=60_000)
+    pg = app_on(tmp_path, "pg", store=pg_urls[0], store_replica=pg_urls[1], read_your_writes_ms=60_000,
+                replicas=not pruned)
     try:
         half = len(units) // 2 if pending else len(units)
         assert [r["cid"] for r in pushed(lite, units[:half])] == [r["cid"] for r in pushed(pg, units[:half])]
@@ -127,7 +131,7 @@ def test_schema_is_day_partitioned_and_counts_match(tmp_path, pg_urls):
         pg.extensions["context_shutdown"]()
 
 
-def test_delete_and_expiry_keep_statistics_exact_and_drop_dead_days(tmp_path, pg_urls):
+def test_delete_and_expiry_keep_statistics_exact_and_drop_dead_days(clock, tmp_path, pg_urls):
     """Deleting and expiring units takes them out of the BM25 statistics (scores then equal a store that
     never had them); a day whose units all expired loses its partition."""
     pg = app_on(tmp_path, "pg", store=pg_urls[0])
@@ -139,7 +143,7 @@ def test_delete_and_expiry_keep_statistics_exact_and_drop_dead_days(tmp_path, pg
         pushed(pg, keep + [old])
         drain(pg)
         assert pg.test_client().delete(f"/mcp/units/{gone}").status_code == 200
-        time.sleep(2.5)
+        clock.advance(2.5)
         pg.extensions["context_maintenance"].run_once(force_janitor=True)
         with psycopg.connect(pg_urls[0]) as c:
             days = [r[0] for r in c.execute("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
@@ -153,7 +157,8 @@ def test_delete_and_expiry_keep_statistics_exact_and_drop_dead_days(tmp_path, pg
 
 
 def test_default_searches_read_the_standby_and_fall_back_to_the_primary(tmp_path, pg_cluster, pg_urls):
-    pg = app_on(tmp_path, "pg", store=pg_urls[0], store_replica=pg_urls[1], replica_max_lag_ms=1000)
+    """Without a read index on the node (CONTEXT_REPLICAS=false; a node building its index reads the same)."""
+    pg = app_on(tmp_path, "pg", store=pg_urls[0], store_replica=pg_urls[1], replica_max_lag_ms=1000, replicas=False)
     searcher = pg.extensions["context_store"].searcher
     searcher.standby.PROBE_S = 0.0       # probe on every search: the test changes the standby's state
     try:
@@ -314,14 +319,14 @@ def test_a_delete_and_a_push_of_the_same_unit_at_once_do_not_deadlock(tmp_path, 
 
 def _empty_partition(url: str, day: str) -> None:
     """A day partition no unit lives in (as expired units leave one, or another node's early push)."""
-    from service.pg.rows import next_day, partition_name
+    from service.store.postgresql.rows import next_day, partition_name
     with psycopg.connect(url, autocommit=True) as c:
         c.execute(pgsql.SQL("CREATE TABLE {} PARTITION OF units FOR VALUES FROM ({}) TO ({})").format(
             pgsql.Identifier(partition_name(day)), pgsql.Literal(day), pgsql.Literal(next_day(day))))
 
 
 def _partition_exists(url: str, day: str) -> bool:
-    from service.pg.rows import partition_name
+    from service.store.postgresql.rows import partition_name
     with psycopg.connect(url) as c:
         return c.execute("SELECT to_regclass(%s) IS NOT NULL", (partition_name(day),)).fetchone()[0]
 
@@ -331,7 +336,7 @@ def test_the_janitor_never_drops_a_day_under_a_push(tmp_path, pg_urls):
     its commit: a janitor pass meanwhile leaves them (CI once had a 500: sweeping through 25 empty days,
     the janitor dropped one after each of a push's three looks). A day dropped before the push holds it
     is created again in the push's own transaction."""
-    from service.pg.maintenance import drop_dead_partitions
+    from service.store.postgresql.maintenance import drop_dead_partitions
     from service.units import day_of, validate_unit
     pg = app_on(tmp_path, "pg", store=pg_urls[0])
     store, config = pg.extensions["context_store"], pg.config["CONTEXT"]
@@ -415,7 +420,7 @@ def test_search_time_is_capped_by_statement_timeout(tmp_path, pg_urls):
     """CONTEXT_SEARCH_CPU_MS is each search statement's statement_timeout on PostgreSQL (wall-clock): a
     query whose 40 terms match 3,000 units answers 422 query_too_expensive, a rare term answers."""
     words = [f"common{i}" for i in range(40)]
-    pg = app_on(tmp_path, "pg", store=pg_urls[0], search_cpu_ms=25)
+    pg = app_on(tmp_path, "pg", store=pg_urls[0], search_cpu_ms=25, replicas=False)     # (the tables' search)
     try:
         units = [make_unit(" ".join(words[j % 40] for j in range(i, i + 60)) + f" unit{i}") for i in range(3000)]
         for start in range(0, len(units), 1000):
@@ -490,7 +495,7 @@ def _write_as_version_1(conn, config, units: list[dict], indexed: int) -> None:
     day rows; the first ``indexed`` with their term frequencies and statistics (term_df per tenant,
     term and day, the GIN index with fastupdate off), the rest still queued."""
     from collections import Counter
-    from service.pg.rows import next_day, partition_name
+    from service.store.postgresql.rows import next_day, partition_name
     from service.tokenize import tokenizer_for
     from service.units import validate_unit
     tokens = tokenizer_for(config).tokens
@@ -551,7 +556,7 @@ def test_a_version_1_database_is_upgraded_at_start(tmp_path, pg_cluster):
         pg = app_on(tmp_path, "pg", store=url)
         try:
             with psycopg.connect(url) as c:
-                assert c.execute("SELECT value FROM cms_meta WHERE key = 'schema_version'").fetchone()[0] == 2
+                assert c.execute("SELECT value FROM cms_meta WHERE key = 'schema_version'").fetchone()[0] == SCHEMA_VERSION
                 assert c.execute("SELECT count(*) FROM information_schema.columns WHERE table_schema = %s "
                                  "AND table_name = 'term_df' AND column_name = 'day'", (name,)).fetchone()[0] == 0
                 assert c.execute("SELECT reloptions FROM pg_class WHERE oid = 'unit_terms_tfs'::regclass"
@@ -581,7 +586,7 @@ def test_a_version_1_database_is_upgraded_at_start(tmp_path, pg_cluster):
             again = app_on(tmp_path, "pg2", store=url)
             again.extensions["context_shutdown"]()
             with psycopg.connect(url) as c:
-                assert c.execute("SELECT value FROM cms_meta WHERE key = 'schema_version'").fetchone()[0] == 2
+                assert c.execute("SELECT value FROM cms_meta WHERE key = 'schema_version'").fetchone()[0] == SCHEMA_VERSION
                 assert c.execute("SELECT sum(ndocs) FROM day_stats").fetchone()[0] == 119
         finally:
             pg.extensions["context_shutdown"]()

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from service.config import Config
 from service.errors import ApiError
 from service.params import SearchParams, parse_search
-from service.fts import fts_query
+from service.store.sqlite.fts import fts_query
 from service.tokenize import tokenizer_for
 from service.units import validate_unit
 

@@ -71,17 +71,17 @@ def test_unknown_route_404_and_wrong_method_405_are_json(client):
     assert_error(client.post("/mcp/units/0123456789ab"), 405, "method_not_allowed")
 
 
-def test_get_unknown_or_malformed_unit_is_404(client):
+def test_get_unknown_unit_is_404_and_malformed_is_400(client):
     assert_error(client.get("/mcp/units/0123456789ab"), 404, "not_found")
-    assert_error(client.get("/mcp/units/..%2f..%2fetc"), 404, "not_found")
-    assert_error(client.get("/mcp/units/ABCDEF012345"), 404, "not_found")
+    assert_error(client.get("/mcp/units/..%2f..%2fetc"), 404, "not_found")          # no such route
+    assert_error(client.get("/mcp/units/ABCDEF012345"), 400, "invalid_cid", "cid")   # as parent_cid (issue 26)
 
 
-def test_expired_unit_is_404(client):
+def test_expired_unit_is_404(clock, client):
     now = int(time.time())
     cid = client.post("/mcp/push", json=make_unit("brief", timestamp=now - 5, ttl=7)).get_json()["cid"]
     assert client.get(f"/mcp/units/{cid}").status_code == 200
-    time.sleep(now + 2.1 - time.time())
+    clock.advance(now + 2.1 - time.time())
     assert_error(client.get(f"/mcp/units/{cid}"), 404, "not_found")
 
 

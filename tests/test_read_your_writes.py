@@ -153,9 +153,8 @@ def test_state_low_water_mark(app, client):
         push(client, f"heron {i}")
     sent_to_index(app)
     store = app.extensions["context_store"]
-    from service import readindex
-    t = store.tenant("default")
-    state = json.loads((readindex.index_dir(t) / "state.json").read_text())
+    from service.readindex.schema import index_dir
+    state = json.loads((index_dir(store.root, "default") / "state.json").read_text())
     # every unit is in the index, but the last few seconds' units count as possibly in flight
     assert state["seq"] == 3 and state["backlog"] == 0
     assert 0 <= state["low"] <= 4
@@ -200,7 +199,7 @@ def test_default_search_reads_pending_units_without_indexing_them(app, client):
     store = app.extensions["context_store"]
     t = store.tenant("default")
     assert set(cids(search(client, "flock"))) == set(new)
-    from service.shards import sql
+    from service.store.sqlite.shards import sql
     day = t.live_days()[-1]
     assert t.shard(day).read(lambda c: c.execute(sql("pending_count")).fetchone()[0]) == 5
     assert len(store.searcher.tokens._items) == 5       # made once, reused by the next search
@@ -228,7 +227,7 @@ def test_pending_units_past_the_time_budget_are_reported(make_app):
 
 
 def test_token_cache_is_bounded():
-    from service.tail import TokenCache
+    from service.ranking.tail import TokenCache
     cache = TokenCache(max_bytes=100)
     for i in range(50):
         cache.put("t", "2026-01-01", i, f"{i:012x}", ["word"] * 3)
@@ -244,7 +243,7 @@ def test_nothing_indexed_yet_and_tokens_stored_by_an_earlier_search(app, client)
     assert set(cids(search(client, "heron"))) == set(new)            # makes and stores the tokens
     store = app.extensions["context_store"]
     t = store.tenant("default")
-    from service.shards import sql
+    from service.store.sqlite.shards import sql
     day = t.live_days()[-1]
     assert t.shard(day).read(lambda c: c.execute(
         "SELECT count(*) FROM units WHERE indexed = 0 AND tokens IS NOT NULL").fetchone()[0]) == 4
@@ -262,7 +261,7 @@ class Interleave:
     storing tokens, the indexer, or the leader's pass moving a row on while the search reads it."""
 
     def __init__(self, monkeypatch, n: int, step):
-        from service.shards import Db
+        from service.store.sqlite.shards import Db
         self.n, self.step, self.reads, self.done = n, step, 0, False
         original = Db.read
         hook = self
@@ -311,15 +310,16 @@ def test_a_row_moving_on_during_the_search_is_found(make_app, tmp_path, monkeypa
 def test_a_view_older_than_the_leaders_state_is_not_trusted(app, client, monkeypatch):
     """A worker that cannot load the leader's last commit (a reload fails) must not read the tail from
     that pass's low-water mark against its old view, which lacks the units below it: the primaries answer."""
-    from service import maintenance, readindex
+    from service.store.sqlite import maintenance
+    from service.readindex.reader import Reader
     monkeypatch.setattr(maintenance, "IN_FLIGHT_MS", 0)      # nothing counts as in flight
     push(client, "an older note about gulls")
     sent_to_index(app)
     assert cids(search(client, "gulls"))                      # this process's view loaded
-    monkeypatch.setattr(readindex.Reader, "_load", lambda self, sig: None)   # every reload fails
+    monkeypatch.setattr(Reader, "_load", lambda self, sig: None)   # every reload fails
     new = push(client, "a shearwater over the bay")
     sent_to_index(app)
     store = app.extensions["context_store"]
-    state = store.searcher.readers.state(store.tenant("default"))
+    state = store.searcher.readers.state("default")
     assert state["low"] > state["seq"] - 1 and state["backlog"] == 0     # the leader: all in, none in flight
     assert cids(search(client, "shearwater")) == [new]

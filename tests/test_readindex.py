@@ -1,4 +1,4 @@
-"""The read index (service/readindex.py): it follows every change of the shards, survives a crash
+"""The read index (service/readindex/, fed on SQLite by service/store/sqlite/readsync.py): it follows every change of the shards, survives a crash
 between its commit and the shards' flags, and a reader in another process sees the leader's commits."""
 import collections
 import subprocess
@@ -39,7 +39,7 @@ def app(make_app):
     return make_app(**INDEX_NOW)
 
 
-def test_updates_deletes_and_expiry_reach_the_read_index(app):
+def test_updates_deletes_and_expiry_reach_the_read_index(clock, app):
     client = app.test_client()
     now = int(time.time())
     short = client.post("/mcp/push", json=make_unit("walrus short", timestamp=now - 10, ttl=13)).get_json()
@@ -66,7 +66,7 @@ def test_updates_deletes_and_expiry_reach_the_read_index(app):
     assert client.delete(f"/mcp/units/{gone['cid']}").status_code == 200
     drain(app)
     assert gone["cid"] not in {r["cid"] for r in search(client, "walrus")["results"]}
-    time.sleep(max(0.0, now + 3.5 - time.time()))
+    clock.advance(now + 3.5 - time.time())
     assert {r["cid"] for r in search(client, "walrus")["results"]} == {changed["cid"]}
     app.extensions["context_maintenance"].run_once(force_janitor=True)
     assert {r["cid"] for r in search(client, "walrus")["results"]} == {changed["cid"]}
@@ -122,7 +122,7 @@ def test_explain_terms_add_up_to_the_score(app):
 def test_a_crash_between_commit_and_flags_leaves_no_duplicates(make_app, monkeypatch):
     """The commit reached the index but the shards' flags never flipped: the next pass, and a new
     leader, replace those documents instead of adding them twice."""
-    from service import readindex
+    from service.store.sqlite import readsync
     app = make_app(**INDEX_NOW)
     client = app.test_client()
     try:
@@ -131,26 +131,26 @@ def test_a_crash_between_commit_and_flags_leaves_no_duplicates(make_app, monkeyp
         maint.run_once()                            # the index is built and ready
         rv = client.post("/mcp/push", json={"units": [make_unit(f"gannet {i}") for i in range(1, 40)]})
         assert rv.status_code == 200
-        real = readindex._mark_sent
+        real = readsync._mark_sent
 
         def crash(*a, **k):
             raise OSError("killed between commit and flags")
-        monkeypatch.setattr(readindex, "_mark_sent", crash)
+        monkeypatch.setattr(readsync, "_mark_sent", crash)
         with pytest.raises(OSError):
             maint.run_once()
-        monkeypatch.setattr(readindex, "_mark_sent", real)
+        monkeypatch.setattr(readsync, "_mark_sent", real)
         assert len(index_keys(app)) == 40           # committed, flags still 1
         maint.run_once()                            # the same leader, after its failed pass
         keys = index_keys(app)
         assert len(keys) == 40 and set(keys.values()) == {1}
         # A new leader (another process after the old one died) starts by replacing too.
         client.post("/mcp/push", json={"units": [make_unit(f"gannet late {i}") for i in range(10)]})
-        monkeypatch.setattr(readindex, "_mark_sent", crash)
+        monkeypatch.setattr(readsync, "_mark_sent", crash)
         with pytest.raises(OSError):
             maint.run_once()
-        monkeypatch.setattr(readindex, "_mark_sent", real)
+        monkeypatch.setattr(readsync, "_mark_sent", real)
         maint.stop()
-        from service.maintenance import Maintenance
+        from service.store.sqlite.maintenance import Maintenance
         fresh = Maintenance(app.extensions["context_store"])
         try:
             fresh.run_once()
@@ -172,16 +172,16 @@ def test_a_reader_in_another_process_sees_the_leaders_commits(tmp_path, make_app
         data = str(tmp_path / "data")
         reader = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
             import json, sys, time
-            from service.readindex import Reader
+            from service.readindex.reader import Reader
+            from service.readindex.searcher import search
             from service.params import SearchParams
-            from service import readindex
             from pathlib import Path
             r = Reader(Path({data!r}) / "tenants" / "default" / "replica" / "index")
             seen = set()
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 view = r.current()
-                hits = readindex.search(view, SearchParams(query="puffin", top_k=10), ["puffin"], int(time.time()))
+                hits = search(view, SearchParams(query="puffin", top_k=10), ["puffin"], int(time.time()))
                 n = len(hits)
                 if n not in seen:
                     seen.add(n)
@@ -206,7 +206,7 @@ def test_searches_read_the_primaries_while_the_index_is_rebuilt(app):
     client.post("/mcp/push", json={"units": [make_unit(f"kestrel {i}") for i in range(12)]})
     drain(app)
     assert store.searcher.view(t) is not None
-    maint.read_writer(t)._rebuild()             # what a new format or a damaged index starts
+    maint.read_writer(t).rebuild()             # what a new format or a damaged index starts
     assert store.searcher.view(t) is None       # an empty index being built is not read ...
     assert len(search(client, "kestrel")["results"]) == 12   # ... the primaries answer
     maint.run_once()

@@ -58,16 +58,43 @@ def make_run(tmp_path_factory):
         log.close()
 
 
-def test_readme_curls_run_verbatim_against_make_run(make_run):
-    [block] = [b for b in sh_blocks(README) if "curl" in b]
-    script = block.replace("localhost:5000", f"127.0.0.1:{make_run['port']}")
-    out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60)
+def curl_blocks() -> tuple[str, str]:
+    """Try it's block (no keys, as `make run` on loopback) and the Docker section's keyed twin."""
+    [plain, keyed] = [b for b in sh_blocks(README) if "curl" in b]
+    assert "Authorization" not in plain and keyed.count('Authorization: Bearer $CONTEXT_API_KEY') == 3
+    return plain, keyed
+
+
+def run_try_it(block: str, port: int, env: dict | None = None) -> None:
+    script = block.replace("localhost:5000", f"127.0.0.1:{port}")
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=60,
+                         env=env)
     assert out.returncode == 0, out.stderr
     push, strong, chinese = out.stdout.splitlines()
     assert '"status":"ok"' in push.replace(" ", "")
     cid = re.search(r'"cid":\s*"([0-9a-f]{12})"', push).group(1)
     assert cid in strong and "ORD-7890" in strong
-    assert '"results"' in chinese
+    assert cid in chinese and "**订单**" in chinese
+
+
+def test_readme_curls_run_verbatim_against_make_run(make_run):
+    run_try_it(curl_blocks()[0], make_run["port"])
+
+
+def test_the_keyed_curls_run_verbatim_against_a_server_with_keys(tmp_path):
+    """Issue 26, item 11: under compose (keys required) Try it's curls got 401; the README gives the keyed form."""
+    from conftest import LiveServer
+    key = "readme-key-0123456789abcdef"
+    server = LiveServer(tmp_path / "data", workers=1, keys={key: ("default", ["push", "search"])})
+    try:
+        server.start()
+        plain, keyed = curl_blocks()
+        run_try_it(keyed, server.port, env=dict(os.environ, CONTEXT_API_KEY=key))
+        script = plain.replace("localhost:5000", f"127.0.0.1:{server.port}")
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+        assert out.stdout.count('"code":"missing_api_key"') == 3          # what the user saw: 401 each
+    finally:
+        server.stop()
 
 
 def test_make_run_publishes_its_own_address_and_warns_that_dify_cannot_use_it(make_run):

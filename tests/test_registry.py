@@ -12,8 +12,7 @@ import pytest
 import requests
 
 from conftest import ROOT, store_env
-from test_mcp_sdk import connect
-from mcp_support import LEGACY, McpServer, rpc
+from mcp_support import LEGACY, McpServer, connect, rpc
 
 ADMIN, READER, PUSHER = "tools-admin-0123456789abcdef", "tools-reader-0123456789abcdef", "tools-pusher-0123456789abcdef"
 OTHER_ADMIN = "tools-other-0123456789abcdef"
@@ -31,17 +30,11 @@ WEATHER = {"name": "get_weather", "title": "Weather now",
 
 
 # Both storage backends (issue 18): on PostgreSQL the registry is one table every node shares
-# (service/pg/registry.py), with the same answers and the same ranking.
+# (service/store/postgresql/registry.py), with the same answers and the same ranking.
 BACKENDS = ("sqlite", "postgresql")
 
 
 # --- validation, in-process ---------------------------------------------------------------------------
-@pytest.fixture
-def keyed(make_app):
-    app = make_app(api_keys=";".join(f"{k}:{t}:{'+'.join(s)}" for k, (t, s) in KEYS.items()))
-    return app.test_client()
-
-
 def auth(key):
     return {"Authorization": f"Bearer {key}"}
 
@@ -278,7 +271,7 @@ def test_a_paraphrase_finds_its_tool_among_500(server):
 def test_backup_and_restore_keep_the_registry(tmp_path):
     """tools.db is tenant data: `context-mode backup` copies it and `restore` brings it back, searchable."""
     from service import create_app
-    from service.backup import backup, restore
+    from service.store.sqlite.backup import backup, restore
     app = create_app({"data_dir": str(tmp_path / "data"), "background": False})
     app.extensions["context_registry"].create("default", WEATHER)
     manifest = backup(tmp_path / "data", tmp_path / "bk")

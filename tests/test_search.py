@@ -202,13 +202,13 @@ def test_source_prefix_is_not_a_pattern(client):
     assert len(search(client, "pattern", source="a%b_*")["results"]) == 1
 
 
-def test_expired_units_never_appear(client, app):
+def test_expired_units_never_appear(clock, client, app):
     now = int(time.time())
     push(client, "ephemeral narwhal", timestamp=now - 10, ttl=12)
     keep = push(client, "lasting narwhal")
     drain(app)
     assert len(search(client, "narwhal")["results"]) == 2
-    time.sleep(now + 2.2 - time.time())
+    clock.advance(now + 2.2 - time.time())
     assert cids(search(client, "narwhal")) == [keep]
     assert cids(client.post("/mcp/search", json={"query": "narwhal"}).get_json()) == [keep]
 

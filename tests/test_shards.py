@@ -71,7 +71,7 @@ def test_ranking_agrees_with_independent_bm25(make_app, tmp_path, consistency):
     tokens, on the primaries (strong) and from the read index (default searches), whose candidates
     are scored again with exact lengths (lengths above 40 tokens make its own encoding inexact)."""
     import math
-    from service.readindex import encoded_length
+    from service.readindex.searcher import encoded_length
     from service.tokenize import tokenizer_for
     docs, queries = corpus(300, seed=3, longest=120)
     app = build(make_app, tmp_path, "ref", docs, days=3)
@@ -102,18 +102,18 @@ def test_ranking_agrees_with_independent_bm25(make_app, tmp_path, consistency):
         app.extensions["context_shutdown"]()
 
 
-def test_only_live_shards_are_searched(client):
+def test_only_live_shards_are_searched(clock, client):
     now = int(time.time())
     client.post("/mcp/push", json=make_unit("ancient lemur", timestamp=now - 3 * 86_400, ttl=3 * 86_400 + 2))
     client.post("/mcp/push", json=make_unit("recent lemur"))
     body = client.post("/mcp/search", json={"query": "lemur", "consistency": "strong"}).get_json()
     assert body["shards_searched"] == 2
-    time.sleep(now + 2.2 - time.time())
+    clock.advance(now + 2.2 - time.time())
     body = client.post("/mcp/search", json={"query": "lemur", "consistency": "strong"}).get_json()
     assert body["shards_searched"] == 1 and len(body["results"]) == 1
 
 
-def test_janitor_purges_expired_units_and_unlinks_dead_days(client, app):
+def test_janitor_purges_expired_units_and_unlinks_dead_days(clock, client, app):
     now = int(time.time())
     old_day = now - 2 * 86_400
     dead = client.post("/mcp/push", json=make_unit("doomed okapi", timestamp=old_day, ttl=2 * 86_400 + 2)).get_json()
@@ -127,7 +127,7 @@ def test_janitor_purges_expired_units_and_unlinks_dead_days(client, app):
     view = app.extensions["context_store"].searcher.view(app.extensions["context_store"].tenant("default"))
     indexed_days = dict(view.searcher.terms_with_prefix("day", ""))
     assert sorted(indexed_days) == [p[:10] for p in primaries] and view.searcher.num_docs == 3
-    time.sleep(now + 2.5 - time.time())
+    clock.advance(now + 2.5 - time.time())
     result = maint.janitor.run(app.extensions["context_store"].tenant("default"))
     assert result == {"purged": 1, "unlinked": 1, "unlinked_days": [primaries[0][:10]]}
     # The dead day is gone from disk (primary and WAL files) and from the catalog ...
@@ -182,7 +182,7 @@ def test_read_index_lag_and_damaged_index_rebuilt(client, app):
     (index / "meta.json").write_text("this is not an index")
     body = client.post("/mcp/search", json={"query": "tapir"}).get_json()
     assert len(body["results"]) == 2      # this process's reader keeps the last good commit (+ the tail)
-    from service.maintenance import Maintenance
+    from service.store.sqlite.maintenance import Maintenance
     fresh = Maintenance(app.extensions["context_store"])
     try:
         fresh.run_once()
@@ -208,7 +208,7 @@ def test_metrics_exposes_latency_queue_lag_and_units(client, app):
     assert "context_index_lag_seconds_count" in text
 
 
-def test_metrics_count_indexed_purged_and_unlinked(client, app):
+def test_metrics_count_indexed_purged_and_unlinked(clock, client, app):
     def totals():
         text = client.get("/metrics").get_data(as_text=True)
         return {name: float(re.search(rf"^context_{name}_total (\S+)$", text, flags=re.M).group(1))
@@ -219,7 +219,7 @@ def test_metrics_count_indexed_purged_and_unlinked(client, app):
     client.post("/mcp/push", json=make_unit("short gnu", timestamp=now - 10, ttl=12))
     client.post("/mcp/push", json=make_unit("lasting gnu"))
     drain(app)
-    time.sleep(now + 2.5 - time.time())
+    clock.advance(now + 2.5 - time.time())
     app.extensions["context_maintenance"].run_once(force_janitor=True)
     after = totals()
     assert {k: after[k] - before[k] for k in after} == {"units_indexed": 3, "units_purged": 1, "days_unlinked": 1}
@@ -227,7 +227,7 @@ def test_metrics_count_indexed_purged_and_unlinked(client, app):
 
 def _open_new_shard(path, barrier, results):
     from service.config import Config
-    from service.shards import Db
+    from service.store.sqlite.shards import Db
     barrier.wait()
     try:
         Db(path, "shard_schema.sql", Config()).write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('x', 1) "

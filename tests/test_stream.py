@@ -20,7 +20,7 @@ def start(tmp_path_factory, name: str, **env) -> LiveServer:
 
 
 # The shared server's tests run on both storage backends (issue 18): on PostgreSQL the feed is the
-# catalog table and wake-ups come by LISTEN/NOTIFY (service/pg/live.py); the idle server's are the hub's alone.
+# catalog table and wake-ups come by LISTEN/NOTIFY (service/store/postgresql/live.py); the idle server's are the hub's alone.
 BACKENDS = ("sqlite", "postgresql")
 
 

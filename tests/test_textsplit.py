@@ -1,7 +1,7 @@
-"""Markdown and text files cut into units for `context-mode import` (service/textsplit.py)."""
+"""Markdown and text files cut into units for `context-mode import` (clients/python/context_mode_client/textsplit.py)."""
 import pytest
 
-from service.textsplit import split_markdown, split_text
+from context_mode_client.textsplit import split_markdown, split_text
 
 
 def test_markdown_sections_keep_their_heading_and_path():

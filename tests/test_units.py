@@ -91,12 +91,28 @@ def test_source_rules(client, source, ok):
         assert_error(rv, 400, "invalid_field", "source")
 
 
-@pytest.mark.parametrize("value", [True, False, 1715824391.0, 1.5, "1715824391", [1], None])
+@pytest.mark.parametrize("value", [True, False, 1715824391.0, 1.5, "1715824391", [1]])
 def test_timestamp_must_be_integer(client, value):
     unit = make_unit("ts")
     unit["timestamp"] = value
     rv = client.post("/mcp/push", json=unit)
-    assert_error(rv, 400, "missing_field" if value is None else "invalid_field", "timestamp")
+    assert_error(rv, 400, "invalid_field", "timestamp")
+
+
+@pytest.mark.parametrize("value", ["absent", None])
+def test_a_unit_without_timestamp_is_stamped_when_it_arrives(client, value):
+    """Issue 26: an agent (a Dify tool call) cannot know the time; the server's clock is the unit's."""
+    unit = make_unit("stamped on arrival")
+    if value == "absent":
+        del unit["timestamp"]
+    else:
+        unit["timestamp"] = None
+    before = int(time.time())
+    rv = client.post("/mcp/push", json=unit)
+    assert rv.status_code == 200, rv.get_json()
+    stored = client.get(f"/mcp/units/{rv.get_json()['cid']}").get_json()
+    assert before <= stored["timestamp"] <= int(time.time())
+    assert stored["cid"] == compute_cid("stamped on arrival", stored["timestamp"], unit["source"])
 
 
 def test_json_true_timestamp_is_not_one(client):
@@ -211,7 +227,7 @@ def test_empty_and_whitespace_content_stored_not_searchable(client):
 
 def test_any_string_is_content_and_comes_back_exactly(app, client):
     """Content is any string (DESIGN.md section 3), U+0000 included, which PostgreSQL's text cannot
-    hold: that backend stores it escaped (service/pg/rows.py). Every read gives back what was pushed:
+    hold: that backend stores it escaped (service/store/postgresql/rows.py). Every read gives back what was pushed:
     the unit, strong and default search, the list, the export, MCP resources/read."""
     texts = ["parcel a\x00b", "parcel \uffff0 not a NUL", "parcel \uffff\uffff\x00\uffff", "\x00", "parcel \uffff"]
     cids = {}
@@ -262,10 +278,10 @@ def test_parent_must_exist_live_and_same_tenant(client):
     assert client.get(f"/mcp/units/{rv.get_json()['cid']}").get_json()["parent_cid"] == parent
 
 
-def test_expired_parent_rejected(client):
+def test_expired_parent_rejected(clock, client):
     now = int(time.time())
     parent = client.post("/mcp/push", json=make_unit("short", timestamp=now - 10, ttl=11)).get_json()["cid"]
-    time.sleep(1.2)
+    clock.advance(1.2)
     assert_error(client.post("/mcp/push", json=make_unit("late child", parent_cid=parent)), 422, "parent_not_found")
 
 
@@ -363,4 +379,4 @@ def test_lone_surrogate_source_and_cid_with_newline_rejected(client):
     assert_error(client.post("/mcp/push", data=body, content_type="application/json"), 400, "invalid_field", "source")
     assert_error(client.post("/mcp/push", json=make_unit("x", parent_cid="0123456789ab\n")), 400, "invalid_cid",
                  "parent_cid")
-    assert client.get("/mcp/units/0123456789ab%0A").status_code == 404
+    assert_error(client.get("/mcp/units/0123456789ab%0A"), 400, "invalid_cid", "cid")     # as parent_cid (issue 26)

@@ -1,12 +1,14 @@
 """`make container-smoke`: build the image and run it for real with podman (issue 14).
 
-Checks, in order: the image builds; the container answers /healthz and its HEALTHCHECK passes;
-a push and a Chinese search work with an API key; it runs as a non-root user who cannot write
-the code but can write /data; SIGTERM stops it cleanly; a new container on the same volume
-still has the unit. Prints one line per check with timings and exits 1 on the first failure.
+Checks, in order: the image builds (and its size); the container answers /healthz and its
+HEALTHCHECK passes; a push and a Chinese search work with an API key; it runs as a non-root user
+who cannot write the code but can write /data, which is 0700; SIGTERM stops it cleanly; a new
+container on the same volume still has the unit; a placeholder key stops the start with one log
+line. Prints one line per check with timings and exits 1 on the first failure.
 
 Needs podman (Debian: podman, runc) and an image named python:3.11-slim: pulled where Docker
-Hub is reachable, else built from Debian packages by tools/container_base.sh.
+Hub is reachable, else built from Debian packages. tools/container_base.sh installs and configures
+podman when it is missing and makes that image.
 """
 from __future__ import annotations
 
@@ -77,12 +79,27 @@ def search(port: int, query: str) -> list[dict]:
     return rv.json()["results"]
 
 
+def refused_start_logs_one_line() -> None:
+    """Item 3 of issue 26 in the container: .env.example's placeholder key ends the start with one line."""
+    name = f"{NAME}-refused"
+    podman("run", "--name", name, "-e", "CONTEXT_API_KEYS=change-me:default:push+search", IMAGE, check=False)
+    try:
+        state = json.loads(podman("inspect", name).stdout)[0]["State"]
+        logs = podman("logs", name, check=False)
+        lines = [line for line in (logs.stdout + logs.stderr).splitlines() if line.strip()]
+        report(state["ExitCode"] != 0 and len(lines) == 1 and "placeholder" in lines[0],
+               f"a placeholder key: exit {state['ExitCode']}, {len(lines)} log line: {lines[0][:70] if lines else ''}…")
+    finally:
+        podman("rm", "-f", name, check=False)
+
+
 def main() -> None:
-    if shutil.which("podman") is None:
-        raise SystemExit("podman not found: apt-get install podman runc (see tools/container_base.sh)")
-    if podman("image", "exists", BASE, check=False).returncode != 0:
-        print(f"..    {BASE} not present: building a stand-in from Debian packages (tools/container_base.sh)")
+    # container_base.sh installs podman and runc when missing, configures them and makes the base image.
+    if shutil.which("podman") is None or podman("image", "exists", BASE, check=False).returncode != 0:
+        print(f"..    podman or {BASE} not present: tools/container_base.sh sets them up")
         subprocess.run(["bash", str(ROOT / "tools" / "container_base.sh")], check=True, timeout=1800)
+    if shutil.which("podman") is None:
+        raise SystemExit("podman not found after tools/container_base.sh: apt-get install podman runc")
 
     start = time.monotonic()
     podman("build", "--format", "docker", "--network", "host", "-t", IMAGE, str(ROOT), timeout=1800)
@@ -112,6 +129,10 @@ def main() -> None:
         report(code != 0, "the runtime user cannot rewrite the code (/app is root's)")
         code = podman("exec", NAME, "sh", "-c", "touch /data/.w && rm /data/.w", check=False).returncode
         report(code == 0, "the runtime user can write /data")
+        mode = podman("exec", NAME, "stat", "-c", "%a", "/data").stdout.strip()
+        logs = podman("logs", NAME, check=False)
+        report(mode == "700" and "group/other may read" not in logs.stdout + logs.stderr,
+               f"/data is {mode}, no permission warning at start")
 
         start = time.monotonic()
         podman("stop", "-t", "30", NAME)                   # SIGTERM, SIGKILL only after 30 s
@@ -125,6 +146,7 @@ def main() -> None:
         podman("rm", NAME)
         report(True, "a new container on the same volume starts", run_container(port))
         report([r["cid"] for r in search(port, "订单 发货")][:1] == [cid], "the unit survived the restart")
+        refused_start_logs_one_line()
     finally:
         podman("rm", "-f", "-t", "5", NAME, check=False)
         podman("volume", "rm", "-f", VOLUME, check=False)

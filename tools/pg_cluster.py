@@ -39,7 +39,8 @@ def _free_port() -> int:
 class Cluster:
     """Primary on one port, standby (pg_basebackup -R) on another; both trust local connections."""
 
-    def __init__(self, base: Path | None = None, *, fsync: bool = True, shared_buffers: str = "32MB"):
+    def __init__(self, base: Path | None = None, *, fsync: bool = True, shared_buffers: str = "32MB",
+                 synchronous: bool = False):
         self.bin = pg_bin()
         if self.bin is None:
             raise RuntimeError("PostgreSQL is not installed (apt-get install -y postgresql)")
@@ -62,6 +63,9 @@ class Cluster:
         # (synchronous_commit stays on), so a killed or immediately stopped server loses nothing acked;
         # only a power cut would, and tests cut no power. DDL-heavy fixtures run ~3x faster.
         self.extra = ("" if fsync else " -c fsync=off") + f" -c shared_buffers={shared_buffers}"
+        # synchronous replication (docs/postgresql.md, "Failover"): a commit is acked once the standby has
+        # it too, so promoting the standby loses nothing acked
+        self.synchronous = synchronous
 
     def _run(self, *args: str, timeout: float = 120) -> str:
         cmd = [str(self.bin / args[0]), *args[1:]]
@@ -99,7 +103,22 @@ class Cluster:
         self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.primary_port), "-U", "postgres",
                   "-D", str(self.standby_dir), "-R", "-X", "stream", "-c", "fast")
         self._start(self.standby_dir, self.standby_port)
+        if self.synchronous:
+            import psycopg
+            with psycopg.connect(self.primary_url, autocommit=True) as c:
+                c.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+                c.execute("SELECT pg_reload_conf()")
         return self
+
+    def hosts_url(self, target: str, dbname: str = "postgres") -> str:
+        """Both servers in one libpq host list: ``target_session_attrs=read-write`` reaches whichever is the
+        primary (after a promotion, the old standby), ``prefer-standby`` a standby while there is one."""
+        return (f"postgresql://postgres@127.0.0.1:{self.primary_port},127.0.0.1:{self.standby_port}/{dbname}"
+                f"?target_session_attrs={target}&connect_timeout=2")
+
+    def promote_standby(self) -> None:
+        """Make the standby the primary (after the primary died)."""
+        self._run("pg_ctl", "-D", str(self.standby_dir), "-w", "promote")
 
     def _run_as_owner(self, fn) -> None:
         fn()
@@ -141,6 +160,8 @@ class Cluster:
 
 if __name__ == "__main__":
     cluster = Cluster(Path(sys.argv[1]) if len(sys.argv) > 1 else None).start()
+    print(f"# or, surviving a promotion of the standby:\n# CONTEXT_STORE={cluster.hosts_url('read-write')}\n"
+          f"# CONTEXT_STORE_REPLICA={cluster.hosts_url('prefer-standby')}")
     print(f"CONTEXT_STORE={cluster.primary_url}\nCONTEXT_STORE_REPLICA={cluster.standby_url}", flush=True)
     try:
         signal.pause()

@@ -1,1 +1,1 @@
-"""The naive baseline of DESIGN.md section 10 (see app.py). It never imports ``service``."""
+"""The naive baseline of docs/design.md §10 (see app.py). It never imports ``service``."""

@@ -1,4 +1,4 @@
-"""The naive first attempt (DESIGN.md section 10), with the service's HTTP contract for
+"""The naive first attempt (docs/design.md §10), with the service's HTTP contract for
 POST /mcp/push (one unit or a batch) and POST /mcp/search, so one load generator drives both.
 
 What makes it naive, on purpose: one table and one FTS5 table in one SQLite file, the

@@ -16,11 +16,12 @@ export async function computeCid(content, timestamp, source) {
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("").slice(0, 12);
 }
 
-/** A unit object with its CID filled in; timestamp defaults to now (integer seconds). */
-export async function makeUnit(content, { type = "tool_output", source, ttl = 86400, timestamp, metadata, parentCid } = {}) {
+/** A unit object with its CID filled in; timestamp defaults to now (integer seconds), no ttl to the server's default. */
+export async function makeUnit(content, { type = "tool_output", source, ttl, timestamp, metadata, parentCid } = {}) {
   if (!source) throw new TypeError("makeUnit: 'source' is required");
   const ts = timestamp ?? Math.floor(Date.now() / 1000);
-  const unit = { cid: await computeCid(content, ts, source), type, source, timestamp: ts, ttl, content };
+  const unit = { cid: await computeCid(content, ts, source), type, source, timestamp: ts, content };
+  if (ttl !== undefined && ttl !== null) unit.ttl = ttl;
   if (metadata !== undefined) unit.metadata = metadata;
   if (parentCid !== undefined) unit.parent_cid = parentCid;
   return unit;

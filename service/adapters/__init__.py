@@ -1,4 +1,4 @@
-"""Front doors for tools users already run (DESIGN.md section 8): Dify, Continue, OpenAPI tools.
+"""Front doors for tools users already run (docs/design.md §8): Dify, Continue, OpenAPI tools.
 
 Adapters only translate shapes: they call the same store functions as the REST views
 (``Store.search``, ``parse_search``) and never touch SQL.

@@ -1,4 +1,4 @@
-"""Dify ``metadata_condition`` (DESIGN.md section 8): parse once, then test each search result.
+"""Dify ``metadata_condition`` (docs/design.md §8): parse once, then test each search result.
 
 Dify's shape (api/core/rag/entities/metadata_entities.py): ``{"logical_operator": "and"|"or"|null,
 "conditions": [{"name", "comparison_operator", "value"}] | null}``. A condition's ``name`` is a

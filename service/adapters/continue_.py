@@ -1,4 +1,4 @@
-"""POST /adapters/continue: Continue's ``http`` context provider (DESIGN.md section 8).
+"""POST /adapters/continue: Continue's ``http`` context provider (docs/design.md §8).
 
 Continue posts ``{"query", "fullInput", "options", "workspacePath"}`` (core/context/providers/
 HttpContextProvider.ts; ``options`` is the user's own config, ``workspacePath`` only for local

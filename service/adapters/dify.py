@@ -1,4 +1,4 @@
-"""POST /retrieval: Dify's External Knowledge API (DESIGN.md section 8).
+"""POST /retrieval: Dify's External Knowledge API (docs/design.md §8).
 
 Dify posts ``{"knowledge_id", "query", "retrieval_setting": {"top_k", "score_threshold"},
 "metadata_condition"}`` with ``Authorization: Bearer <key>``; errors use Dify's own shape

@@ -1,4 +1,4 @@
-"""GET /openapi.json: OpenAPI 3.1 of the REST API, importable as a Dify or Open WebUI tool (DESIGN.md section 8).
+"""GET /openapi.json: OpenAPI 3.1 of the REST API, importable as a Dify or Open WebUI tool (docs/design.md §8).
 
 Importers shape what is written here: Dify's parser (api/core/tools/utils/parser.py) takes
 ``servers[0].url``, turns each top-level request-body property into a tool parameter and
@@ -13,8 +13,9 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
-from flask import Blueprint, current_app, jsonify
+from flask import Blueprint, current_app, jsonify, request
 
+from ..errors import BadRequest
 from ..params import properties, query_parameters
 from ..units import PUSH_FIELDS, RESULT_FIELDS, STORED_FIELDS, nullable, object_schema
 from . import openapi_live
@@ -25,6 +26,11 @@ from .openapi_parts import ref as _ref
 from .openapi_parts import responses as _responses
 
 bp = Blueprint("openapi", __name__)
+
+# /openapi.json?profile=NAME: only the operations that kind of client should be offered as tools (issue 26).
+# A Dify agent searches, packs, pushes and reads; not the stream, export, forget, deletes or the tool
+# registry, and not /retrieval (Dify calls it as External Knowledge, not as a tool).
+PROFILES = {"dify": ("searchUnits", "packContext", "pushUnits", "getUnit", "getUnitLineage")}
 
 def public_url_problem(url: str) -> str | None:
     """Why Dify would refuse ``servers[0].url`` (its SSRF guard rejects loopback and private literals), or None."""
@@ -85,19 +91,19 @@ def _unit_paths(config) -> dict:
         "/mcp/units/{cid}": {
             "get": {"operationId": "getUnit", "summary": "Read one context unit",
                     "description": "One live context unit by its CID.", "parameters": [cid_param],
-                    "responses": _responses(_json(_ref("Unit"), "The unit."), "401", "403", "404")},
+                    "responses": _responses(_json(_ref("Unit"), "The unit."), "400", "401", "403", "404")},
             "delete": {"operationId": "deleteUnit", "summary": "Delete one context unit",
                        "description": "Remove a unit everywhere (needs the admin scope).",
                        "parameters": [cid_param],
                        "responses": _responses(_json({"type": "object", "properties": {
-                           "status": {"type": "string"}, "cid": CID}}, "Deleted."), "401", "403", "404")}},
+                           "status": {"type": "string"}, "cid": CID}}, "Deleted."), "400", "401", "403", "404")}},
         "/mcp/units/{cid}/lineage": {"get": {
             "operationId": "getUnitLineage", "summary": "Read a unit's lineage",
             "description": "The unit, its ancestors (nearest first, root last) and its direct children.",
             "parameters": [cid_param],
             "responses": _responses(_json({"type": "object", "properties": {
                 "unit": _ref("Unit"), "ancestors": {"type": "array", "items": _ref("Unit")},
-                "children": {"type": "array", "items": _ref("Unit")}}}, "Lineage."), "401", "403", "404")}},
+                "children": {"type": "array", "items": _ref("Unit")}}}, "Lineage."), "400", "401", "403", "404")}},
     }
 
 
@@ -138,7 +144,7 @@ def _retrieval_path() -> dict:
             "score_threshold": nullable({"type": "number", "minimum": 0, "maximum": 1},
                                         "Drop records scoring below this.")}},
         # A top-level property becomes a Dify tool parameter typed from its single "type"; null and
-        # absent are still accepted (DESIGN.md section 8), the document just does not advertise null.
+        # absent are still accepted (docs/design.md §8), the document just does not advertise null.
         "metadata_condition": {"type": "object", "description":
                                "Dify's metadata filter: logical_operator and conditions "
                                "[{name, comparison_operator, value}] over unit fields and metadata keys; "
@@ -168,15 +174,47 @@ def build(config) -> dict:
         "servers": [{"url": config.public_url.rstrip("/")}],
         "security": [{"bearerAuth": []}],
         "paths": {**_unit_paths(config), **_search_paths(config), **_retrieval_path(),
-                  **manage_paths(config),         # list, stats, export, forget (issue 15)
-                  **openapi_live.paths(config)},  # the SSE stream and the tool registry (issue 16)
+                  **manage_paths(config),         # list, stats, export, forget
+                  **openapi_live.paths(config)},  # the SSE stream and the tool registry
         "components": {"securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer",
                                                           "description": "An API key: Authorization: Bearer <key>."}},
                        "schemas": {**_schemas(config), **openapi_live.schemas()}},
     }
 
 
+def _refs(node) -> set[str]:
+    """Names of the component schemas ``node`` refers to."""
+    if isinstance(node, dict):
+        found = {node["$ref"].rsplit("/", 1)[1]} if isinstance(node.get("$ref"), str) else set()
+        return found.union(*(_refs(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_refs(v) for v in node))
+    return set()
+
+
+def profiled(doc: dict, name: str) -> dict:
+    """``doc`` with only the operations of profile ``name`` and the schemas they use."""
+    keep = PROFILES[name]
+    paths = {path: kept for path, item in doc["paths"].items()
+             if (kept := {m: op for m, op in item.items() if op.get("operationId") in keep})}
+    schemas = doc["components"]["schemas"]
+    used = _refs(paths)
+    while (more := set().union(*(_refs(schemas[n]) for n in used)) - used):   # schemas that refer to others
+        used |= more
+    info = dict(doc["info"], description=doc["info"]["description"] + f" This is the {name!r} profile: "
+                "the operations an agent should call. Every operation: /openapi.json.")
+    return {**doc, "info": info, "paths": paths,
+            "components": {**doc["components"], "schemas": {n: schemas[n] for n in schemas if n in used}}}
+
+
 @bp.get("/openapi.json")
 def openapi_json():
-    """The OpenAPI 3.1 description of the REST API (public: it holds no tenant data)."""
-    return jsonify(build(current_app.config["CONTEXT"]))
+    """The OpenAPI 3.1 description of the REST API (public: it holds no tenant data); ``profile=dify``: the
+    operations a Dify agent should get as tools."""
+    doc = build(current_app.config["CONTEXT"])
+    name = request.args.get("profile")
+    if name is None:
+        return jsonify(doc)
+    if name not in PROFILES:
+        raise BadRequest(f"Parameter 'profile' must be one of: {', '.join(PROFILES)}.", field="profile")
+    return jsonify(profiled(doc, name))

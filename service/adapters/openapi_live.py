@@ -1,4 +1,4 @@
-"""The OpenAPI description of issue 16's routes: GET /mcp/stream and the tool registry (/mcp/tools).
+"""The OpenAPI description of live context and the tool registry: GET /mcp/stream and the tool registry (/mcp/tools).
 
 Kept beside service/adapters/openapi.py, which merges these paths and schemas into /openapi.json.
 Request bodies are flat and inline (Dify's importer reads only top-level properties).
@@ -86,7 +86,7 @@ def paths(config) -> dict:
                 {"name": "query", "in": "query", "required": False, "schema": {"type": "string"},
                  "description": "Plain text: only units with any (operator=and: all) of its words. None: every unit."},
                 {"name": "types", "in": "query", "required": False, "schema": {"type": "string"},
-                 "description": f"Comma-separated unit types ({', '.join(types)})."},
+                 "description": f"Comma-separated unit types ({', '.join(types)}), or the parameter repeated."},
                 {"name": "source", "in": "query", "required": False, "schema": {"type": "string"},
                  "description": "Only this source; a trailing '*' matches a prefix."},
                 {"name": "operator", "in": "query", "required": False,

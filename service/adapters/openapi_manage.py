@@ -1,4 +1,4 @@
-"""The OpenAPI operations of issue 15 (list, stats, export, forget), merged into /openapi.json's paths.
+"""The OpenAPI operations that see and manage the memory (list, stats, export, forget), merged into /openapi.json's paths.
 
 Parameters reuse the search's field declarations (``params.properties``), so the filters are
 described once; request bodies stay inline and flat for Dify's importer.
@@ -6,8 +6,8 @@ described once; request bodies stay inline and flat for Dify's importer.
 from __future__ import annotations
 
 from ..api.manage import CONFIRM_SECONDS, DEFAULT_LIMIT, MAX_CIDS
-from ..manage import LIST_MAX
 from ..params import properties
+from ..store.base import LIST_MAX
 from ..units import nullable as _nullable
 from .openapi_parts import CID
 from .openapi_parts import json_content as _json
@@ -16,7 +16,8 @@ from .openapi_parts import responses as _responses
 
 
 def _filter_params(props: dict) -> list[dict]:
-    params = [{"name": "types", "in": "query", "required": False, "description": "Comma-separated type names.",
+    params = [{"name": "types", "in": "query", "required": False,
+               "description": "Comma-separated type names, or the parameter repeated (types=a&types=b).",
                "schema": {"type": "string"}}]
     for name in ("source", "since", "until", "parent_cid"):
         params.append({"name": name, "in": "query", "required": False, "description": props[name]["description"],

@@ -1,5 +1,5 @@
 """Building blocks of /openapi.json shared by openapi.py and openapi_manage.py (so neither imports the
-other's module-level helpers: issue 13's cycle check)."""
+other's module-level helpers: no import cycle, tests/test_code_shape.py)."""
 from __future__ import annotations
 
 from ..units import CID_SCHEMA

@@ -1,4 +1,4 @@
-"""Thin REST blueprints (DESIGN.md section 4): parse, call the store, shape the answer."""
+"""Thin REST blueprints (docs/design.md §4): parse, call the store, shape the answer."""
 from __future__ import annotations
 
 import json
@@ -26,7 +26,7 @@ _BATCH_START = re.compile(r'[ \t\n\r]*(?:(\[)|\{[ \t\n\r]*"units"[ \t\n\r]*:[ \t
 
 
 def parse_batch(text: str, limit: int):
-    """Decode a push body so that a batch stops at ``limit`` + 1 items (issue 12, finding 8):
+    """Decode a push body so that a batch stops at ``limit`` + 1 items:
     a 32 MiB ``[{},{},...]`` costs ~1 GB as Python objects, its first thousand items almost nothing.
     ``[...]`` and ``{"units": [...]}`` are read item by item; anything else is decoded whole."""
     m = _BATCH_START.match(text)

@@ -1,4 +1,4 @@
-"""/healthz and /readyz (DESIGN.md section 4)."""
+"""/healthz and /readyz (docs/design.md §4)."""
 from __future__ import annotations
 
 from flask import Blueprint, current_app, jsonify
@@ -22,13 +22,19 @@ def readyz():
     writable = problem is None
     problems = [problem] if problem else []
     pending = replica_lag_ms = 0
+    behind = {"units": 0, "lag_ms": 0}
     for name in s.tenant_names():
         fresh = s.freshness(name)
         pending += fresh["index_pending"]
         replica_lag_ms = max(replica_lag_ms, fresh["replica_lag_ms"])
+        lag = s.read_index_lag(name)
+        if lag is not None:
+            behind = {"units": behind["units"] + lag["units"], "lag_ms": max(behind["lag_ms"], lag["lag_ms"])}
     maint = current_app.extensions.get("context_maintenance")
     body = {"status": "ok" if writable else "unavailable", "storage_writable": writable,
             "index_pending": pending, "replica_lag_ms": replica_lag_ms,
+            # this node's read index behind the store (default searches read the rest from the store)
+            "read_index": behind if s.config.replicas else None,
             "index_lag_ms": maint.lag_report() if maint else None,
             "segmenter": s.tokenizer.segmenter, "problems": problems}
     rv = jsonify(body)

@@ -1,4 +1,4 @@
-"""See and manage the memory (issue 15): GET /mcp/units, GET /mcp/stats, GET /mcp/export,
+"""See and manage the memory: GET /mcp/units, GET /mcp/stats, GET /mcp/export,
 POST /mcp/forget. Tenant-scoped like every view; filters are the search filters (``parse_search``)."""
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import time
 
 from flask import Blueprint, Response, jsonify, request
 
-from .. import manage, tokens
+from .. import tokens
 from ..auth import require
 from ..errors import BadRequest, Conflict
-from ..params import SearchParams, parse_search
 from ..formats import is_cid
+from ..params import SearchParams, parse_search, query_list, query_value
+from ..store.base import LIST_MAX, SAMPLE
 from . import config, json_body, store
 
 bp = Blueprint("manage", __name__)
@@ -41,14 +42,15 @@ def _query_args(allowed: tuple[str, ...]) -> dict:
         if name not in allowed:
             raise BadRequest(f"Unknown parameter {name!r}; known: {', '.join(allowed)}.", code="unknown_field",
                              field=name)
-        value = request.args.get(name)
+        if name == "types":
+            body[name] = query_list(request.args, name)
+            continue
+        value = query_value(request.args, name)
         if name in ("since", "until", "limit"):
             try:
                 body[name] = int(value)
             except ValueError:
                 raise BadRequest(f"Parameter {name!r} must be an integer.", field=name) from None
-        elif name == "types":
-            body[name] = [x for x in value.split(",") if x]
         else:
             body[name] = value
     return body
@@ -61,8 +63,8 @@ def list_units(tenant):
     args = _query_args(LIST_FIELDS + ("limit", "cursor"))
     p = parse_filters(args)
     limit = args.get("limit", DEFAULT_LIMIT)
-    if not 1 <= limit <= manage.LIST_MAX:
-        raise BadRequest(f"Parameter 'limit' must be between 1 and {manage.LIST_MAX}.", field="limit")
+    if not 1 <= limit <= LIST_MAX:
+        raise BadRequest(f"Parameter 'limit' must be between 1 and {LIST_MAX}.", field="limit")
     fingerprint = _fingerprint(p)
     before = None
     if "cursor" in args:
@@ -141,7 +143,7 @@ def forget_units(tenant: str, body) -> dict:
         found = s.matches(tenant, p, cids=cids, max_seq=max_seq)
         expires_at = int(time.time()) + CONFIRM_SECONDS
         token = tokens.seal("forget", tenant, {"f": fingerprint, "s": max_seq, "n": len(found), "x": expires_at})
-        sample = [{k: r[k] for k in ("cid", "type", "source", "timestamp")} for r in found[:manage.SAMPLE]]
+        sample = [{k: r[k] for k in ("cid", "type", "source", "timestamp")} for r in found[:SAMPLE]]
         return {"dry_run": True, "count": len(found), "confirm": token, "confirm_expires_at": expires_at,
                 "sample": sample}
     data = tokens.unseal("forget", tenant, confirm, field="confirm", code="invalid_confirm")

@@ -1,4 +1,4 @@
-"""POST/GET /mcp/search and POST /mcp/context (DESIGN.md section 4)."""
+"""POST/GET /mcp/search and POST /mcp/context (docs/design.md §4)."""
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request

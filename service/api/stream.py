@@ -1,4 +1,4 @@
-"""GET /mcp/stream (issue 16): new units matching a query, as Server-Sent Events, for non-MCP clients.
+"""GET /mcp/stream: new units matching a query, as Server-Sent Events, for non-MCP clients.
 
 ``?query=…&types=a,b&source=…&operator=or|and`` (all optional; no query: every new unit of those types
 and source). Each event is ``id: <seq>``, ``event: unit``, ``data: <the unit as GET /mcp/units returns it,
@@ -16,9 +16,9 @@ from flask import Blueprint, Response, current_app, request
 
 from ..auth import current_principal, require
 from ..errors import ApiError, BadRequest
-from ..events import Match
 from ..hub import LimitReached, Listener
-from ..params import parse_search
+from ..live import Match
+from ..params import parse_search, query_list, query_value
 from . import config, store
 
 bp = Blueprint("stream", __name__)
@@ -106,12 +106,15 @@ def _match(args) -> Match:
     unknown = sorted(set(args) - set(STREAM_ARGS))
     if unknown:
         raise BadRequest(f"Unknown parameter {unknown[0]!r}.", code="unknown_field", field=unknown[0])
-    query = args.get("query", args.get("q", ""))
+    if "q" in args and "query" in args:
+        raise BadRequest("Give the search text once, as 'q' or as 'query'.", code="duplicate_parameter",
+                         field="query")
+    query = query_value(args, "query") or query_value(args, "q") or ""
     body: dict = {"query": query}
-    if args.get("types"):
-        body["types"] = [x for x in args["types"].split(",") if x]
+    if query_list(args, "types"):
+        body["types"] = query_list(args, "types")
     for name in ("source", "operator"):
-        if args.get(name):
+        if query_value(args, name):
             body[name] = args[name]
     p = parse_search(body, config())      # the same rules (and messages) as search's filters
     terms = tuple(store().tokenizer.query_terms(p.query)) if p.query.strip() else ()

@@ -1,4 +1,4 @@
-"""The tool registry over REST (issue 16): /mcp/tools. ``admin`` writes, ``search`` reads."""
+"""The tool registry over REST: /mcp/tools. ``admin`` writes, ``search`` reads."""
 from __future__ import annotations
 
 from flask import Blueprint, current_app, jsonify, request

@@ -1,10 +1,10 @@
-"""POST /mcp/push and /mcp/units/<cid> (DESIGN.md section 4)."""
+"""POST /mcp/push and /mcp/units/<cid> (docs/design.md §4)."""
 from __future__ import annotations
 
 from flask import Blueprint, jsonify
 
 from ..auth import require
-from ..errors import BadRequest, NotFound
+from ..errors import BadRequest
 from ..formats import is_cid
 from . import config, json_body, store
 
@@ -31,10 +31,12 @@ def push(tenant):
 
 
 def _checked(cid: str) -> str:
-    """A path segment that is no CID is simply not found; echo only a short prefix of it (issue 12)."""
+    """A path segment that is no CID is 400 invalid_cid, as a malformed parent_cid is; echo only a short
+    prefix of it."""
     if not is_cid(cid):
         shown = cid[:24] + ("…" if len(cid) > 24 else "")
-        raise NotFound(f"No live unit with CID {shown!r}.", field="cid")
+        raise BadRequest(f"{shown!r} is not a CID: a CID is 12 lowercase hex digits.", code="invalid_cid",
+                         field="cid")
     return cid
 
 

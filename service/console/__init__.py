@@ -1,4 +1,4 @@
-"""The web console at /console (issue 15): static files served by this app, no build step, no CDN.
+"""The web console at /console: static files served by this app, no build step, no CDN.
 
 The page is plain HTML, CSS and one JavaScript file (``static/``); it talks to the REST API with
 the key the user typed, kept in the tab's sessionStorage and sent as the Bearer header (never in a

@@ -1,4 +1,4 @@
-"""MCP adapter (DESIGN.md section 7): the store as MCP resources, prompts and tools.
+"""MCP adapter (docs/design.md §7): the store as MCP resources, prompts and tools.
 
 ``transport`` is the Streamable HTTP endpoint, ``dispatch`` the method table, and
 ``resources`` / ``prompts`` / ``tools`` the handlers; ``stdio`` bridges local-process hosts.
@@ -12,5 +12,5 @@ from flask import Flask
 def init_app(app: Flask) -> None:
     from . import manage
     from .transport import bp
-    manage.register()         # context_forget and context://stats (issue 15)
+    manage.register()         # context_forget and context://stats
     app.register_blueprint(bp)

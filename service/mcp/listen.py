@@ -1,4 +1,4 @@
-"""``subscriptions/listen`` (2026-07-28, issue 16): the response to one POST /mcp stays open as an SSE stream.
+"""``subscriptions/listen`` (2026-07-28): the response to one POST /mcp stays open as an SSE stream.
 
 Per the revision's subscriptions pattern: the first message is ``notifications/subscriptions/acknowledged``
 holding only what this server honours (``resourcesListChanged``, and those ``resourceSubscriptions`` it can
@@ -51,7 +51,7 @@ class McpListener(Listener):
         self.request_id = request_id
         self.version = call.era.version
         self.cids, self.queries, self.uris = cids, queries, tool_uris
-        # context://stats (issue 15) changes whenever the list does: both come from the same events
+        # context://stats changes whenever the list does: both come from the same events
         self.list_keys = ([LIST] if wants_list else []) + ([uris.STATS_URI] if uris.STATS_URI in tool_uris else [])
         self.wants_list = bool(self.list_keys)
         self.pending: OrderedDict[str, None] = OrderedDict()

@@ -1,4 +1,4 @@
-"""Managing the memory over MCP (issue 15): the ``context_forget`` tool and ``context://stats``.
+"""Managing the memory over MCP: the ``context_forget`` tool and ``context://stats``.
 
 ``context_forget`` is the REST bulk forget (``POST /mcp/forget``) as a tool: called without
 ``confirm`` it forgets nothing and answers the count, a sample and a confirmation; called again with

@@ -1,4 +1,4 @@
-"""Prompts (DESIGN.md sections 7 and 9): one instruction message, then the stored units as embedded resources.
+"""Prompts (docs/design.md §7, §9): one instruction message, then the stored units as embedded resources.
 
 The instruction text is written by the server alone (plus the caller's own question); stored
 content only ever travels inside embedded resources, identical to what resources/read returns,
@@ -14,7 +14,7 @@ import mcp_types as types
 from ..errors import ApiError
 from ..formats import is_cid
 from ..params import parse_search
-from ..scoring import near_best
+from ..ranking.scoring import near_best
 from . import uris
 from .context import Call
 from .protocol import invalid_params
@@ -49,7 +49,7 @@ def _answer(call: Call, args: dict) -> types.GetPromptResult:
         if e.status >= 500:
             raise
         raise invalid_params(f"Invalid argument {e.field or ''}: {e.message}".strip()) from None
-    # units far below the best hit would pad the prompt with noise (issue 14, item 9)
+    # units far below the best hit would pad the prompt with noise
     units = [call.store.get(call.tenant, r["cid"]) for r in near_best(found["results"])[0]]
     units = [u for u in units if u is not None]
     if units:
@@ -78,7 +78,7 @@ def _lineage(call: Call, args: dict) -> types.GetPromptResult:
                 for i, a in enumerate(ancestors, 1)]
     listing += [f"- child: {uris.unit_uri(c['cid'])} ({c['type']})" for c in children]
     if lin["omitted"]:
-        # Bounded answer (issue 12): name what did not fit, so it can be read one by one.
+        # Bounded answer: name what did not fit, so it can be read one by one.
         listing += [f"- not embedded (over the size limit; read it with resources/read): {uris.unit_uri(c)}"
                     for c in lin["omitted"][:200]]
         if len(lin["omitted"]) > 200:

@@ -1,4 +1,4 @@
-"""MCP protocol facts the adapter relies on: revisions, error codes, the JSON-RPC envelope (DESIGN.md section 7).
+"""MCP protocol facts the adapter relies on: revisions, error codes, the JSON-RPC envelope (docs/design.md §7).
 
 Two revisions share one endpoint. 2025-11-25 (and the older 2025-06-18 / 2025-03-26 that
 Dify sends) negotiates once with ``initialize`` and then names its revision in the
@@ -30,7 +30,7 @@ RESOURCE_NOT_FOUND_LEGACY = -32002
 # Auth failures ride on HTTP 401/403; their JSON-RPC bodies use the implementation-defined band.
 UNAUTHORIZED = -32010
 FORBIDDEN = -32011
-# subscriptions/listen refused: too many open streams for the key, the tenant or this server (issue 16).
+# subscriptions/listen refused: too many open streams for the key, the tenant or this server.
 TOO_MANY_LISTENERS = -32012
 SUBSCRIPTION_ID_META_KEY = "io.modelcontextprotocol/subscriptionId"
 

@@ -1,4 +1,4 @@
-"""Resources (DESIGN.md section 7): recent units, one unit as text/plain, a search as markdown.
+"""Resources (docs/design.md §7): recent units, one unit as text/plain, a search as markdown.
 
 Stored content is untrusted data: it only ever appears as a resource's text, never in a
 description or title the model might read as guidance.

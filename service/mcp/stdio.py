@@ -1,4 +1,4 @@
-"""``context-mode mcp-stdio``: a stdio bridge for hosts that only launch local processes (DESIGN.md section 7).
+"""``context-mode mcp-stdio``: a stdio bridge for hosts that only launch local processes (docs/design.md §7).
 
 Newline-delimited JSON-RPC from stdin is POSTed, one message per request, to the Streamable
 HTTP endpoint; each JSON response becomes one line on stdout. Nothing but protocol goes to
@@ -7,7 +7,7 @@ server checks are derived from each message: for 2026-07-28 the revision, method
 mirrored from the body; for the handshake era the revision ``initialize`` negotiated.
 
 ``--url`` is the service's base URL (as for ``context-mode push``) or its ``/mcp`` endpoint;
-the variables are the CLI's: ``CONTEXT_URL`` and ``CONTEXT_API_KEY`` (issue 14, item 3).
+the variables are the CLI's: ``CONTEXT_URL`` and ``CONTEXT_API_KEY``.
 """
 from __future__ import annotations
 

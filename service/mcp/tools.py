@@ -1,5 +1,5 @@
-"""Tools (DESIGN.md section 7): ``context_search`` (read-only), ``context_push`` and ``tool_search``
-(read-only, issue 16: the tool registry).
+"""Tools (docs/design.md §7): ``context_search`` (read-only), ``context_push`` and ``tool_search``
+(read-only: the tool registry).
 
 A tool's business failure (a unit the store rejects, a bad search field, a missing scope) is a
 result with ``isError: true`` the model can read and correct; calling a tool that does not
@@ -65,11 +65,9 @@ def search_input(config) -> dict:
 
 
 def push_input(config) -> dict:
-    """The input schema of context_push: a unit as REST takes it (service/units.py), timestamp optional."""
-    properties = object_schema(PUSH_FIELDS, config)["properties"]
-    properties["timestamp"] = {**properties["timestamp"],
-                               "description": properties["timestamp"]["description"] + " Default: now."}
-    return {"type": "object", "properties": properties, "required": ["type", "source", "content"],
+    """The input schema of context_push: a unit as REST takes it (service/units.py)."""
+    schema = object_schema(PUSH_FIELDS, config)
+    return {"type": "object", "properties": schema["properties"], "required": schema["required"],
             "additionalProperties": False}
 
 

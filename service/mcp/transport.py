@@ -1,4 +1,4 @@
-"""Streamable HTTP at ``POST /mcp``: one JSON-RPC message per request, JSON responses (DESIGN.md section 7).
+"""Streamable HTTP at ``POST /mcp``: one JSON-RPC message per request, JSON responses (docs/design.md §7).
 
 Order of checks: Host/Origin (DNS rebinding, 403), JSON content type (415) and body size (413),
 all in service/doors.py → method (405) → API key (401) → body

@@ -1,5 +1,5 @@
-"""Resource URIs (DESIGN.md section 7): ``context://units/{cid}``, ``context://search/{query}`` and
-``context://tools/{name}`` (issue 16: the tool registry).
+"""Resource URIs (docs/design.md §7): ``context://units/{cid}``, ``context://search/{query}`` and
+``context://tools/{name}`` (the tool registry).
 
 Parsing is deliberately strict: a URI is accepted only in the exact form the server itself
 builds, so no spelling (dot segments, encoded slashes, double encoding, case games, query
@@ -21,7 +21,7 @@ UNITS_PREFIX = SCHEME + "units/"
 SEARCH_PREFIX = SCHEME + "search/"
 TOOLS_PREFIX = SCHEME + "tools/"
 UNIT_TEMPLATE = UNITS_PREFIX + "{cid}"
-STATS_URI = SCHEME + "stats"        # what the memory holds (issue 15, service/mcp/manage.py)
+STATS_URI = SCHEME + "stats"        # what the memory holds (service/mcp/manage.py)
 SEARCH_TEMPLATE = SEARCH_PREFIX + "{query}"
 TOOL_TEMPLATE = TOOLS_PREFIX + "{name}"
 

@@ -1,4 +1,4 @@
--- Named statements of the PostgreSQL backend (service/pg/). Parameters are psycopg's %(name)s; a
+-- Named statements of the PostgreSQL backend (service/store/postgresql/). Parameters are psycopg's %(name)s; a
 -- statement with {name} fields is a template for identifiers (a day partition's name), filled by
 -- psycopg.sql with quoted identifiers and literals, never with request text.
 
@@ -306,7 +306,7 @@ SELECT pg_is_in_recovery() AS recovery,
             ELSE coalesce(extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000, 0)
        END::bigint AS lag_ms;
 
--- --- seeing and managing the memory (issue 15) --------------------------------------------------
+-- --- seeing and managing the memory --------------------------------------------------
 
 -- name: stats_by_day_type
 -- Live units per day and type: count, content bytes (UTF-8), oldest and newest timestamp, and the
@@ -318,7 +318,7 @@ FROM units u WHERE tenant = %(tenant)s AND expires_at > %(now)s GROUP BY day, ty
 -- name: days_summary
 SELECT count(*) AS n, min(day)::text AS first, max(day)::text AS last FROM tenant_days WHERE tenant = %(tenant)s;
 
--- --- live context (issue 16 on PostgreSQL; service/pg/live.py) ----------------------------------
+-- --- live context (service/store/postgresql/live.py) ----------------------------------
 
 -- name: live_listen
 LISTEN cms_live;
@@ -379,7 +379,7 @@ DELETE FROM live_listeners WHERE tenant = %(tenant)s AND id = %(id)s;
 -- name: live_listeners_touch
 UPDATE live_listeners SET seen_ms = %(now)s WHERE owner = %(owner)s;
 
--- --- the tool registry (service/pg/registry.py; the SQLite one: sql/live_queries.sql) ------------
+-- --- the tool registry (service/store/postgresql/registry.py; the SQLite one: sql/live_queries.sql) ------------
 
 -- name: tool_get
 SELECT * FROM tools WHERE tenant = %(tenant)s AND name = %(name)s;
@@ -417,7 +417,7 @@ WHERE tenant = %(tenant)s AND name COLLATE "C" > %(after)s
 ORDER BY name COLLATE "C" LIMIT %(limit)s;     -- (byte order, as SQLite's: pages and names agree on both)
 
 -- name: tool_candidates
--- Every tool holding any query token, filtered as tool_list (service/registry.py's bm25 scores them).
+-- Every tool holding any query token, filtered as tool_list (service/ranking/tools.py scores them).
 SELECT name AS id, name, t_name, t_text, t_schema, n_name, n_text, n_schema FROM tools
 WHERE tenant = %(tenant)s AND terms && %(terms)s::text[]
   AND (%(auth_type)s::text IS NULL OR auth_type = %(auth_type)s)
@@ -437,3 +437,71 @@ GROUP BY term;
 
 -- name: tools_by_names
 SELECT * FROM tools WHERE tenant = %(tenant)s AND name = ANY(%(names)s::text[]);
+
+-- --- the read index of each node (service/store/postgresql/nodeindex.py) ---------------------------------
+
+-- name: node_positions
+-- Where the tenant is, in the snapshot its changes and units are read in: the newest seq and change, and
+-- the lowest seq still queued for the indexer (every unit below it is indexed or gone) with its push time.
+SELECT coalesce(t.last_seq, 0) AS seq, coalesce(t.last_event, 0) AS n, q.seq AS queued, q.pushed_ms AS queued_ms
+FROM (SELECT 1) one
+LEFT JOIN tenants t ON t.tenant = %(tenant)s
+LEFT JOIN LATERAL (SELECT seq, pushed_ms FROM pending WHERE tenant = %(tenant)s ORDER BY seq LIMIT 1) q ON true;
+
+-- name: node_units
+-- Indexed live units after a seq, in seq order, with everything the read index stores (through catalog_seq).
+SELECT c.seq, c.cid, c.day::text AS day, t.ntok, t.tfs, u.type, u.source, u.timestamp, u.ttl, u.expires_at,
+       u.metadata, u.parent_cid, u.content
+FROM catalog c
+JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
+JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
+WHERE c.tenant = %(tenant)s AND c.seq > %(after)s AND c.expires_at > %(now)s
+ORDER BY c.seq LIMIT %(limit)s;
+
+-- name: node_units_by_cid
+SELECT c.seq, c.cid, c.day::text AS day, t.ntok, t.tfs, u.type, u.source, u.timestamp, u.ttl, u.expires_at,
+       u.metadata, u.parent_cid, u.content
+FROM catalog c
+JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
+JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
+WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s) AND c.expires_at > %(now)s;
+
+-- name: node_tail
+-- A default search's tail, with each unit's mutable fields: the live units at or past the node index's
+-- low-water mark (seq order, through catalog_seq), and those re-pushed since the index's state.
+WITH t AS (
+    (SELECT seq, cid, day FROM catalog
+     WHERE tenant = %(tenant)s AND seq >= %(low)s AND expires_at > %(now)s ORDER BY seq LIMIT %(limit)s)
+    UNION
+    SELECT c.seq, c.cid, c.day FROM live_events e
+    JOIN catalog c ON c.tenant = e.tenant AND c.cid = substr(e.uri, 17)
+    WHERE e.tenant = %(tenant)s AND e.n > %(after)s AND e.kind = 'changed' AND starts_with(e.uri, 'context://units/')
+      AND c.expires_at > %(now)s)
+SELECT t.seq, t.cid, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid, u.pushed_ms
+FROM t JOIN units u ON u.tenant = %(tenant)s AND u.day = t.day AND u.cid = t.cid
+ORDER BY t.seq;
+
+-- name: node_tail_texts
+-- What tail units hold, for the ones this process has not seen: their content, and their terms once indexed.
+SELECT c.cid, u.content, t.ntok, t.tfs
+FROM catalog c
+JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
+LEFT JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
+WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s);
+
+-- name: live_events_since_bounded
+SELECT n, uri, kind FROM live_events WHERE tenant = %(tenant)s AND n > %(after)s ORDER BY n LIMIT %(changes)s;
+
+-- name: node_behind
+-- What a node's read index lacks: the live units at or past its low-water mark, and when the first was pushed.
+SELECT (SELECT count(*) FROM catalog
+        WHERE tenant = %(tenant)s AND seq >= %(low)s AND expires_at > %(now)s) AS n,
+       (SELECT u.pushed_ms FROM catalog c JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
+        WHERE c.tenant = %(tenant)s AND c.seq >= %(low)s ORDER BY c.seq LIMIT 1) AS oldest;
+
+-- name: node_timeline
+-- The server's WAL timeline (a promotion starts a new one; a standby reports the one it receives, NULL
+-- when it is not streaming or the role may not see it): history a node's read index was read from.
+SELECT CASE WHEN pg_is_in_recovery() THEN (SELECT received_tli FROM pg_stat_wal_receiver)
+            ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END AS tli;
+

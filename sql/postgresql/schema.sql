@@ -1,4 +1,4 @@
--- Context Mode Service on PostgreSQL (issue 18; DESIGN.md sections 5 and 8, "Scale-out").
+-- Context Mode Service on PostgreSQL (docs/design.md §5, §8, "Scale-out").
 -- Re-runnable: every service process runs it at start (under an advisory lock).
 -- Every table leads with the tenant column: it is the distribution key if the schema moves to Citus
 -- (catalog, units, pending and the statistics would be distributed by tenant and co-located).
@@ -74,7 +74,7 @@ CREATE INDEX IF NOT EXISTS units_expires ON units (expires_at);
 -- frequencies (tfs: each of the unit's tokens, as service/tokenize.py made them and never re-parsed by
 -- PostgreSQL, -> its count; BM25's tf is one key lookup). One table over every live day, not a
 -- partition per day: planning a search over ~30 partitions cost ~9 ms, more than running it (the
--- lesson of the SQLite backend's read index, DESIGN.md section 11). A GIN index over tfs' keys finds
+-- lesson of the SQLite backend's read index, docs/design.md §11). A GIN index over tfs' keys finds
 -- the units holding a query's terms (``?|`` any, ``?&`` every). fastupdate on, and the indexer empties
 -- the pending list (gin_clean_pending_list) in every batch's transaction: its entries go into the tree
 -- sorted and merged per term, at about half the server CPU and a quarter of the WAL of inserting
@@ -117,6 +117,9 @@ CREATE TABLE IF NOT EXISTS pending (
 -- (a queue: every row is deleted soon after it is written; vacuumed by count, not by share, so scans
 -- of it, on the standby too, do not wade through dead rows)
 CREATE INDEX IF NOT EXISTS pending_order ON pending (pushed_ms);
+-- The lowest seq still queued: every unit below it is indexed or gone, so a node's read index may take
+-- every indexed unit up to there (service/store/postgresql/nodeindex.py).
+CREATE INDEX IF NOT EXISTS pending_seq ON pending (tenant, seq);
 
 -- BM25 statistics of the indexed units: documents with at least one token and their token total per
 -- tenant and day, each term's document frequency per tenant.
@@ -154,13 +157,13 @@ BEGIN
     END IF;
 END $$;
 
--- --- Live context and the tool registry (issue 16 on PostgreSQL) ---------------------------------
+-- --- Live context and the tool registry ---------------------------------
 -- Every node's listeners hear every node's changes: new units are the catalog's seq order (the feed),
 -- other changes are rows of live_events, written in the transaction of the change they record (a
 -- re-push, a delete, a forget, a tool registered, updated or deleted), so a row exists iff the change
 -- committed. ``tenants.last_event`` numbers them per tenant under the tenant's row lock: rows become
 -- visible in the order of their numbers, so a reader at position n never skips a row committed later.
--- NOTIFY (channel cms_live, payload the tenant name) only wakes the listening nodes (service/pg/live.py).
+-- NOTIFY (channel cms_live, payload the tenant name) only wakes the listening nodes (service/store/postgresql/live.py).
 ALTER TABLE tenants ADD COLUMN IF NOT EXISTS last_event bigint NOT NULL DEFAULT 0;
 
 CREATE TABLE IF NOT EXISTS live_events (
@@ -218,3 +221,5 @@ CREATE INDEX IF NOT EXISTS tools_terms ON tools USING gin (terms);
 -- entries through the pending list, emptied by the indexer at each batch.
 ALTER INDEX unit_terms_tfs SET (fastupdate = on);
 UPDATE cms_meta SET value = 2 WHERE key = 'schema_version' AND value < 2;
+-- Version 3 (a read index on every node): pending_seq (above).
+UPDATE cms_meta SET value = 3 WHERE key = 'schema_version' AND value < 3;

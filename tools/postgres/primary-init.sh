@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docker-compose profile "postgres" (issue 18): runs once, when the primary's data directory is created
+# docker-compose.postgres.yml (issue 18): runs once, when the primary's data directory is created
 # (the postgres image runs /docker-entrypoint-initdb.d/*.sh). A role that may stream WAL to the standby,
 # with the same password as the service's role, and the pg_hba line that lets it connect.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docker-compose profile "postgres" (issue 18): the streaming hot standby. On first start its data
+# docker-compose.postgres.yml (issue 18): the streaming hot standby. On first start its data
 # directory is a pg_basebackup of the primary (-R writes primary_conninfo and standby.signal), retried
 # until the primary answers; then the image's entrypoint starts it as a read-only hot standby.
 set -euo pipefail

@@ -22,13 +22,15 @@ def compute_cid(content: str, timestamp: int, source: str) -> str:
     return hashlib.sha256((content + str(timestamp) + source).encode("utf-8")).hexdigest()[:12]
 
 
-def make_unit(content: str, *, type: str = "tool_output", source: str, ttl: int = 86400,
+def make_unit(content: str, *, type: str = "tool_output", source: str, ttl: Optional[int] = None,
               timestamp: Optional[int] = None, metadata: Optional[dict] = None,
               parent_cid: Optional[str] = None) -> dict:
-    """A unit dict with its CID filled in (timestamp defaults to now)."""
+    """A unit dict with its CID filled in (timestamp defaults to now; no ``ttl``: the server's default)."""
     ts = int(time.time()) if timestamp is None else timestamp
     unit: dict[str, Any] = {"cid": compute_cid(content, ts, source), "type": type, "source": source,
-                            "timestamp": ts, "ttl": ttl, "content": content}
+                            "timestamp": ts, "content": content}
+    if ttl is not None:
+        unit["ttl"] = ttl
     if metadata is not None:
         unit["metadata"] = metadata
     if parent_cid is not None:

@@ -1,4 +1,4 @@
-// Context Mode console (issue 15). Plain JavaScript, no build step, nothing loaded from elsewhere.
+// Context Mode console (docs/design.md §8). Plain JavaScript, no build step, nothing loaded from elsewhere.
 //
 // Stored content is untrusted: every string from the API reaches the page as a text node
 // (textContent / createTextNode), never as HTML, and links are built only from CIDs checked against
@@ -20,14 +20,14 @@
       skip: "Skip to content", nav: "Sections", search: "Search", units: "Units", timeline: "Timeline",
       forget: "Forget", signin: "Sign in", signout: "Sign out", key: "API key", keyHelp:
         "The key stays in this browser tab (session storage) and is sent only as the Authorization header.",
-      badKey: "This key was not accepted.", signedOut: "Signed out.", openMode: "no keys configured (loopback)",
+      badKey: "This key was not accepted.", signedOut: "Signed out.", openMode: "no keys configured, loopback only",
       tenant: "tenant", sourceLabel: "Source", filters: "Filters", query: "Query", topK: "Results", types: "Types", source: "Source (exact, or prefix*)",
       since: "Since", until: "Until", parent: "Parent CID", minScore: "Min score", operator: "Match",
       any: "any word", all: "all words", strong: "Strong consistency (see every push so far)",
       go: "Search", filter: "Apply filters", results: "{n} results", took: "{ms} ms, {shards} day files",
       freshness: "read index lag {lag} ms, {pending} not yet searchable", noResults: "No unit matched.",
       open: "open", score: "score", loading: "Loading…", loadMore: "Load more", end: "No more units.",
-      noUnits: "No units.", unit: "Unit", cid: "CID", type: "Type", timestamp: "Timestamp", ttl: "TTL",
+      noUnits: "No units.", unitsOrder: "Latest stored first: the order they arrived in (the time shown is each unit's own timestamp).", unit: "Unit", cid: "CID", type: "Type", timestamp: "Timestamp", ttl: "TTL",
       expires: "Expires", expiresIn: "in {t}", expired: "expired", never: "never (kept for good)",
       metadata: "Metadata", content: "Content", lineage: "Lineage", ancestors: "Ancestors (root first)",
       children: "Children", noChildren: "No children.", thisUnit: "this unit", notFound:
@@ -48,12 +48,12 @@
     zh: {
       skip: "跳到内容", nav: "栏目", search: "搜索", units: "单元", timeline: "时间线", forget: "遗忘",
       signin: "登录", signout: "退出", key: "API 密钥", keyHelp: "密钥只保存在本标签页（session storage），只通过 Authorization 头发送。",
-      badKey: "密钥无效。", signedOut: "已退出。", openMode: "未配置密钥（仅本机）", tenant: "租户", sourceLabel: "来源", filters: "筛选", query: "查询",
+      badKey: "密钥无效。", signedOut: "已退出。", openMode: "未配置密钥，仅本机", tenant: "租户", sourceLabel: "来源", filters: "筛选", query: "查询",
       topK: "结果数", types: "类型", source: "来源（精确，或前缀*）", since: "起始", until: "截止",
       parent: "父 CID", minScore: "最低分", operator: "匹配", any: "任一词", all: "全部词",
       strong: "强一致（包含刚推送的单元）", go: "搜索", filter: "应用筛选", results: "{n} 条结果",
       took: "{ms} 毫秒，{shards} 个日文件", freshness: "读索引延迟 {lag} 毫秒，{pending} 条尚不可搜", noResults: "没有匹配的单元。",
-      open: "打开", score: "得分", loading: "加载中…", loadMore: "加载更多", end: "没有更多了。", noUnits: "没有单元。",
+      open: "打开", score: "得分", loading: "加载中…", loadMore: "加载更多", end: "没有更多了。", noUnits: "没有单元。", unitsOrder: "按存入先后排列，最近存入的在前（显示的时间是单元自带的时间戳）。",
       unit: "单元", cid: "CID", type: "类型", timestamp: "时间戳", ttl: "TTL", expires: "过期",
       expiresIn: "{t}后", expired: "已过期", never: "永不（永久保存）", metadata: "元数据", content: "内容",
       lineage: "血缘", ancestors: "祖先（根在前）", children: "子单元", noChildren: "没有子单元。", thisUnit: "本单元",
@@ -466,7 +466,7 @@
   }
 
   async function viewUnits(main, state) {
-    append(main, [h("h1", { tabindex: "-1" }, t("units")),
+    append(main, [h("h1", { tabindex: "-1" }, t("units")), h("p", { class: "muted", id: "units-order" }, t("unitsOrder")),
       filterForm("units", state, (s) => { location.hash = hashFor("units", s); })]);
     const list = h("ul", { class: "units", id: "unit-list" });
     const more = h("button", { type: "button", class: "plain", id: "load-more" }, t("loadMore"));

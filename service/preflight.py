@@ -1,0 +1,71 @@
+"""Whether a start can work, decided once before anything forks.
+
+gunicorn's master (service/gunicorn_conf.py), `context-mode serve` and `context-mode doctor` ask here,
+so a refused configuration (a bad keys file, no keys on a public bind, an unknown CONTEXT_STORE, a
+value that is not a number) ends the start with one line and a non-zero exit, instead of the same
+traceback from every worker and a restart loop. The workers' create_app() still checks the same
+things: an app built without gunicorn (tests, embedding) refuses the same configurations.
+"""
+from __future__ import annotations
+
+import time
+
+from .config import Config
+from .store import check_backend, store_problem
+
+
+class Refused(Exception):
+    """A configuration this service will not start with; the message is one line for the operator."""
+
+
+def check(environ: dict | None = None, *, wait: bool = True, log=None, **overrides) -> Config:
+    """The configuration read from the environment (and ``overrides``, e.g. serve's --bind), or Refused
+    saying why the start cannot work.
+    :param wait: wait up to CONTEXT_STORE_WAIT_S for a PostgreSQL primary that does not answer yet."""
+    from .auth import KeyRing
+    from .doors import refuse_open_bind
+    try:
+        config = Config.from_env(environ, **overrides)
+    except ValueError as e:
+        raise Refused(str(e)) from None
+    try:
+        keys = KeyRing.from_config(config)
+    except OSError as e:
+        raise Refused(f"CONTEXT_API_KEYS_FILE={config.api_keys_file}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:
+        raise Refused(str(e)) from None
+    try:
+        refuse_open_bind(config, keys)
+        check_backend(config)
+    except RuntimeError as e:
+        raise Refused(str(e)) from None
+    if wait:
+        problem = wait_for_store(config, log=log)
+        if problem:
+            raise Refused(problem)
+    return config
+
+
+def wait_for_store(config: Config, *, log=None, sleep=time.sleep) -> str | None:
+    """Wait up to ``config.store_wait_s`` for the primary (compose starts the database beside the
+    service: waiting beats a restart loop); None once it answers, else why not."""
+    deadline = time.monotonic() + config.store_wait_s
+    told = False
+    while True:
+        problem = store_problem(config)
+        if problem is None or time.monotonic() >= deadline:
+            return problem and (problem + (f" (waited {config.store_wait_s:g} s, CONTEXT_STORE_WAIT_S)"
+                                           if config.store_wait_s else ""))
+        if log and not told:
+            log(f"waiting up to {config.store_wait_s:g} s for the database: {problem}")
+            told = True
+        sleep(1.0)
+
+
+def warnings(config: Config) -> list[str]:
+    """What works but should be changed (said once at start, and by `context-mode doctor`)."""
+    found = []
+    for old, new in (("mcp_allowed_hosts", "CONTEXT_ALLOWED_HOSTS"), ("mcp_allowed_origins", "CONTEXT_ALLOWED_ORIGINS")):
+        if getattr(config, old):
+            found.append(f"CONTEXT_{old.upper()} is the older name of {new} (still added to it); rename it")
+    return found

@@ -1,0 +1,33 @@
+"""The answer of a search on either store: its winners shaped in order, with the 0-1 score, snippets and
+explain."""
+from __future__ import annotations
+
+from ..params import SearchParams
+from .scoring import Ranked, Scale, Stats, explain
+from .snippets import snippet
+
+MAX_QUERY_TERMS = 64          # a query's terms past this are ignored (every engine call grows with them)
+
+
+def shape_results(p: SearchParams, terms: list[str], ranked: list[Ranked], stats: Stats | None, tokenizer) -> list[dict]:
+    """Shape the winners: order, score in 0-1 (``scoring.Scale``), min_score, snippet and explain
+    (both storage backends: service/store/postgresql/search.py answers with it too)."""
+    if not ranked:
+        return []
+    ranked.sort(key=lambda r: r.order)
+    scale = Scale.of(ranked[0].score, stats.idf, stats.documents)
+    out = []
+    for r in ranked:
+        score = scale.score(r.score)
+        if score < p.min_score or len(out) == p.top_k:
+            break
+        item = dict(r.unit)
+        item.pop("seq", None)
+        item["score"] = round(score, 6)
+        item["bm25_score"] = round(r.score, 6)
+        if p.highlight:
+            item["snippet"] = snippet(item["content"], terms, tokenizer)
+        if p.explain:
+            item["explain"] = explain(r, terms, stats, scale)
+        out.append(item)
+    return out

@@ -1,0 +1,78 @@
+"""Read-your-writes' scoring, on either store: units an index lacks are scored from their tokens, made once
+per process (``TokenCache``), exactly as the index's rows are scored; what a search cannot read in time is
+``Unseen`` (its freshness report)."""
+from __future__ import annotations
+
+import threading
+import time
+
+from ..params import SearchParams
+from .bm25 import Bm25, ShardHit
+
+
+class TokenCache:
+    """Tokens of units still waiting for the indexer, made by searches (read-your-writes), kept per
+    process so that each is made once; bounded in bytes, oldest out first."""
+
+    def __init__(self, max_bytes: int = 32 << 20):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: dict[tuple, tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, tenant: str, day: str, rowid: int, cid: str) -> tuple[str, int] | None:
+        return self._items.get((tenant, day, rowid, cid))
+
+    def put(self, tenant: str, day: str, rowid: int, cid: str, tokens: list[str]) -> tuple[str, int]:
+        # spaces doubled, as fts.scoring_sql does in SQL: " term " occurrences then never overlap
+        entry = (" " + "  ".join(tokens) + " ", len(tokens))
+        with self._lock:
+            self._items[(tenant, day, rowid, cid)] = entry
+            self.bytes += len(entry[0])
+            while self.bytes > self.max_bytes and self._items:
+                old = self._items.pop(next(iter(self._items)))
+                self.bytes -= len(old[0])
+        return entry
+
+
+class Unseen:
+    """Units acknowledged before a search that it could not read in time (freshness)."""
+
+    def __init__(self):
+        self.count = 0
+        self.oldest_ms: int | None = None
+
+    def add(self, pushed_ms: int) -> None:
+        self.count += 1
+        self.oldest_ms = pushed_ms if self.oldest_ms is None else min(self.oldest_ms, pushed_ms)
+
+    def report(self) -> tuple[int, int]:
+        return self.count, max(0, int(time.time() * 1000 - self.oldest_ms)) if self.oldest_ms else 0
+
+
+def best(hits: list[ShardHit], k: int) -> list[ShardHit]:
+    """The best k of one shard's hits, each row once (reads of a row that changed state between them
+    may both find it)."""
+    seen: set[int] = set()
+    out = []
+    for h in sorted(hits, key=lambda h: h.order):
+        if h.rowid not in seen:
+            seen.add(h.rowid)
+            out.append(h)
+    return out[:k]
+
+
+def score_tokens(entry: tuple[str, int], r, p: SearchParams, terms: list[str], bm25: Bm25) -> ShardHit | None:
+    """One waiting unit scored from its tokens in Python, exactly as scoring_sql scores a row."""
+    padded, ntok = entry
+    return score_counts([padded.count(f" {term} ") for term in terms], ntok, r["cid"], r["id"], p, bm25)
+
+
+def score_counts(tfs: list[int], ntok: int, cid: str, rowid: int, p: SearchParams, bm25: Bm25) -> ShardHit | None:
+    """One unit scored from its query terms' frequencies, exactly as scoring_sql scores a row."""
+    if not ntok or (p.operator == "and" and not all(tfs)) or not any(tfs):
+        return None
+    k1, b, avgdl = bm25.k1, bm25.b, bm25.avgdl
+    norm = k1 * (1 - b + b * ntok / avgdl) if avgdl else k1    # (nothing indexed yet: its own length)
+    return ShardHit(sum(w * tf / (tf + norm) for w, tf in zip(bm25.weights, tfs)), cid, rowid, ntok, tfs)
+

@@ -1,0 +1,116 @@
+"""A process's views of the tenants' read indexes: each reloads when the leader commits."""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tantivy
+
+from ..ranking.bm25 import idf_of
+from .schema import FORMAT, index_dir, signature
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class View:
+    """One committed state of a tenant's read index."""
+    searcher: tantivy.Searcher
+    schema: tantivy.Schema
+    ndocs: int
+    sig: object = None        # meta.json's signature when loaded (see ``moved``)
+    cache: dict = field(default_factory=dict, compare=False)   # avgdl, once known
+
+    def idf(self, term: str) -> float:
+        return idf_of(self.ndocs, self.searcher.doc_freq("t", term))
+
+
+@dataclass(frozen=True)
+class Hit:
+    score: float
+    address: object
+
+
+class Reader:
+    """A process's handle on one tenant's read index, reloaded when the leader commits."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.index: tantivy.Index | None = None
+        self.gen: str | None = None
+        self.sig = None
+        self.view: View | None = None
+        self._lock = threading.Lock()
+
+    def current(self) -> View | None:
+        sig = signature(self.path / "meta.json")
+        if sig is None:
+            return None
+        if sig != self.sig:
+            with self._lock:
+                if sig != self.sig:
+                    self._load(sig)
+        return self.view
+
+    def _load(self, sig) -> None:
+        try:
+            info = json.loads((self.path / "format.json").read_text())
+            if info.get("format") != FORMAT or not info.get("ready"):
+                # another version's index, or one still being built: the primaries answer meanwhile
+                self.view, self.sig = None, sig
+                return
+            if self.index is None or info.get("gen") != self.gen:
+                index = tantivy.Index.open(str(self.path))
+                index.config_reader("Manual")
+                self.index, self.gen = index, info.get("gen")
+            else:
+                self.index.reload()
+            searcher = self.index.searcher()
+            # every document has one day: the days' document frequencies add up to tantivy's N
+            # (which, like them, counts documents deleted but not yet merged away)
+            ndocs = sum(n for _, n in searcher.terms_with_prefix("day", ""))
+            self.view = View(searcher, self.index.schema, ndocs, sig)
+            self.sig = sig
+        except (OSError, ValueError, RuntimeError) as e:
+            # A commit or a rebuild under way (files replaced between our reads): keep the previous
+            # view and try again on the next search.
+            log.debug("read index %s not reloaded yet: %s", self.path, e)
+
+
+class Readers:
+    """Every tenant's reader in this process."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._readers: dict[str, Reader] = {}
+        self._states: dict[str, tuple] = {}     # tenant -> (state.json signature, parsed)
+        self._lock = threading.Lock()
+
+    def view(self, tenant: str) -> View | None:
+        """The tenant's latest committed view, or None (no index, or one not ready)."""
+        reader = self._readers.get(tenant)
+        if reader is None:
+            with self._lock:
+                reader = self._readers.setdefault(tenant, Reader(index_dir(self.root, tenant)))
+        return reader.current()
+
+    def moved(self, tenant: str, view: View) -> bool:
+        """Whether the leader has committed since ``view`` was loaded."""
+        return signature(index_dir(self.root, tenant) / "meta.json") != view.sig
+
+    def state(self, tenant: str) -> dict | None:
+        """The leader's last pass: when, and what the index still lacked then."""
+        path = index_dir(self.root, tenant) / "state.json"
+        sig = signature(path)
+        cached = self._states.get(tenant)
+        if cached is not None and cached[0] == sig:
+            return cached[1]
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            state = None
+        self._states[tenant] = (sig, state)
+        return state

@@ -1,0 +1,82 @@
+"""The read index's schema, its documents and where its files are."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from pathlib import Path
+
+import tantivy
+
+FORMAT = 6
+TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
+NO_TOKENS = "cm_none"
+DAY_SHIFT = 2 ** 40            # SQLite's keys: day ordinal * DAY_SHIFT + rowid
+
+
+def index_dir(root: Path, tenant: str) -> Path:
+    """A tenant's read index under a data folder: ``tenants/<t>/replica/index/``."""
+    return Path(root) / "tenants" / tenant / "replica" / "index"
+
+
+def day_key(day: str, rowid: int) -> int:
+    return datetime.date.fromisoformat(day).toordinal() * DAY_SHIFT + rowid
+
+
+def build_schema() -> tantivy.Schema:
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("t", tokenizer_name=TOKENIZER, index_option="freq")
+    sb.add_integer_field("key", indexed=True, fast=True)
+    sb.add_integer_field("exp", fast=True)
+    sb.add_integer_field("ts", fast=True)
+    sb.add_integer_field("len", fast=True)     # the exact length in tokens (tantivy keeps one byte of it)
+    for name in ("day", "type", "src", "parent"):
+        sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    # the unit's public fields: a hit is answered from here, not from ten day files
+    sb.add_text_field("content", stored=True, tokenizer_name=NO_TOKENS, index_option="basic")
+    sb.add_text_field("unit", stored=True, tokenizer_name=NO_TOKENS, index_option="basic")
+    return sb.build()
+
+
+def register(index: tantivy.Index) -> None:
+    index.register_tokenizer(TOKENIZER, tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build())
+    # stored, never searched: one raw token, dropped by the length filter
+    index.register_tokenizer(NO_TOKENS, tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.raw())
+                             .filter(tantivy.Filter.remove_long(1)).build())
+
+
+def signature(path: Path):
+    """A file's identity and version (inode, mtime, size), or None when it does not exist."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+UNIT_FIELDS = ("cid", "type", "source", "timestamp", "ttl", "metadata", "parent_cid", "expires_at")
+
+
+def document(day: str, key: int, r) -> tantivy.Document:
+    doc = tantivy.Document()
+    doc.add_text("t", r["tokens"])
+    # the unit's other public fields in UNIT_FIELDS order; metadata stays the JSON text it is stored as
+    doc.add_text("content", r["content"])
+    doc.add_text("unit", json.dumps([r[name] for name in UNIT_FIELDS], ensure_ascii=False))
+    doc.add_integer("key", key)
+    doc.add_integer("exp", r["expires_at"])
+    doc.add_integer("ts", r["timestamp"])
+    doc.add_integer("len", r["ntok"])
+    doc.add_text("day", day)
+    doc.add_text("type", r["type"])
+    doc.add_text("src", r["source"])
+    if r["parent_cid"]:
+        doc.add_text("parent", r["parent_cid"])
+    return doc
+
+
+def unit_of(doc: tantivy.Document) -> dict:
+    cid, type_, source, timestamp, ttl, meta, parent, expires_at = json.loads(doc.get_first("unit"))
+    return {"cid": cid, "type": type_, "source": source, "timestamp": timestamp, "ttl": ttl,
+            "content": doc.get_first("content") or "", "metadata": json.loads(meta) if meta else None,
+            "parent_cid": parent, "expires_at": expires_at}

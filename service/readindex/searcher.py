@@ -1,0 +1,226 @@
+"""Searching one view of a read index: the best documents by tantivy's BM25 under the request's filters,
+scored again with exact lengths (tantivy keeps a length in one byte)."""
+from __future__ import annotations
+
+import collections
+import json
+from dataclasses import dataclass
+
+from tantivy import FieldType, Occur, Query
+
+from ..ranking.bm25 import B, K1
+from ..ranking.scoring import Ranked
+from .reader import Hit, View
+from .schema import unit_of
+
+RESCORE_FACTOR = 2            # the read index's candidates per result, scored again with exact lengths
+# ... at most this many when near ties need more: past it the answer is the exact order of
+# tantivy's best 200 (at 1M units a cap of 1000 put p99 at 82 ms, 200 at 21 ms; score lists
+# still equal exhaustive scoring on every bench query, bench/README.md)
+RESCORE_MAX = 200
+
+
+def best(view: View, p, terms: list[str], weights: list[float], now: int, gone) -> list[Ranked]:
+    """The read index's best k by exact BM25, with the units' stored fields, leaving out those ``gone(cids)``
+    names (the store's: deleted, expired or changed since the index got them, or read fresher from the store)."""
+    k = p.top_k
+    want = RESCORE_FACTOR * k
+    for _ in range(8):
+        hits = search(view, p, terms, now, want=want)
+        scored, complete = rescore(view, hits, terms, weights, k)
+        found = units(view, [x.hit for x in scored])
+        cids = [u["cid"] for u in found]
+        drop = gone(cids) if cids else set()
+        if drop and len(cids) - len(drop) < p.top_k and len(hits) == want and k < p.top_k + len(drop):
+            k = p.top_k + len(drop)       # room for the next best in place of the dropped ones
+            want = max(want, RESCORE_FACTOR * k)
+            continue
+        if complete or len(hits) < want or want >= RESCORE_MAX:
+            break
+        want *= 4     # a document past these candidates could still win with its exact length
+    return [Ranked(unit, x.score, x.length, x.tfs) for unit, x in zip(found, scored) if unit["cid"] not in drop]
+
+
+def search(view: View, p, terms: list[str], now: int, want: int | None = None) -> list[Hit]:
+    """The best ``want`` (default top k) live documents for the query terms and the request's
+    filters, by tantivy's score (lengths in one byte)."""
+    schema = view.schema
+    occur = Occur.Must if p.operator == "and" else Occur.Should
+    query = Query.boolean_query([(occur, Query.term_query(schema, "t", term)) for term in terms])
+    filters = []
+    if p.types:
+        filters.append(Query.term_set_query(schema, "type", list(p.types)))
+    if p.source and p.source != "*":
+        if p.source.endswith("*"):
+            # the source names with this prefix, from the term dictionary: no pattern syntax involved
+            names = [name for name, _ in view.searcher.terms_with_prefix("src", p.source[:-1])]
+            if not names:
+                return []
+            filters.append(Query.term_set_query(schema, "src", names))
+        else:
+            filters.append(Query.term_query(schema, "src", p.source))
+    if p.since is not None or p.until is not None:
+        filters.append(Query.range_query(schema, "ts", FieldType.Integer, p.since, p.until))
+    if p.parent_cid:
+        filters.append(Query.term_query(schema, "parent", p.parent_cid))
+    if filters:
+        query = _filtered(query, filters)
+    # Expired documents (not yet purged by the janitor) are dropped after ranking, which keeps the
+    # plain disjunction tantivy evaluates fastest; when they crowd the top, a range filter instead.
+    want = limit = want or p.top_k
+    while True:
+        hits = view.searcher.search(query, limit, count=False).hits
+        expiry = view.searcher.fast_field_values("exp", [a for _, a in hits])
+        live = [Hit(score, address) for (score, address), exp in zip(hits, expiry) if exp is not None and exp > now]
+        if len(live) >= want or len(hits) < limit:
+            return live[:want]
+        if limit >= 1024:
+            query, limit = _filtered(query, [Query.range_query(schema, "exp", FieldType.Integer, now + 1, None)]), want
+            continue
+        limit *= 4
+
+
+def units(view: View, hits: list[Hit]) -> list[dict]:
+    """The stored public fields of each hit, as they were when the leader last sent the row."""
+    return [unit_of(view.searcher.doc(h.address)) for h in hits]
+
+
+def _filtered(query, filters):
+    """``query``'s scores, restricted to documents that pass every filter (which adds nothing to scores)."""
+    both = filters[0] if len(filters) == 1 else Query.boolean_query([(Occur.Must, f) for f in filters])
+    return Query.boolean_query([(Occur.Must, query), (Occur.Must, Query.const_score_query(both, 0.0))])
+
+
+@dataclass
+class Scored:
+    """A candidate scored again with its exact length; tfs per query term."""
+    hit: Hit
+    score: float
+    length: int
+    tfs: list[int]
+
+
+def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float], k: int) -> tuple[list[Scored], bool]:
+    """The best k of the candidates by BM25 with exact lengths, and whether they are the best k of
+    the whole index (``hits`` being tantivy's best, lengths in one byte).
+
+    tantivy keeps a length exactly up to 40 tokens, then within 1/8, which reorders near ties. A
+    longer exact length only lowers a score, by at most the factor (1 + n) / (1 + n_exact) (n the
+    length norm): so a candidate whose tantivy score is below the k-th best lower bound cannot win,
+    and no document past the candidates can either once that bound reaches the last candidate's
+    score. The rest are scored exactly: a term's frequency follows from its share of the score
+    (tf = n * f / (1 - f), f = share / weight), found by one small search per term but the last,
+    restricted to those candidates; the last term's share is what remains of the score."""
+    if not hits:
+        return [], True
+    searcher, schema = view.searcher, view.schema
+    lengths = searcher.fast_field_values("len", [h.address for h in hits])
+    avgdl = average_length(view, terms, hits[0])
+    used = [K1 * (1 - B + B * encoded_length(n) / avgdl) for n in lengths]
+    exact = [K1 * (1 - B + B * n / avgdl) for n in lengths]
+    low = sorted((min(h.score, h.score * (1 + u) / (1 + e)) for h, u, e in zip(hits, used, exact)), reverse=True)
+    bound = low[k - 1] * (1 - 1e-9) if len(low) >= k else 0.0     # (1e-9: float rounding is not a win)
+    keep = [i for i, h in enumerate(hits) if h.score >= bound]
+    count = collections.Counter(terms)
+    weight_of = dict(zip(terms, weights))
+    unique = [term for term in count if weight_of[term]]
+    share: dict[str, dict[int, float]] = {term: {} for term in unique}   # a term's score per candidate
+    if len(unique) > 1:
+        addresses = [hits[i].address for i in keep]
+        at = {(a.segment_ord, a.doc): i for i, a in zip(keep, addresses)}
+        keys = searcher.fast_field_values("key", addresses)
+        only = Query.const_score_query(Query.boolean_query(
+            [(Occur.Should, Query.term_query(schema, "key", key)) for key in keys]), 0.0)
+        for term in unique[:-1]:
+            query = Query.boolean_query([(Occur.Must, Query.term_query(schema, "t", term)), (Occur.Must, only)])
+            for s, a in searcher.search(query, len(keep), count=False).hits:
+                share[term][at[(a.segment_ord, a.doc)]] = s * count[term]
+    out = []
+    for i in keep:
+        h = hits[i]
+        rest = h.score - sum(share[term].get(i, 0.0) for term in unique[:-1])
+        tf_of = {}
+        for term in unique:
+            part = share[term].get(i, 0.0) if term != unique[-1] else rest
+            f = part / (count[term] * weight_of[term])
+            tf_of[term] = round(used[i] * f / (1 - f)) if 1e-6 < f < 1 else 0
+        tfs = [tf_of.get(term, 0) for term in terms]
+        out.append(Scored(h, sum(w * tf / (tf + exact[i]) for w, tf in zip(weights, tfs)), lengths[i], tfs))
+    out.sort(key=lambda x: -x.score)
+    # No document past the candidates scores more than the last one did in tantivy; once the k-th
+    # exact score reaches that, none can win.
+    complete = len(out) < k or out[k - 1].score * (1 + 1e-9) >= hits[-1].score
+    # candidates tied with the k-th stay: the caller breaks ties by CID, as the primaries' path does
+    end = k
+    while end < len(out) and out[end].score == out[k - 1].score:
+        end += 1
+    return out[:end], complete
+
+
+def mean_length(view: View, terms: list[str]) -> float:
+    """The average document length for scoring units the index does not hold yet: tantivy's own
+    (``average_length``, from any document matching a query term), else, when none matches, the
+    mean of the exact lengths."""
+    if "avgdl" not in view.cache:
+        query = Query.boolean_query([(Occur.Should, Query.term_query(view.schema, "t", term)) for term in terms])
+        hits = view.searcher.search(query, 1, count=False).hits
+        if hits:
+            return average_length(view, terms, Hit(*hits[0]))
+        if "mean_len" not in view.cache:
+            agg = view.searcher.aggregate(Query.all_query(), {"len": {"avg": {"field": "len"}}})
+            view.cache["mean_len"] = (agg.get("len") or {}).get("value") or 1.0
+        return view.cache["mean_len"]
+    return view.cache["avgdl"]
+
+
+def average_length(view: View, terms: list[str], hit: Hit) -> float:
+    """The average document length of this commit as tantivy computes it, read from its explanation
+    of one hit (once per commit)."""
+    if "avgdl" not in view.cache:
+        query = Query.boolean_query([(Occur.Should, Query.term_query(view.schema, "t", term)) for term in terms])
+        tree = json.loads(query.explain(view.searcher, hit.address).to_json(), strict=False)
+        stack, avgdl = [tree], None
+        while stack and avgdl is None:
+            node = stack.pop()
+            if node.get("description", "").startswith("avgdl"):
+                avgdl = node["value"]
+            stack.extend(node.get("details") or [])
+        view.cache["avgdl"] = avgdl or 1.0
+    return view.cache["avgdl"]
+
+
+# Lucene's SmallFloat.intToByte4, which tantivy uses to store a document's length in one byte.
+def _long_to_int4(i: int) -> int:
+    bits = i.bit_length()
+    if bits < 4:
+        return i
+    shift = bits - 4
+    return ((i >> shift) & 7) | ((shift + 1) << 3)
+
+
+def _int4_to_long(i: int) -> int:
+    bits, shift = i & 7, (i >> 3) - 1
+    return bits if shift == -1 else (bits | 8) << shift
+
+
+_FREE = 255 - _long_to_int4(2 ** 31 - 1)
+FIELDNORMS = [i if i < _FREE else _FREE + _int4_to_long(i - _FREE) for i in range(256)]
+
+
+def _encoded(n: int) -> int:
+    lo, hi = 0, 255
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if FIELDNORMS[mid] <= n:
+            lo = mid
+        else:
+            hi = mid - 1
+    return FIELDNORMS[lo]
+
+
+_ENCODED = [_encoded(n) for n in range(4096)]
+
+
+def encoded_length(n: int) -> int:
+    """The document length tantivy scores with: the largest table value not above n."""
+    return _ENCODED[n] if n < 4096 else _encoded(n)

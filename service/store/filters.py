@@ -1,0 +1,56 @@
+"""A request's filters (types, source or prefix, time range, parent) as SQL conditions over a units table
+(alias ``u``), for both stores' statements: fixed text, every value a bound parameter (``:name``; PostgreSQL's
+``%(name)s`` via ``pg_filters``), so listing, exporting and forgetting select exactly what search filters."""
+from __future__ import annotations
+
+import re
+
+from ..params import SearchParams
+
+
+def filters(p: SearchParams, args: dict) -> list[str]:
+    """SQL conditions for the request's filters; every value is a bound parameter."""
+    where = ["u.expires_at > :now"]
+    if p.types:
+        names = []
+        for i, t in enumerate(p.types):
+            args[f"type{i}"] = t
+            names.append(f":type{i}")
+        where.append(f"u.type IN ({', '.join(names)})")
+    if p.source:
+        if p.source.endswith("*"):
+            args["source"] = p.source[:-1]
+            where.append("substr(u.source, 1, length(:source)) = :source")
+        else:
+            args["source"] = p.source
+            where.append("u.source = :source")
+    if p.since is not None:
+        args["since"] = p.since
+        where.append("u.timestamp >= :since")
+    if p.until is not None:
+        args["until"] = p.until
+        where.append("u.timestamp <= :until")
+    if p.parent_cid:
+        args["parent"] = p.parent_cid
+        where.append("u.parent_cid = :parent")
+    return where
+
+
+def passes(unit, p: SearchParams, now: int) -> bool:
+    """``filters`` on a unit in Python (a row or dict with the units columns), for units scored outside SQL."""
+    if unit["expires_at"] <= now or (p.types and unit["type"] not in p.types):
+        return False
+    if p.source:
+        if p.source.endswith("*"):
+            if not unit["source"].startswith(p.source[:-1]):
+                return False
+        elif unit["source"] != p.source:
+            return False
+    if (p.since is not None and unit["timestamp"] < p.since) or (p.until is not None and unit["timestamp"] > p.until):
+        return False
+    return not p.parent_cid or unit["parent_cid"] == p.parent_cid
+
+
+def pg_filters(p: SearchParams, args: dict) -> list[str]:
+    """``filters`` in psycopg's placeholders (``%(name)s`` for ``:name``)."""
+    return [re.sub(r":(\w+)", r"%(\1)s", c) for c in filters(p, args)]

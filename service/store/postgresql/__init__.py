@@ -1,0 +1,57 @@
+"""The PostgreSQL backend (``CONTEXT_STORE=postgresql://...``; docs/design.md §5.2).
+
+Same store API, contracts and ranking as the SQLite backend (service/store/sqlite/store.py); one PostgreSQL
+primary holds every tenant (day partitions, the index queue, BM25 statistics), a streaming hot
+standby (``CONTEXT_STORE_REPLICA``) serves default searches. Any number of service processes on
+any number of machines share one primary with no other coordination: pushes serialize per tenant
+on a row lock, indexers claim queue rows with ``FOR UPDATE SKIP LOCKED``, the janitor runs under an
+advisory lock (docs/postgresql.md).
+
+Modules, in data-flow order: queries.py (the SQL by name), rows.py (row functions, partitions, lock keys),
+store.py (connections, push, reads, delete), maintenance.py (indexer, janitor), standby.py (the read replica),
+search.py (BM25), manage.py (list, stats, export, forget), live.py (feed, change log, stream slots, NOTIFY),
+registry.py (the tool registry).
+"""
+from __future__ import annotations
+
+
+def check(config) -> None:
+    """Nothing to check before opening: the store's first connection says clearly what is wrong."""
+
+
+def doctor(config) -> list[tuple[bool, str]]:
+    """Whether the configured servers answer (their passwords never shown)."""
+    from ...config import redact
+    lines = []
+    for name, url in (("CONTEXT_STORE", config.store), ("CONTEXT_STORE_REPLICA", config.store_replica)):
+        if url:
+            problem = reachable_problem(url)
+            lines.append((problem is None, problem or f"{name} {redact(url)} answers"))
+    return lines
+
+
+def reachable_problem(url: str) -> str | None:
+    """Why the PostgreSQL server at ``url`` does not answer, or None (no password shown)."""
+    import psycopg
+
+    from ...config import redact
+    try:
+        psycopg.connect(url, connect_timeout=5).close()
+    except psycopg.Error as e:
+        return f"PostgreSQL at {redact(url)} does not answer: {' '.join(redact(str(e)).split())}"
+    return None
+
+
+def open_store(config):
+    from .maintenance import PgMaintenance
+    from .store import PgStore
+    store = PgStore(config)
+    return store, PgMaintenance(store)
+
+
+def open_live(store):
+    """The live hub's sources (tables every node shares, woken by NOTIFY) and the tool registry."""
+    from .live import PgSources
+    from .registry import PgRegistry
+    sources = PgSources(store)
+    return sources, PgRegistry(store, sources.changes)

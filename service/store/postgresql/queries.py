@@ -1,0 +1,21 @@
+"""The PostgreSQL backend's SQL, by name (sql/postgresql/queries.sql) and its schema script."""
+from __future__ import annotations
+
+from psycopg import sql as pgsql
+
+from ..statements import named, sql_file
+
+
+def sql(name: str) -> str:
+    """A named statement from sql/postgresql/queries.sql."""
+    return named("postgresql/queries.sql")[name]
+
+
+def template(name: str, **parts) -> pgsql.Composed:
+    """A named statement with ``{field}`` identifiers or literals filled in by psycopg (quoted)."""
+    return pgsql.SQL(sql(name)).format(**parts)
+
+
+def schema() -> str:
+    return sql_file("postgresql/schema.sql")
+

@@ -1,0 +1,335 @@
+"""Search on PostgreSQL: the SQLite backend's global BM25, over the service's own tokens.
+
+Each indexed unit keeps its term frequencies (``tfs``, jsonb: token -> count, the tokens exactly as
+service/tokenize.py made them). Candidates come from a GIN index over those keys (``?|`` any term,
+``?&`` every term), and every candidate is scored in SQL with the SQLite backend's formula and
+floating-point operations in the same order (service/store/sqlite/fts.py ``scoring_sql``): per-tenant document
+count, token total and document frequencies kept by the indexer, k1 1.2, b 0.75, Lucene's idf, exact
+lengths, ties by CID in byte order. Units acknowledged but not indexed yet are scored from their
+content (read-your-writes), as on SQLite (``tail.score_tokens``). Result shaping is the SQLite
+backend's (``search.shape_results``).
+
+Where: ``strong`` and ``after_seq`` read the primary after indexing what is queued (bounded);
+default searches read the standby (service/store/postgresql/standby.py) when it may, else the primary.
+"""
+from __future__ import annotations
+
+import time
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg_pool import PoolTimeout
+
+from ...errors import StorageUnavailable, TooCostly
+from ...ranking.bm25 import B, K1, Bm25, ShardHit, idf_of, unknown_idf
+from ...readindex import searcher as index
+from ...ranking.results import MAX_QUERY_TERMS, shape_results
+from ...ranking.scoring import Ranked, Stats
+from ...ranking.tail import TokenCache, Unseen, score_tokens
+from ...units import day_of, now_ms, unit_dict
+from ..filters import pg_filters
+from .maintenance import catch_up
+from .queries import sql
+from .rows import units_at
+from .standby import Standby
+from .tail import NodeTail
+
+# MaxScore pruning (essential_terms) when the query's terms match more units than this; its first pass
+# scores the units of the rarest terms, about this many
+PRUNE_MIN_MATCHES = 2000
+PRUNE_SEED_MATCHES = 500
+
+
+def match_where(p, terms: list[str], args: dict) -> list[str]:
+    """Conditions for the tenant's indexed units in [first, last] that hold any ("or") or every ("and")
+    of these terms (the GIN index over tfs' keys; the terms are a bound text[], never syntax)."""
+    args["terms"] = list(dict.fromkeys(terms))
+    holds = "?&" if p.operator == "and" else "?|"
+    return ["u.tenant = %(tenant)s", "u.day BETWEEN %(first)s AND %(last)s",
+            f"u.tfs {holds} %(terms)s::text[]"] + pg_filters(p, args)
+
+
+def scoring_sql(where: list[str], n_terms: int) -> str:
+    """The best %(k)s search rows (unit_terms, alias u) matching ``where`` as (score, cid, id, ntok, tf0,
+    tf1, ..., day): fts.scoring_sql's arithmetic, with each term's frequency looked up in tfs (parameter
+    %(p<i>)s) instead of counted."""
+    tf_cols = [f"coalesce((u.tfs ->> %(p{i})s)::int, 0) AS tf{i}" for i in range(n_terms)]
+    score_terms = [f"%(w{i})s * tf{i} / (tf{i} + norm)" for i in range(n_terms)]
+    tfs = [f"tf{i}" for i in range(n_terms)]
+    return (
+        f"WITH c AS MATERIALIZED (SELECT u.seq AS id, u.cid, u.ntok, u.day, {', '.join(tf_cols)} "
+        f"FROM unit_terms u WHERE {' AND '.join(where)}), "
+        f"s AS MATERIALIZED (SELECT id, cid, ntok, day, %(k1)s * (1 - %(b)s + %(b)s * ntok / %(avgdl)s) AS norm, "
+        f"{', '.join(tfs)} FROM c) "
+        f"SELECT {' + '.join(score_terms)} AS score, cid, id, ntok, {', '.join(tfs)}, day::text "
+        'FROM s ORDER BY score DESC, cid COLLATE "C" LIMIT %(k)s')
+
+
+def score(conn, where: list[str], args: dict, terms: list[str], bm25: Bm25, k: int) -> list[tuple[ShardHit, str]]:
+    """The best k units matching ``where`` under the global BM25 weights, each with its day."""
+    args.update({"k": k, "k1": bm25.k1, "b": bm25.b, "avgdl": bm25.avgdl})
+    for i, (term, w) in enumerate(zip(terms, bm25.weights)):
+        args[f"p{i}"] = term
+        args[f"w{i}"] = w
+    with conn.cursor(row_factory=tuple_row) as cur:
+        return [(ShardHit.of(r[:-1]), r[-1]) for r in cur.execute(scoring_sql(where, len(terms)), args)]
+
+
+def essential_terms(conn, p, live: list[str], terms: list[str], bm25: Bm25, df: dict, args: dict) -> list[str]:
+    """MaxScore (docs/design.md §11's lever), exact: the terms a unit must hold to reach the top k.
+
+    A unit's score is below the summed weights of the query terms it holds (each term adds
+    w * tf / (tf + norm) < w). Score the units holding the rarest terms first (few, cheap): their k-th
+    score is a floor the final k-th best reaches. The most common terms whose weights sum below that
+    floor cannot lift a unit holding only them into the top k, so only the units holding another term
+    are scored. Worth it only when the common terms match many units."""
+    if len(live) < 2 or sum(df[t] for t in live) <= PRUNE_MIN_MATCHES:
+        return live
+    by_df = sorted(live, key=lambda t: (df[t], t))
+    seed, seen = [], 0
+    for term in by_df[:-1]:                 # the rarest terms, at most PRUNE_SEED_MATCHES units (at least one)
+        if seed and seen + df[term] > PRUNE_SEED_MATCHES:
+            break
+        seed.append(term)
+        seen += df[term]
+    q = dict(args)
+    found = score(conn, match_where(p, seed, q), q, terms, bm25, p.top_k)
+    if len(found) < p.top_k:
+        return live
+    floor = found[-1][0].score
+    weight = {t: sum(w for x, w in zip(terms, bm25.weights) if x == t) for t in live}
+    dropped, total = set(), 0.0
+    for term in reversed(by_df):            # the most common first
+        if total + weight[term] >= floor:
+            break
+        total += weight[term]
+        dropped.add(term)
+    return [t for t in live if t not in dropped] or live
+
+
+def queued_where(p, args: dict) -> str:
+    """The tenant's units still queued for the indexer (pending, alias u) in [first, last] that pass the
+    filters."""
+    return " AND ".join(["u.tenant = %(tenant)s", "u.day BETWEEN %(first)s AND %(last)s"] + pg_filters(p, args))
+
+
+class PgSearcher:
+    def __init__(self, store):
+        self.store = store
+        self.config = store.config
+        self.tokenizer = store.tokenizer
+        self.tokens = TokenCache()
+        self.standby = Standby(self.config.store_replica, self.config) if self.config.store_replica else None
+        self.reads = {"primary": 0, "standby": 0, "index": 0}    # what answered (tests, bench)
+        self.tail = NodeTail(self.config, self.tokenizer)
+        self._days: dict[str, tuple[float, int]] = {}               # tenant -> (when, live days), 1 s
+
+    def close(self) -> None:
+        if self.standby is not None:
+            self.standby.close()
+
+    def _target(self, tenant: str, p) -> str:
+        """Where this search reads: "standby" when it may, else "primary". With read-your-writes the
+        standby must have replayed every change the tenant had when the search began: its answer is
+        then as fresh as the primary's for this tenant ("standby-fresh")."""
+        if self.standby is not None and self.store.primary_down():
+            return "standby"                # the primary does not answer: the standby, as fresh as it is
+        if p.strong or self.standby is None or not self.standby.usable():
+            return "primary"
+        if self.config.read_your_writes_ms <= 0:
+            return "standby"
+        version = self.store.one("tenant_version", {"tenant": tenant})["version"]
+        if not self.standby.caught_up(tenant, version, self.config.read_your_writes_ms):
+            return "primary"
+        return "standby-fresh"
+
+    def search(self, tenant: str, p) -> dict:
+        start = time.perf_counter()
+        terms = self.tokenizer.query_terms(p.query)[:MAX_QUERY_TERMS]
+        if not p.strong and self.config.replicas:
+            found = self._search_index(tenant, p, terms, start)
+            if found is not None:
+                return found
+        if p.strong:
+            catch_up(self.store, tenant, self.config.strong_wait_ms)
+        where = self._target(tenant, p)
+        try:
+            out = self._run(where, tenant, p, terms)
+        except (psycopg.OperationalError, PoolTimeout) as e:
+            if where == "primary":
+                raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
+            self.standby.mark_down()        # (also a query the standby's replay cancelled)
+            where = "primary"
+            try:
+                out = self._run(where, tenant, p, terms)
+            except (psycopg.OperationalError, PoolTimeout) as e2:
+                raise StorageUnavailable(f"Storage is unavailable: {type(e2).__name__}") from e2
+        results, days, pending, oldest_ms = out
+        lag = max(0, now_ms() - oldest_ms) if oldest_ms else 0
+        if where == "standby":          # (read-your-writes off: as stale as the standby is)
+            lag = max(lag, self.standby.lag_ms() or 0)
+        self.reads["primary" if where == "primary" else "standby"] += 1
+        return {"results": results, "took_ms": round((time.perf_counter() - start) * 1000, 2),
+                "shards_searched": days, "freshness": {"replica_lag_ms": lag, "index_pending": pending}}
+
+    # --- the node's read index (default searches) ----------------------------------------------
+    def _search_index(self, tenant: str, p, terms: list[str], start: float) -> dict | None:
+        """The node's read index (service/store/postgresql/nodeindex.py) with the units it lacks, read from
+        PostgreSQL (tail.py): the ranking of the SQLite store's default searches. None when this node has no
+        usable index for the tenant yet (or it is too far behind): the tables answer."""
+        readers = self.store.readers
+        state, view = readers.state(tenant), readers.view(tenant)
+        if view is None or not state or "n" not in state:
+            return None
+        now = int(time.time())
+        for _ in range(3):
+            read, where = self.store.read_fresh(self.tail.read, tenant, state, now)
+            # a commit since the view was loaded that this process could not load yet: read again
+            if not readers.moved(tenant, view):
+                break
+            state, newer = readers.state(tenant), readers.view(tenant)
+            if newer is None or newer is view or not state:
+                return None
+            view = newer
+        if read.too_many:
+            return None
+        ryw = self.config.read_your_writes_ms > 0
+        unknown = unknown_idf(view.ndocs) if ryw else 0.0     # a term only the tail holds weighs as in one unit
+        idf = [view.idf(term) or unknown for term in terms]
+        avgdl = index.mean_length(view, terms) if terms else 0.0
+        bm25 = Bm25([w * (K1 + 1) for w in idf], avgdl)
+        unseen = Unseen()
+        ranked = self.tail.top(tenant, read, p, terms, bm25, now, unseen) if ryw and terms else []
+        if terms and (all(idf) or p.operator == "or"):
+            ranked += index.best(view, p, terms, bm25.weights, now, lambda cids: read.gone.intersection(cids))
+        results = shape_results(p, terms, ranked, Stats(idf, K1, B, avgdl, view.ndocs), self.tokenizer)
+        if ryw:
+            pending, oldest = unseen.count, unseen.oldest_ms
+        else:                           # (read-your-writes off: what the index lacks, unread)
+            pending, oldest = max(0, read.seq - state["low"] + 1), read.oldest_ms
+        lag = max(0, now_ms() - oldest) if oldest else 0
+        if where == "standby":
+            lag = max(lag, self.standby.lag_ms() or 0)
+        self.reads["index"] += 1
+        return {"results": results, "took_ms": round((time.perf_counter() - start) * 1000, 2),
+                "shards_searched": self._live_days(tenant),
+                "freshness": {"replica_lag_ms": lag, "index_pending": pending}}
+
+    def _live_days(self, tenant: str) -> int:
+        """How many days the tenant has live units in (the answer reports it), read at most once a second."""
+        cached = self._days.get(tenant)
+        if cached is None or time.monotonic() - cached[0] > 1.0:
+            try:
+                n = len(self.store.live_days(tenant))
+            except StorageUnavailable:
+                n = cached[1] if cached else 0
+            cached = self._days[tenant] = (time.monotonic(), n)
+        return cached[1]
+
+    def _run(self, where: str, tenant: str, p, terms: list[str]):
+        pool = self.store.primary if where == "primary" else self.standby.pool
+        args = {"tenant": tenant, "now": int(time.time()), "terms": terms,
+                "first": day_of(p.since) if p.since is not None else "0001-01-01",
+                "last": day_of(p.until) if p.until is not None else "9999-12-31"}
+        ryw = not p.strong and self.config.read_your_writes_ms > 0
+        with pool.connection(timeout=5.0) as conn, conn.transaction():
+            try:
+                first = self._first_reads(conn, p, args, ryw)
+                ranked, stats, unseen = self._rank(conn, p, terms, args, first, Unseen() if ryw else None)
+            except psycopg.errors.QueryCanceled:
+                raise TooCostly(f"This search needed more than {self.config.search_cpu_ms} ms in PostgreSQL; use "
+                                "fewer or rarer terms, or a filter.", field="query") from None
+        if unseen is None:
+            pending, oldest = first["pending"]["n"], first["pending"]["oldest"]
+        else:
+            pending, oldest = unseen.count, unseen.oldest_ms
+        return shape_results(p, terms, ranked, stats, self.tokenizer), len(first["days"]), pending, oldest
+
+    def _first_reads(self, conn, p, args: dict, ryw: bool) -> dict:
+        """In one round trip (a pipeline): the snapshot, the statement timeout, the live days, the BM25
+        statistics and each term's document frequency, and the queue (read-your-writes: its units)."""
+        reads = {"days": sql("days_live"), "stats": sql("stats_get"), "df": sql("df_get"),
+                 "pending": sql("pending_count")}
+        if ryw:
+            q = {**args, "limit": self.config.read_your_writes_max + 1}
+            reads["queued"] = ("SELECT u.seq AS id, u.cid, u.pushed_ms, u.day::text AS day FROM pending u "
+                               f"WHERE {queued_where(p, q)} ORDER BY u.seq LIMIT %(limit)s")
+        cursors = {}
+        with conn.pipeline():
+            conn.execute(sql("search_snapshot"))
+            conn.execute(sql("search_plan"))
+            if self.config.search_cpu_ms > 0:
+                conn.execute(sql("statement_timeout"), {"ms": str(int(self.config.search_cpu_ms))})
+            for name, statement in reads.items():
+                cursors[name] = conn.cursor()
+                cursors[name].execute(statement, q if name == "queued" else args)
+        out = {name: cur.fetchall() for name, cur in cursors.items()}
+        out["stats"], out["pending"] = out["stats"][0], out["pending"][0]
+        return out
+
+    def _rank(self, conn, p, terms: list[str], args: dict, first: dict,
+              unseen: Unseen | None) -> tuple[list[Ranked], Stats | None, Unseen | None]:
+        """The best k (indexed units from the index, queued ones from their content) and the statistics."""
+        if not terms:
+            return [], None, unseen
+        n, ntokens = int(first["stats"]["ndocs"]), int(first["stats"]["ntokens"])
+        df = {r["term"]: int(r["df"]) for r in first["df"]}
+        k1, b = K1, B
+        # a term no indexed unit holds weighs what it would in one (a queued unit may hold it)
+        unknown = unknown_idf(n) if unseen is not None else 0.0
+        idf = [idf_of(n, df.get(term, 0)) or unknown for term in terms]
+        avgdl = ntokens / n if n else 0.0
+        bm25 = Bm25([w * (k1 + 1) for w in idf], avgdl, k1, b)
+        hits: list[tuple[ShardHit, str]] = []
+        live = [term for term in dict.fromkeys(terms) if df.get(term)]
+        if live and n and not (p.operator == "and" and len(live) < len(set(terms))):
+            if p.operator == "or":
+                live = essential_terms(conn, p, live, terms, bm25, df, args)
+            q = dict(args)
+            hits = score(conn, match_where(p, live, q), q, terms, bm25, p.top_k)
+        if unseen is not None:
+            hits += self._queued_top(conn, p, terms, bm25, args, first, unseen)
+        hits.sort(key=lambda h: h[0].order)
+        hits = hits[:p.top_k]
+        if not hits:
+            return [], Stats(idf, k1, b, avgdl, n), unseen
+        units = self._units(conn, args, [(h.cid, day) for h, day in hits])
+        ranked = [Ranked(unit_dict(units[h.cid]), h.score, h.ntok, h.tfs) for h, _ in hits if h.cid in units]
+        return ranked, Stats(idf, k1, b, avgdl, n), unseen
+
+    @staticmethod
+    def _units(conn, args: dict, located: list[tuple[str, str]]) -> dict:
+        """The units of these (cid, day) pairs, by CID (only their days' partitions are read)."""
+        return units_at(conn, args["tenant"], located)
+
+    def _queued_top(self, conn, p, terms: list[str], bm25: Bm25, args: dict, first: dict,
+                    unseen: Unseen) -> list[tuple[ShardHit, str]]:
+        """Queued units matching the query, scored from their tokens (made once per process, while
+        read_your_writes_ms allows); the rest are ``unseen``."""
+        deadline = time.monotonic() + self.config.read_your_writes_ms / 1000
+        rows = first["queued"]
+        if len(rows) > self.config.read_your_writes_max:   # a bulk import's backlog: reported, not read
+            unseen.count, unseen.oldest_ms = first["pending"]["n"], first["pending"]["oldest"]
+            return []
+        tenant = args["tenant"]
+        known = {r["cid"]: self.tokens.get(tenant, "", 0, r["cid"]) for r in rows}
+        missing = [r["cid"] for r in rows if known[r["cid"]] is None]
+        if missing:
+            day_of_cid = {r["cid"]: r["day"] for r in rows}
+            contents = {cid: u["content"] for cid, u in
+                        self._units(conn, args, [(cid, day_of_cid[cid]) for cid in missing]).items()}
+            for cid in missing:
+                if time.monotonic() > deadline:
+                    break
+                if cid in contents:
+                    known[cid] = self.tokens.put(tenant, "", 0, cid, self.tokenizer.tokens(contents[cid]))
+        hits = []
+        for r in rows:
+            entry = known[r["cid"]]
+            if entry is None:
+                unseen.add(r["pushed_ms"])
+                continue
+            hit = score_tokens(entry, r, p, terms, bm25)
+            if hit is not None:
+                hits.append((hit, r["day"]))
+        return hits

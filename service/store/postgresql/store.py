@@ -1,0 +1,442 @@
+"""The store API on PostgreSQL: the same public methods and answers as service/store/sqlite/store.py.
+
+Push protocol: one transaction per request locks the tenant's row (its seq counter), checks every
+unit's CID against the catalog (duplicate, 409 collision, parent), inserts catalog, unit and queue
+rows, and commits; only then the ack. There is no window in which a catalog row exists without its
+unit (one transaction), so the SQLite backend's stale-reservation repair has no counterpart here.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import psycopg
+from psycopg import sql as pgsql
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ...config import redact
+from ...errors import ApiError, NotFound, StorageUnavailable
+from ...formats import TENANT_RE, is_cid
+from ...live import UNIT_PREFIX
+from ...tokenize import tokenizer_for
+from ...units import now_ms, unit_dict
+from ..base import StoreApi
+from ...readindex.reader import Readers
+from ..push import PushPlan, check_day_cap
+from . import manage
+from .live import record_changes
+from .queries import schema, sql, template
+from .rows import (
+    PARTITION_LOCK,
+    SCHEMA_LOCK,
+    SCHEMA_VERSION,
+    content_rows,
+    escape_content,
+    next_day,
+    partition_name,
+    units_at,
+)
+
+log = logging.getLogger(__name__)
+
+CATCH_UP_WAIT_MS = 50      # how long a read-index pass waits for the standby to replay the tenant's changes
+PRIMARY_RETRY_S = 1.0      # after a failure, how long requests fail at once before one tries the primary again
+
+class PartitionGone(Exception):
+    """A day partition a push needs was dropped (empty) between its look and its lock."""
+
+
+class PgStore(StoreApi):
+    """Every tenant in one PostgreSQL database; ``searcher.standby`` a streaming hot standby of it."""
+
+    backend = "postgresql"
+    manage = manage         # list, stats, export and forget (service/store/postgresql/manage.py)
+
+    def __init__(self, config):
+        super().__init__(config)
+        # Local files a node still keeps: the MCP cursor key when none is configured (set
+        # CONTEXT_MCP_CURSOR_SECRET on every node behind one load balancer).
+        self.root = config.data_path
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._down_until = 0.0                   # the primary failed: fail fast until then (then one probe)
+        self._probing = False
+        self._down_lock = threading.Lock()
+        kwargs = {"autocommit": True, "row_factory": content_rows, "connect_timeout": 5}
+        try:
+            psycopg.connect(config.store, **kwargs).close()     # a clear message at once, not a pool's retries
+        except psycopg.Error as e:
+            raise RuntimeError(f"PostgreSQL at {redact(config.store)} is not reachable: "
+                               f"{redact(str(e)).strip()}") from None
+        # A request waits at most 5 s for a connection (then 503 + Retry-After, never a hung worker). A
+        # connection is checked as it leaves the pool (one empty round trip): after the primary restarts,
+        # a broken one is replaced there instead of failing the request that drew it. (It used to fail
+        # it: 503s until each idle connection had been drawn once, seen once the maintainer process
+        # stopped drawing them in the workers.)
+        self.primary = ConnectionPool(config.store, min_size=1, max_size=max(2, config.pg_pool_size),
+                                      kwargs=kwargs, open=False, timeout=5.0, reconnect_timeout=3600,
+                                      check=ConnectionPool.check_connection, name="primary")
+        self.primary.open(wait=True, timeout=15)
+        self.write(self._ensure_schema)
+        self.readers = Readers(self.root)        # this process's views of the node's read indexes
+        self.listeners: list = []   # callables(tenant, days) told about new queued units
+        self.observers: list = []   # callables(tenant, changes) told after a delete or forget committed
+        self.tokenizer = tokenizer_for(config)
+        from .search import PgSearcher
+        self.searcher = PgSearcher(self)
+
+    # --- connections ------------------------------------------------------------------------------
+    @staticmethod
+    def _ensure_schema(conn) -> None:
+        """Create the tables once, or upgrade them from an earlier schema version (re-runnable; under a
+        lock, since every node starts with this)."""
+        if (conn.execute(sql("schema_present")).fetchone()["ok"]
+                and conn.execute(sql("schema_version")).fetchone()["version"] >= SCHEMA_VERSION):
+            return
+        conn.execute(sql("advisory_lock"), {"key": SCHEMA_LOCK})
+        conn.execute(schema())
+
+    def write(self, fn, *args):
+        """``fn(conn, *args)`` in one primary transaction; PostgreSQL down or failing is a 503."""
+        return self._on_primary(True, fn, *args)
+
+    def read(self, fn, *args):
+        """``fn(conn, *args)`` on a primary connection, each statement on its own (no BEGIN/COMMIT round
+        trips: reads that need one snapshot, such as search, open their own transaction)."""
+        return self._on_primary(False, fn, *args)
+
+    def _on_primary(self, transaction: bool, fn, *args):
+        self._not_known_down()
+        failed = False
+        try:
+            with self.primary.connection() as conn:
+                if not transaction:
+                    return fn(conn, *args)
+                with conn.transaction():
+                    return fn(conn, *args)
+        except ApiError:
+            raise
+        except psycopg.errors.QueryCanceled as e:      # (a statement timeout: the server is fine)
+            raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
+        except psycopg.OperationalError as e:
+            failed = True
+            raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
+        except PoolTimeout as e:
+            # every connection busy is load, not an outage: only a primary that refuses a new one is down
+            failed = not self._primary_answers()
+            raise StorageUnavailable("Storage is unavailable: no database connection") from e
+        finally:
+            self._failed() if failed else self._answered()
+
+    # --- a primary that does not answer (docs/postgresql.md, "Failover") -------------------------------
+    def primary_down(self) -> bool:
+        """Whether the primary failed lately: requests then fail at once (503 + Retry-After) instead of
+        waiting for a connection each, but for one at a time that tries again (once a second)."""
+        return time.monotonic() < self._down_until or self._probing
+
+    def _primary_answers(self) -> bool:
+        try:
+            psycopg.connect(self.config.store, connect_timeout=1).close()
+            return True
+        except psycopg.Error:
+            return False
+
+    def _not_known_down(self) -> None:
+        with self._down_lock:
+            if time.monotonic() < self._down_until or self._probing:
+                raise StorageUnavailable("Storage is unavailable: the PostgreSQL primary does not answer")
+            if self._down_until:
+                self._probing = True        # the first request after the pause tries the primary again
+
+    def _failed(self) -> None:
+        with self._down_lock:
+            if not self._down_until:
+                log.warning("PostgreSQL primary %s does not answer: failing fast, retrying every %.0f s",
+                            redact(self.config.store), PRIMARY_RETRY_S)
+            self._down_until, self._probing = time.monotonic() + PRIMARY_RETRY_S, False
+
+    def _answered(self) -> None:
+        if self._down_until or self._probing:
+            with self._down_lock:
+                if self._down_until:
+                    log.info("PostgreSQL primary %s answers again", redact(self.config.store))
+                self._down_until, self._probing = 0.0, False
+
+    def _snapshot(self, pool, fn, *args):
+        """``fn(conn, *args)`` in one read-only REPEATABLE READ transaction on a pool's server."""
+        with pool.connection(timeout=5.0) as conn, conn.transaction():
+            conn.execute(sql("search_snapshot"))
+            return fn(conn, *args)
+
+    def read_fresh(self, fn, *args) -> tuple[object, str]:
+        """``fn(conn, *args)`` in one snapshot of the primary, and "primary"; while the primary does not
+        answer, of the standby, and "standby" (as fresh as the standby is). 503 when neither answers."""
+        standby = self.searcher.standby
+        if standby is None or not self.primary_down():
+            try:
+                return self._on_primary(False, lambda conn: self._snapshot_on(conn, fn, *args)), "primary"
+            except StorageUnavailable:
+                if standby is None or not self.primary_down():
+                    raise           # (busy, not down: the standby could answer with less than was acked)
+        try:
+            return self._snapshot(standby.pool, fn, *args), "standby"
+        except (psycopg.OperationalError, PoolTimeout) as e:
+            standby.mark_down()
+            raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
+
+    @staticmethod
+    def _snapshot_on(conn, fn, *args):
+        with conn.transaction():
+            conn.execute(sql("search_snapshot"))
+            return fn(conn, *args)
+
+    def read_replica(self, tenant: str, fn, *args):
+        """``fn(conn, *args)`` in one snapshot of the standby once it has replayed every change of the tenant
+        the primary has (what a node's read index is fed from: the heavy reads leave the primary), else of
+        the primary; of the standby alone while the primary does not answer."""
+        standby = self.searcher.standby
+        if standby is not None:
+            try:
+                if self.primary_down() or (standby.usable() and standby.caught_up(
+                        tenant, self.one("tenant_version", {"tenant": tenant})["version"], CATCH_UP_WAIT_MS)):
+                    return self._snapshot(standby.pool, fn, *args)
+            except (psycopg.OperationalError, PoolTimeout):
+                standby.mark_down()
+            except StorageUnavailable:
+                if not self.primary_down():
+                    raise
+                return self._snapshot(standby.pool, fn, *args)
+        return self._on_primary(False, lambda conn: self._snapshot_on(conn, fn, *args))
+
+    def one(self, name: str, args: dict) -> dict | None:
+        """The first row of a named statement, in its own transaction."""
+        return self.read(lambda c: c.execute(sql(name), args).fetchone())
+
+    def close(self) -> None:
+        self.searcher.close()
+        self.primary.close()
+
+    # --- tenants ----------------------------------------------------------------------------------
+    def read_index_lag(self, tenant: str) -> dict | None:
+        if not self.config.replicas:
+            return None
+        state = self.readers.state(tenant) if self.readers.view(tenant) is not None else None
+        row, _ = self.read_fresh(lambda c: c.execute(sql("node_behind"), {
+            "tenant": tenant, "low": (state or {}).get("low", 1), "now": int(time.time())}).fetchone())
+        return {"units": row["n"], "lag_ms": max(0, now_ms() - row["oldest"]) if row["oldest"] else 0}
+
+    def read_index_state(self, tenant: str) -> dict | None:
+        """The node's read index of this tenant (its last pass: low, seq, backlog) when default searches
+        read it; None when they read the tables."""
+        if not self.config.replicas or self.readers.view(tenant) is None:
+            return None
+        return self.readers.state(tenant) or {}
+
+    def tenant_names(self) -> list[str]:
+        return [r["tenant"] for r in self.read(lambda c: c.execute(sql("tenant_names")).fetchall())
+                if TENANT_RE.match(r["tenant"])]
+
+    def live_days(self, tenant: str, first: str = "0001-01-01", last: str = "9999-12-31") -> list[str]:
+        return [r["day"] for r in self.read(lambda c: c.execute(sql("days_live"), {
+            "tenant": tenant, "now": int(time.time()), "first": first, "last": last}).fetchall())]
+
+    def max_seq(self, tenant: str) -> int:
+        return self.one("tenant_seq", {"tenant": tenant})["seq"]
+
+    # --- push -------------------------------------------------------------------------------------
+    def push_many(self, tenant: str, raws: list) -> list[dict | ApiError]:
+        """Validate and store units; per item a result dict or the ApiError that rejected it."""
+        now = time.time()
+        results, valid = self.validate(raws, now)
+        if not valid:
+            return results
+        days = sorted({u.day for _, u in valid})
+        self.check_days_per_request(days)
+        out = list(results)
+        try:
+            self.write(self._push_tx, tenant, valid, now, out, days, False)
+        except PartitionGone:
+            # a new day, or one the janitor dropped (empty): create it, holding the partition lock
+            # exclusively, in the transaction that writes the units, so nothing drops it before they commit
+            out = list(results)
+            self.write(self._push_tx, tenant, valid, now, out, days, True)
+        for listener in self.listeners:
+            listener(tenant, days)
+        return out
+
+    @staticmethod
+    def _hold_partitions(conn, days: list[str], create: bool) -> None:
+        """Day partitions for these days that stay until this transaction ends. The janitor drops a
+        partition only with the partition lock held exclusively, so a push holds it shared, then looks
+        (PartitionGone if a day has none); ``create`` takes the lock exclusively and creates what is
+        missing. (A cache of known partitions, looked at outside the transaction, lost pushes: the
+        janitor, sweeping through empty days, dropped one after each of three looks: a 500 in CI.)"""
+        names = {partition_name(d): d for d in days}
+
+        def missing() -> list[str]:
+            return [names[r["name"]] for r in conn.execute(sql("partitions_missing"), {"names": list(names)})]
+        if not create:
+            with conn.pipeline():           # one round trip: the lock, then the look
+                conn.execute(sql("advisory_lock_shared"), {"key": PARTITION_LOCK})
+                if missing():
+                    raise PartitionGone
+            return
+        conn.execute(sql("advisory_lock"), {"key": PARTITION_LOCK})
+        for day in missing():
+            # the name from a validated day (digits and dashes only), bounds as literals
+            conn.execute(template("partition_create", part=pgsql.Identifier(partition_name(day)),
+                                  lo=pgsql.Literal(day), hi=pgsql.Literal(next_day(day))))
+
+    def _check_tenant_days(self, conn, tenant: str, days: list[str]) -> None:
+        cap = self.config.max_days_per_tenant
+        if not cap:
+            return
+        known = {r["day"] for r in conn.execute(sql("days_known"), {"tenant": tenant, "days": days})}
+        check_day_cap(cap, len([d for d in days if d not in known]),
+                      lambda: conn.execute(sql("days_count"), {"tenant": tenant}).fetchone()["n"])
+
+    def _push_tx(self, conn, tenant: str, valid: list, now: float, results: list, days: list[str],
+                 create: bool) -> None:
+        last = conn.execute(sql("tenant_lock"), {"tenant": tenant}).fetchone()["last_seq"]
+        # after the tenant's row (which may wait for that tenant's delete or forget): a push holds the
+        # partition lock only while it writes, so no janitor or other tenant's new day waits on a forget
+        self._hold_partitions(conn, days, create)
+        self._check_tenant_days(conn, tenant, days)
+        wanted = {u.cid for _, u in valid} | {u.parent_cid for _, u in valid if u.parent_cid}
+        stored = {r["cid"]: r for r in conn.execute(sql("catalog_many"), {"tenant": tenant, "cids": list(wanted)})}
+        plan = Plan(tenant, last, now_ms(), stored, now)
+        for i, u in valid:
+            try:
+                results[i] = plan.add(u)
+            except ApiError as e:
+                results[i] = e
+        plan.write(conn)
+        # a re-pushed unit (its fields may have changed) is a change listeners hear: in the log
+        # with the push, so it is there iff the push committed; new units are the feed (service/store/postgresql/live.py)
+        record_changes(conn, tenant, [(UNIT_PREFIX + r["cid"], "changed") for r in results
+                                      if isinstance(r, dict) and r["status"] == "duplicate"])
+
+    # --- reads ------------------------------------------------------------------------------------
+    def get(self, tenant: str, cid: str) -> dict | None:
+        """One live unit, or None (unknown or expired)."""
+        if not is_cid(cid):
+            return None
+        now = int(time.time())
+        found = self.one("catalog_day", {"tenant": tenant, "cid": cid, "now": now})
+        if found is None:
+            return None
+        # (the day as a value: only its partition is planned and read)
+        rows = self.units_at(tenant, [(cid, found["day"])])
+        return unit_dict(rows[cid]) if cid in rows and rows[cid]["expires_at"] > now else None
+
+    def units_at(self, tenant: str, located: list[tuple[str, str]]) -> dict:
+        """Stored units by CID, of these (cid, day) pairs."""
+        return self.read(units_at, tenant, located)
+
+    def children(self, tenant: str, cid: str, limit: int) -> list[str]:
+        return [r["cid"] for r in self.read(lambda c: c.execute(sql("catalog_children"), {
+            "tenant": tenant, "cid": cid, "now": int(time.time()), "limit": limit}).fetchall())]
+
+    def recent(self, tenant: str, limit: int = 50, before_seq: int | None = None) -> list[dict]:
+        """Live units, newest (highest seq) first, strictly below ``before_seq``."""
+        now = int(time.time())
+        rows = self.read(lambda c: c.execute(sql("catalog_recent"), {
+            "tenant": tenant, "now": now, "before": before_seq if before_seq is not None else 2**62,
+            "limit": limit}).fetchall())
+        units = self.units_at(tenant, [(r["cid"], r["day"]) for r in rows])
+        return [unit_dict(units[r["cid"]]) for r in rows if r["cid"] in units and units[r["cid"]]["expires_at"] > now]
+
+    def delete(self, tenant: str, cid: str) -> dict:
+        """Remove a unit everywhere: catalog, unit row, queue row and its share of the BM25 statistics."""
+        if not is_cid(cid) or not self.remove(tenant, {"": [cid]}):
+            raise NotFound(f"No live unit with CID {cid!r}.", field="cid")
+        return {"status": "deleted", "cid": cid}
+
+    # --- operations -------------------------------------------------------------------------------
+    def freshness(self, tenant: str) -> dict:
+        """What a default search of this tenant cannot see yet without reading PostgreSQL: with this node's
+        read index, the live units it lacks (its lag behind PostgreSQL) and how long the oldest has waited;
+        without, the units still queued for the indexer and the standby's replay lag."""
+        state = self.read_index_state(tenant)
+
+        def read(conn):
+            if state is None:
+                return conn.execute(sql("pending_count"), {"tenant": tenant}).fetchone()
+            return conn.execute(sql("node_behind"), {"tenant": tenant, "low": state.get("low", 1),
+                                                     "now": int(time.time())}).fetchone()
+        row, where = self.read_fresh(read)
+        lag = max(0, now_ms() - row["oldest"]) if row["oldest"] else 0
+        standby = self.searcher.standby
+        if standby is not None and (state is None or where == "standby"):
+            lag = max(lag, standby.lag_ms() or 0)
+        return {"index_pending": row["n"], "replica_lag_ms": lag, "read_index": state is not None}
+
+    def live_counts(self, tenant: str) -> dict:
+        live = self.one("catalog_count_live", {"tenant": tenant, "now": int(time.time())})["n"]
+        return {"units_live": live, **self.freshness(tenant)}
+
+    def check_writable(self) -> str | None:
+        """None when the primary accepts a write; otherwise the problem (readiness)."""
+        try:
+            self.write(lambda c: c.execute(sql("writable_probe")))
+            return None
+        except ApiError as e:
+            return f"PostgreSQL primary not writable: {e.message}"
+
+    def _search(self, tenant: str, params) -> dict:
+        return self.searcher.search(tenant, params)
+
+
+class Plan(PushPlan):
+    """One push transaction's rows: new units, duplicates' newer mutable fields, days' expiry range."""
+
+    def __init__(self, tenant: str, last_seq: int, ms: int, stored: dict, now: float):
+        super().__init__(stored, now)
+        self.tenant = tenant
+        self.last = last_seq
+        self.ms = ms
+        self.new: dict[str, dict] = {}       # cid -> row params, inserted after the loop
+        self.updates: list[dict] = []
+
+    def add(self, u) -> dict:
+        row, _ = self.check(u)
+        params = {"tenant": self.tenant, "cid": u.cid, "day": u.day, "timestamp": u.timestamp,
+                  "source": u.source, "digest": u.digest, "expires_at": u.expires_at,
+                  "parent_cid": u.parent_cid, "type": u.type, "ttl": u.ttl, "content": escape_content(u.content),
+                  "metadata": u.metadata_json(), "pushed_ms": self.ms}
+        if row is None:
+            self.last += 1
+            params["seq"] = self.last
+            self.new[u.cid] = params
+            status = "ok"
+        elif u.cid in self.new:
+            # the same unit twice in one batch: the later mutable fields win, as for any duplicate
+            params["seq"] = row["seq"]
+            self.new[u.cid].update(params)
+            status = "duplicate"
+        else:
+            params["seq"], params["day"] = row["seq"], row["day"]
+            self.updates.append(params)
+            status = "duplicate"
+        self.planned(u, params)
+        return {"status": status, "cid": u.cid, "seq": params["seq"], "indexed": False}
+
+    def write(self, conn) -> None:
+        with conn.cursor() as cur:
+            rows = list(self.new.values())
+            if rows:
+                cur.executemany(sql("catalog_insert"), rows)
+                cur.executemany(sql("unit_insert"), rows)
+                cur.executemany(sql("pending_insert"), rows)
+            if self.updates:
+                cur.executemany(sql("catalog_update_mutable"), self.updates)
+                cur.executemany(sql("unit_update_mutable"), self.updates)
+                cur.executemany(sql("pending_update_mutable"), self.updates)
+                cur.executemany(sql("unit_terms_update_mutable"), self.updates)
+                # an updated row that did not fit its page put its keys in the GIN index's pending list,
+                # which every search would read until the next indexer batch: empty it now
+                cur.execute(sql("unit_terms_clean"))
+            if self.expiry:
+                cur.executemany(sql("days_upsert"), [{"tenant": self.tenant, "day": d, "lo": lo, "hi": hi}
+                                                     for d, (lo, hi) in sorted(self.expiry.items())])
+            cur.execute(sql("tenant_set_seq"), {"tenant": self.tenant, "seq": self.last})

@@ -1,0 +1,121 @@
+"""Read-your-writes over a node's read index (docs/design.md §6.2): what a default search reads from PostgreSQL
+besides the node's index, in one snapshot: the *tail* (every live unit at or past the index's low-water
+mark, and every unit re-pushed since the index's state), and the change log since that state (deleted and
+changed units leave the index's answers at once).
+
+Tail units are scored like the index's documents, with its statistics: indexed ones from their terms,
+units still queued for the indexer from their content, tokenized by the first search that meets them. What
+a unit holds (content, terms) never changes for its CID, so each process fetches and tokenizes it once
+(``UnitTexts``); its mutable fields (type, ttl, metadata, parent) are read with the tail every time.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ...live import UNIT_PREFIX
+from ...ranking.bm25 import Bm25
+from ...ranking.scoring import Ranked
+from ...ranking.tail import Unseen, score_counts
+from ...units import unit_dict
+from ..filters import passes
+from .queries import sql
+
+TOKEN_BATCH = 64
+MAX_CHANGES = 5000          # changes a search reads past the index's state; more: the tables answer instead
+
+
+class UnitTexts:
+    """The content and terms of tail units, per process, bounded in bytes (oldest out first)."""
+
+    def __init__(self, max_bytes: int = 64 << 20):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._items: dict[tuple[str, str], tuple[str, dict, int]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, tenant: str, cid: str):
+        return self._items.get((tenant, cid))
+
+    def put(self, tenant: str, cid: str, content: str, tfs: dict, ntok: int) -> tuple[str, dict, int]:
+        entry = (content, tfs, ntok)
+        size = len(content) + 16 * len(tfs)
+        with self._lock:
+            self._items[(tenant, cid)] = entry
+            self.bytes += size
+            while self.bytes > self.max_bytes and self._items:
+                old = self._items.pop(next(iter(self._items)))
+                self.bytes -= len(old[0]) + 16 * len(old[1])
+        return entry
+
+
+@dataclass
+class TailRead:
+    """One search's reads: tail rows (mutable fields, seq order), their texts, and what left the index."""
+    rows: list
+    texts: dict = field(default_factory=dict)      # cid -> content, of queued units this process has not seen
+    gone: set = field(default_factory=set)         # CIDs the index's answers must leave out
+    seq: int = 0                                   # the tenant's newest seq in this snapshot
+    oldest_ms: int | None = None                   # the oldest unit still queued for the indexer
+    too_many: bool = False                         # past read_your_writes_max (or MAX_CHANGES)
+
+
+class NodeTail:
+    def __init__(self, config, tokenizer):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.texts = UnitTexts()
+
+    def read(self, conn, tenant: str, state: dict, now: int) -> TailRead:
+        """The tail and the changes since the index's state, in the caller's snapshot (two round trips at
+        most: the second only for units this process has not seen yet)."""
+        args = {"tenant": tenant, "now": now, "low": state["low"], "after": state["n"],
+                "limit": self.config.read_your_writes_max + 1, "changes": MAX_CHANGES + 1}
+        cursors = {}
+        with conn.pipeline():
+            for name in ("node_positions", "live_events_since_bounded", "node_tail"):
+                cursors[name] = conn.cursor()
+                cursors[name].execute(sql(name), args)
+        pos = cursors["node_positions"].fetchone()
+        changes = cursors["live_events_since_bounded"].fetchall()
+        rows = cursors["node_tail"].fetchall()
+        read = TailRead(rows, seq=pos["seq"], oldest_ms=pos["queued_ms"])
+        if len(rows) > self.config.read_your_writes_max or len(changes) > MAX_CHANGES:
+            read.too_many = True
+            return read
+        read.gone = {c["uri"][len(UNIT_PREFIX):] for c in changes if c["uri"].startswith(UNIT_PREFIX)}
+        read.gone.update(r["cid"] for r in rows)        # the tail's version wins over the index's
+        missing = [r["cid"] for r in rows if self.texts.get(tenant, r["cid"]) is None]
+        if missing:
+            for r in conn.execute(sql("node_tail_texts"), {"tenant": tenant, "cids": missing}):
+                if r["tfs"] is not None:
+                    self.texts.put(tenant, r["cid"], r["content"], r["tfs"], r["ntok"])
+                else:
+                    read.texts[r["cid"]] = r["content"]      # queued for the indexer: tokenized in ``top``
+        return read
+
+    def top(self, tenant: str, read: TailRead, p, terms: list[str], bm25: Bm25, now: int,
+            unseen: Unseen) -> list[Ranked]:
+        """The best k tail units, scored like the index's documents with its statistics, within
+        read_your_writes_ms; queued ones not tokenized in time are ``unseen``."""
+        deadline = time.monotonic() + self.config.read_your_writes_ms / 1000
+        hits = []
+        for r in read.rows:
+            if not passes(r, p, now):
+                continue
+            entry = self.texts.get(tenant, r["cid"])
+            if entry is None:
+                content = read.texts.get(r["cid"])
+                if content is None or time.monotonic() > deadline:
+                    unseen.add(r["pushed_ms"])
+                    continue
+                toks = self.tokenizer.tokens(content)
+                entry = self.texts.put(tenant, r["cid"], content, Counter(toks), len(toks))
+            content, tfs, ntok = entry
+            hit = score_counts([tfs.get(term, 0) for term in terms], ntok, r["cid"], r["seq"], p, bm25)
+            if hit is not None:
+                hits.append((hit, r, content))
+        hits.sort(key=lambda x: x[0].order)
+        return [Ranked(unit_dict({**r, "content": content}), h.score, h.ntok, h.tfs) for h, r, content in hits[:p.top_k]]

@@ -1,0 +1,41 @@
+"""The SQLite backend (the embedded default, ``CONTEXT_STORE=sqlite``; docs/design.md §5.1): per tenant a
+catalog and one file per day under ``CONTEXT_DATA_DIR``, FTS5 as the index of record, a tantivy read index
+for default searches.
+
+Modules, in data-flow order: shards.py (files, connections, the writer), rows.py, tenant.py, store.py (push,
+reads, delete), groupcommit.py, indexer.py, janitor.py, maintenance.py (the leader's loop and the read
+index's sync), search.py, fts.py and tail.py (ranking), manage.py, live.py, registry.py, backup.py.
+"""
+from __future__ import annotations
+
+
+def check(config) -> None:
+    from .shards import check_fts5
+    problem = check_fts5()
+    if problem:
+        raise RuntimeError(problem)
+
+
+def doctor(config) -> list[tuple[bool, str]]:
+    import sqlite3
+
+    from .shards import check_fts5
+    problem = check_fts5()
+    return [(tuple(map(int, sqlite3.sqlite_version.split("."))) >= (3, 35), f"SQLite {sqlite3.sqlite_version}"),
+            (problem is None, problem or "FTS5 and fts5vocab available"),
+            (True, "storage: SQLite files in the data directory")]
+
+
+def open_store(config):
+    from .maintenance import Maintenance
+    from .store import Store
+    store = Store(config)
+    return store, Maintenance(store)
+
+
+def open_live(store):
+    """The live hub's sources (the tenants' files, polled) and the tool registry."""
+    from .live import FileSources
+    from .registry import Registry
+    sources = FileSources(store)
+    return sources, Registry(store, sources.changes)

@@ -1,0 +1,321 @@
+"""SQLite files, connections and the per-file writer (docs/design.md §5).
+
+One :class:`Db` owns one database file. Reads run ``fn(conn)`` on a pooled connection;
+writes run ``fn(conn)`` inside ``BEGIN IMMEDIATE`` on the single writer connection of
+this process. SQL text lives in ``sql/`` and is loaded once by name.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import random
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from ...errors import StorageUnavailable
+from ..statements import named, sql_file
+
+log = logging.getLogger(__name__)
+
+def sql(name: str) -> str:
+    """A named statement from sql/queries.sql (or another sql/*_queries.sql, e.g. live_queries.sql)."""
+    return named("*queries.sql")[name]
+
+
+def fetch_all(conn: sqlite3.Connection, name: str, params: dict | None = None) -> list:
+    """The rows of a named statement: ``db.read(fetch_all, "catalog_recent", {...})``."""
+    return conn.execute(sql(name), params or {}).fetchall()
+
+
+def fetch_one(conn: sqlite3.Connection, name: str, params: dict | None = None):
+    """The first row of a named statement (None when there is none)."""
+    return conn.execute(sql(name), params or {}).fetchone()
+
+
+def schema(filename: str) -> str:
+    return sql_file(filename)
+
+
+def check_fts5() -> str | None:
+    """None when FTS5 (and fts5vocab) work in this SQLite; otherwise a clear message."""
+    try:
+        conn = sqlite3.connect(":memory:")
+        conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+        conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, row)")
+        conn.close()
+    except sqlite3.OperationalError as e:
+        return (f"SQLite {sqlite3.sqlite_version} lacks FTS5 ({e}). Install a Python whose sqlite3 "
+                "is compiled with SQLITE_ENABLE_FTS5 (Debian's and python.org's builds are).")
+    return None
+
+
+def connect(path: Path | str, *, busy_timeout_ms: int = 10_000, synchronous: str = "NORMAL",
+            cache_size_kib: int = 8192, readonly: bool = False) -> sqlite3.Connection:
+    """Open one connection with the pragmas every shard uses.
+
+    Several gunicorn workers share a shard safely because SQLite does the arbitration:
+    WAL mode lets readers in any process run alongside one writer; every write starts
+    with BEGIN IMMEDIATE, so a second writer (another worker's thread, or another
+    process's indexer) waits on busy_timeout for the file lock instead of failing a
+    lock upgrade mid-transaction; and nothing is cached in Python that another process
+    could change underneath us except the file itself, which writers re-check (inode)
+    after taking the lock, since the janitor may unlink a fully expired day.
+    """
+    if readonly:
+        # Replica files are replaced by rename and never written in place.
+        conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, isolation_level=None,
+                               check_same_thread=False)
+    else:
+        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False,
+                               timeout=busy_timeout_ms / 1000)
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute(f"PRAGMA cache_size=-{int(cache_size_kib)}")
+    conn.execute("PRAGMA temp_store=MEMORY")
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def _commit(conn: sqlite3.Connection, fn, *args, **kwargs):
+    """``fn(conn, ...)`` inside the transaction just begun: commit, or roll back and re-raise."""
+    try:
+        result = fn(conn, *args, **kwargs)
+        conn.execute("COMMIT")
+        return result
+    except BaseException:
+        if conn.in_transaction:
+            conn.rollback()
+        raise
+
+
+class Db:
+    """One SQLite file: a small pool of read connections and one writer connection."""
+
+    def __init__(self, path: Path, schema_file: str | None, config, *, readonly: bool = False,
+                 pool_size: int = 4, cache_size_kib: int | None = None, may_be_unlinked: bool = True):
+        self.path = Path(path)
+        self.may_be_unlinked = may_be_unlinked   # day shards: the janitor may unlink and a push re-create
+        self.schema_file = schema_file
+        self.config = config
+        self.readonly = readonly
+        self.cache_size_kib = cache_size_kib or config.cache_size_kib
+        self._pool: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue(maxsize=pool_size)
+        self._writer: sqlite3.Connection | None = None
+        self._write_lock = threading.RLock()
+        self._ino: int | None = None
+        self._closed = False
+        self._generation = 0
+        self._gen_lock = threading.Lock()
+        if not readonly:
+            self._open_writer()
+
+    # --- connections --------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        return connect(self.path, busy_timeout_ms=self.config.busy_timeout_ms,
+                       synchronous=self.config.synchronous, cache_size_kib=self.cache_size_kib,
+                       readonly=self.readonly)
+
+    def _open_writer(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Two processes may create the same new file at once (a push in one worker, the maintenance
+        # leader in another): switching it to WAL or running the schema can then meet the other's
+        # lock without SQLite's busy handler, so retry within the busy timeout.
+        deadline = time.monotonic() + self.config.busy_timeout_ms / 1000
+        while True:
+            conn = None
+            try:
+                conn = self._connect()
+                if self.schema_file:
+                    conn.executescript(schema(self.schema_file))
+                break
+            except sqlite3.OperationalError as e:
+                if conn is not None:
+                    conn.close()
+                if ("locked" not in str(e) and "busy" not in str(e)) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005 + random.random() * 0.01)
+        conn.execute("PRAGMA busy_timeout=0")   # write() polls for the lock itself (_begin_immediate)
+        self._writer = conn
+        self._ino = os.stat(self.path).st_ino
+
+    def read(self, fn, *args, **kwargs):
+        """Run ``fn(conn, ...)`` on a pooled read connection."""
+        if self.may_be_unlinked and self._ino is not None and self._recreated():
+            # The janitor unlinked this day and a push re-created it; open connections would keep
+            # reading the deleted file (SQLite reads an unlinked inode happily), so start over.
+            with self._write_lock:
+                if self._recreated():
+                    self._reset()
+                    self._ino = os.stat(self.path).st_ino
+        gen = self._generation
+        try:
+            conn = self._pool.get_nowait()
+        except queue.Empty:
+            conn = self._connect()
+        ok = False
+        try:
+            result = fn(conn, *args, **kwargs)
+            ok = True
+            return result
+        finally:
+            if ok and conn.in_transaction:
+                conn.rollback()
+            if ok and gen == self._generation and not self._closed:
+                try:
+                    self._pool.put_nowait(conn)
+                    conn = None
+                except queue.Full:
+                    pass
+            if conn is not None:
+                conn.close()
+
+    def write(self, fn, *args, **kwargs):
+        """Run ``fn(conn, ...)`` in one BEGIN IMMEDIATE transaction on this file; commit or roll back."""
+        if self.readonly:
+            raise RuntimeError("read-only database")
+        with self._write_lock:
+            for _attempt in (0, 1):
+                if self._writer is None:
+                    self._open_writer()
+                conn = self._writer
+                self._begin_immediate(conn)
+                if not self._same_file():
+                    # The janitor unlinked this day after we opened it: reopen a fresh file.
+                    conn.rollback()
+                    self._reset()
+                    continue
+                return _commit(conn, fn, *args, **kwargs)
+            raise StorageUnavailable("Shard file keeps changing underneath the writer; retry.")
+
+    def try_write(self, fn, *args, **kwargs):
+        """``write`` only if the file's write lock is free right now; None (nothing done) otherwise.
+        For work that may be skipped (a search sharing what it computed), never worth a wait."""
+        if self.readonly or not self._write_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._writer is None:
+                self._open_writer()
+            conn = self._writer
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as e:
+                if "locked" in str(e) or "busy" in str(e):
+                    return None
+                raise
+            if not self._same_file():
+                conn.rollback()
+                return None
+            return _commit(conn, fn, *args, **kwargs)
+        finally:
+            self._write_lock.release()
+
+    def vacuum(self) -> bool:
+        """VACUUM the file (outside any transaction, on the writer), then truncate the WAL it grew.
+        False when another process holds the write lock past the busy timeout: try again later."""
+        with self._write_lock:
+            if self._writer is None:
+                self._open_writer()
+            conn = self._writer
+            if not self._same_file():
+                return False
+            conn.execute(f"PRAGMA busy_timeout={int(self.config.busy_timeout_ms)}")
+            try:
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e):
+                    raise
+                return False
+            finally:
+                conn.execute("PRAGMA busy_timeout=0")
+            return True
+
+    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
+        """Take the file's write lock, polling every ~1 ms while another process holds it.
+
+        SQLite's own busy handler sleeps 1, 2, 5, 10, ... 100 ms between tries, so a push that
+        meets another worker's millisecond-long transaction could wait tens of milliseconds.
+        The writer connection therefore has busy_timeout 0 and waits here instead.
+        """
+        deadline = time.monotonic() + self.config.busy_timeout_ms / 1000
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.0005 + random.random() * 0.001)
+
+    def _path_inode(self) -> int | None:
+        try:
+            return os.stat(self.path).st_ino
+        except FileNotFoundError:
+            return None
+
+    def _recreated(self) -> bool:
+        """A different file now has our path (a missing one is not: its rows had all expired)."""
+        ino = self._path_inode()
+        return ino is not None and ino != self._ino
+
+    def _same_file(self) -> bool:
+        return self._path_inode() == self._ino
+
+    def _reset(self) -> None:
+        with self._gen_lock:
+            self._generation += 1
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+            self._drain()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self._pool.get_nowait().close()
+            except queue.Empty:
+                break
+
+    def close(self) -> None:
+        with self._write_lock:
+            self._closed = True
+            self._drain()
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+
+
+class TenantDbs:
+    """One small SQLite file per tenant beside its day files (``events.db``, ``tools.db``),
+    opened by this process on first use and kept open until :meth:`close`."""
+
+    def __init__(self, store, filename: str, schema_file: str, *, cache_size_kib: int):
+        self.store = store
+        self.filename = filename
+        self.schema_file = schema_file
+        self.cache_size_kib = cache_size_kib
+        self._dbs: dict[str, Db] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, tenant: str) -> Db:
+        db = self._dbs.get(tenant)
+        if db is None:
+            with self._lock:
+                db = self._dbs.get(tenant)
+                if db is None:
+                    path = Path(self.store.tenant(tenant).dir) / self.filename
+                    db = self._dbs[tenant] = Db(path, self.schema_file, self.store.config, pool_size=2,
+                                                cache_size_kib=self.cache_size_kib, may_be_unlinked=False)
+        return db
+
+    def close(self) -> None:
+        with self._lock:
+            for db in self._dbs.values():
+                db.close()
+            self._dbs.clear()

@@ -1,0 +1,184 @@
+"""The read index on every PostgreSQL node (service/store/postgresql/nodeindex.py, docs/design.md §5.2): two
+nodes (two apps, two data folders) share one primary and standby. Each builds its own index from PostgreSQL,
+follows every change another node makes, and a default search on either sees every unit acknowledged on
+either before it began, never a deleted or forgotten one (read-your-writes: tail.py)."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import psycopg
+import pytest
+
+from conftest import drain, make_unit, new_app
+
+pytestmark = pytest.mark.usefixtures("pg_cluster")
+
+
+@pytest.fixture
+def nodes(tmp_path, pg_urls):
+    """``nodes(**config)``: two apps on the same PostgreSQL, each with its own data folder (a node each)."""
+    made = []
+
+    def make(**config):
+        base = {"store": pg_urls[0], "store_replica": pg_urls[1], "replica_debounce_ms": 0,
+                "read_your_writes_ms": 60_000, **config}
+        pair = [new_app(tmp_path / f"node{len(made) + i}", **base) for i in range(2)]
+        made.extend(pair)
+        return pair
+    yield make
+    for app in made:
+        app.extensions["context_shutdown"]()
+
+
+def push(app, *contents, **fields) -> list[str]:
+    rv = app.test_client().post("/mcp/push", json={"units": [make_unit(c, **fields) for c in contents]})
+    assert rv.status_code == 200, rv.get_json()
+    return [r["cid"] for r in rv.get_json()["results"]]
+
+
+def search(app, query, **body):
+    rv = app.test_client().post("/mcp/search", json={"query": query, "top_k": 50, **body})
+    assert rv.status_code == 200, rv.get_json()
+    return rv.get_json()
+
+
+def cids(body) -> list[str]:
+    return [r["cid"] for r in body["results"]]
+
+
+def index_docs(app) -> int:
+    view = app.extensions["context_store"].readers.view("default")
+    return view.searcher.num_docs if view is not None else -1
+
+
+def from_index(app) -> int:
+    return app.extensions["context_store"].searcher.reads["index"]
+
+
+def test_each_node_builds_its_index_and_ranks_as_the_tables(nodes):
+    a, b = nodes()
+    words = ["kestrel heron", "kestrel owl owl", "heron", "owl kestrel kestrel kestrel", "wren"]
+    pushed = push(a, *[f"{w} note {i}" for i, w in enumerate(words * 8)])
+    drain(a)        # the indexer (any node may run it) and a's read index
+    assert index_docs(a) == len(pushed) and index_docs(b) == -1     # b has built nothing yet
+    before = from_index(b)
+    tables = search(b, "kestrel owl")          # no index on b: the tables answer
+    assert from_index(b) == before and len(cids(tables)) == 24
+    drain(b)
+    assert index_docs(b) == len(pushed)
+    for query in ("kestrel owl", "heron", "owl", "kestrel heron wren"):
+        via_index, strong = search(b, query), search(b, query, consistency="strong")
+        assert [(r["cid"], r["bm25_score"]) for r in via_index["results"]] == \
+            [(r["cid"], r["bm25_score"]) for r in strong["results"]]
+    assert from_index(b) > before
+
+
+def test_a_unit_pushed_on_one_node_is_found_on_the_other_at_once(nodes):
+    a, b = nodes()
+    push(a, "albatross glides")
+    drain(a)
+    drain(b)
+    [cid] = push(a, "puffin burrow")           # not indexed anywhere yet: the tail, read from the primary
+    body = search(b, "puffin")
+    assert cids(body) == [cid] and from_index(b) > 0
+    assert body["freshness"]["index_pending"] == 0
+    assert body["results"][0]["content"] == "puffin burrow"
+
+
+def test_deleted_and_forgotten_units_on_another_node(nodes):
+    a, b = nodes()
+    gone, forgotten, changed, kept = push(a, "gannet one", "gannet two", "gannet three", "gannet four")
+    drain(a)
+    drain(b)
+    assert sorted(cids(search(b, "gannet"))) == sorted([gone, forgotten, changed, kept])
+    assert a.test_client().delete(f"/mcp/units/{gone}").status_code == 200
+    client = a.test_client()
+    dry = client.post("/mcp/forget", json={"query": "two"}).get_json()
+    assert client.post("/mcp/forget", json={"query": "two", "confirm": dry["confirm"]}).status_code == 200
+    # before b's index follows: the change log says what left
+    assert sorted(cids(search(b, "gannet"))) == sorted([changed, kept])
+    assert index_docs(b) == 4
+    drain(b)
+    assert sorted(cids(search(b, "gannet"))) == sorted([changed, kept]) and index_docs(b) == 2
+
+
+def test_a_re_pushed_unit_answers_with_its_new_fields_on_every_node(nodes):
+    a, b = nodes()
+    unit = make_unit("shearwater colony", metadata={"v": 1})
+    assert a.test_client().post("/mcp/push", json=unit).status_code == 200
+    drain(a)
+    drain(b)
+    again = dict(unit, metadata={"v": 2}, type="model_thinking")
+    assert a.test_client().post("/mcp/push", json=again).get_json()["status"] == "duplicate"
+    for app in (b, a):
+        [r] = search(app, "shearwater")["results"]
+        assert (r["metadata"], r["type"]) == ({"v": 2}, "model_thinking")
+    assert search(b, "shearwater", types=["tool_output"])["results"] == []
+    drain(b)                                    # the index itself replaced the document
+    [r] = search(b, "shearwater")["results"]
+    assert r["metadata"] == {"v": 2} and index_docs(b) == 1
+
+
+def test_a_missing_or_damaged_index_is_built_again_and_the_tables_answer_meanwhile(nodes):
+    a, b = nodes()
+    pushed = push(a, *[f"cormorant {i}" for i in range(30)])
+    drain(a)
+    drain(b)
+    store = b.extensions["context_store"]
+    path = store.root / "tenants" / "default" / "replica" / "index"
+    b.extensions["context_maintenance"].step_down()      # the leader lets go of its writer
+    for f in path.glob("*.store"):
+        f.write_bytes(b"damaged")
+    (path / "format.json").write_text(json.dumps({"format": 0}))   # another version's index
+    before = from_index(b)
+    assert sorted(cids(search(b, "cormorant"))) == sorted(pushed) and from_index(b) == before
+    drain(b)
+    assert index_docs(b) == 30 and sorted(cids(search(b, "cormorant"))) == sorted(pushed)
+    assert from_index(b) > before
+    b.extensions["context_maintenance"].step_down()
+    shutil.rmtree(path)                                   # gone altogether
+    drain(b)
+    assert index_docs(b) == 30
+
+
+def test_a_node_that_missed_pruned_changes_builds_its_index_again(nodes, pg_urls):
+    a, b = nodes()
+    first, second = push(a, "petrel one", "petrel two")
+    drain(a)
+    drain(b)
+    assert a.test_client().delete(f"/mcp/units/{first}").status_code == 200
+    with psycopg.connect(pg_urls[0]) as c:                  # the janitor pruned the log before b read it
+        c.execute("DELETE FROM live_events")
+    drain(b)
+    assert index_docs(b) == 1 and cids(search(b, "petrel")) == [second]
+
+
+def test_expired_units_leave_the_index_at_the_janitors_pass(nodes):
+    a, _ = nodes()
+    [short] = push(a, "skua brief", ttl=1)
+    [long_] = push(a, "skua lasting")
+    drain(a)
+    assert index_docs(a) == 2
+    time.sleep(1.2)
+    assert cids(search(a, "skua")) == [long_]               # filtered at once
+    a.extensions["context_maintenance"].run_once(force_janitor=True)
+    assert index_docs(a) == 1
+    assert short not in cids(search(a, "skua", consistency="strong"))
+
+
+def test_readiness_and_metrics_show_each_nodes_lag(nodes):
+    a, b = nodes(read_your_writes_ms=0)
+    push(a, *[f"tern {i}" for i in range(5)])
+    drain(a)
+    ready = b.test_client().get("/readyz").get_json()
+    assert ready["read_index"]["units"] == 5 and ready["index_pending"] == 0   # no index yet: the tables answer
+    drain(b)
+    ready = b.test_client().get("/readyz").get_json()
+    assert ready["read_index"] == {"units": 0, "lag_ms": 0} and ready["index_pending"] == 0
+    push(a, "tern late")
+    metrics = b.test_client().get("/metrics").get_data(as_text=True)
+    assert 'context_read_index_behind_units{tenant="default"} 1.0' in metrics
+    assert 'context_index_queue_depth{tenant="default"} 1.0' in metrics
+    assert search(b, "tern")["freshness"]["index_pending"] == 1   # (read-your-writes off: not read)
