@@ -192,12 +192,16 @@ def push_load(port: int, load_units: list[dict], rate: float, tag: str = "L") ->
     return stop, pushed, loaders
 
 
-def index_lag(port: int, load_units: list[dict], rate: float, duration: float, strong_probe: bool = False) -> dict:
-    """Sustained push load at ``rate`` units/s (batches of 50, 2 threads) while probing freshness."""
+def index_lag(port: int, load_units: list[dict], rate: float, duration: float, strong_probe: bool = False,
+              search_port: int | None = None) -> dict:
+    """Sustained push load at ``rate`` units/s (batches of 50, 2 threads) while probing freshness: a probe
+    unit pushed to ``port``, then default searches for it (on ``search_port``, another node of the same
+    store, when given) until found."""
     t_start = time.perf_counter()
     stop, pushed, loaders = push_load(port, load_units, rate)
     lags, misses = [], 0
     probe_c = Client(port)
+    search_c = Client(search_port) if search_port else probe_c
     deadline = time.perf_counter() + duration
     while time.perf_counter() < deadline:
         token = "probe" + uuid.uuid4().hex[:10]
@@ -208,7 +212,7 @@ def index_lag(port: int, load_units: list[dict], rate: float, duration: float, s
         q = json.dumps({"query": token, "top_k": 1}).encode()
         found = None
         while time.perf_counter() - acked < 30:
-            status, data = probe_c.post("/mcp/search", q)
+            status, data = search_c.post("/mcp/search", q)
             if status == 200 and data.get("results"):
                 found = time.perf_counter()
                 break

@@ -1,21 +1,22 @@
-"""PostgreSQL vs SQLite, side by side in one run: the same units, queries and load on both.
+"""PostgreSQL vs SQLite, side by side in one run: the same units, queries and load on both (issue 24's targets).
 
-- ingest in-process: the same corpus pushed in batches of 1,000 (``push_many``), then indexed (the
-  maintenance pass: on SQLite FTS5 and the read index, on PostgreSQL term frequencies and statistics);
-- search in-process: 2-4-term queries from held-back text, default (SQLite: the read index;
-  PostgreSQL: the streaming standby) and ``strong`` (both: the primary), p50/p99, and whether both
-  backends return the same top 10 (CIDs in order) for every query;
-- HTTP: wrk on /mcp/search, one SQLite service process vs two service processes on one PostgreSQL
-  primary (the scale-out shape), 2 workers each; batch ingest over HTTP;
-- freshness under a sustained push load: index lag (ack to found by a default search, probes) on
-  both, and the standby's replication lag (pg_stat_replication.replay_lag, sampled every 100 ms).
+- ingest in-process: the same corpus pushed in batches of 1,000 (``push_many``), then indexed (SQLite: FTS5
+  and the read index; PostgreSQL: term frequencies and statistics, then the node's read index);
+- a node's read index built from PostgreSQL alone (a new node joining: units/s, disk);
+- search in-process: 2-4-term queries from held-back text, p50/p99, ``default`` (both: the read index plus
+  the tail) and ``strong`` (SQLite: the day files; PostgreSQL: the primary's tables), tantivy alone over the
+  same tokens as the limit, and whether both stores return the same top 10 (CIDs in order) per query;
+- HTTP per node: wrk on /mcp/search and /healthz at --conns connections, one SQLite service vs one of two
+  PostgreSQL nodes (2 workers each), peak RSS per process;
+- freshness across nodes: under --rate units/s pushed to one PostgreSQL node, a probe pushed to that node
+  is searched (default) on the other until found; SQLite, one node, for comparison.
 
 PostgreSQL runs from tools/pg_cluster.py (a primary and a standby on loopback, fsync on, 256 MB of
 shared buffers each); after the bulk load the script runs VACUUM ANALYZE, as autovacuum would within a
 minute or two. The machine is shared: runs are bounded, ratios matter more than absolutes.
 
     .venv/bin/python bench/postgresql.py [--size 100000] [--queries 300] [--http-seconds 15]
-        [--lag-seconds 20] [--rate 200] [--conns 32]
+        [--lag-seconds 20] [--rate 1000] [--conns 64] [--reuse-sqlite]
 """
 from __future__ import annotations
 
@@ -23,12 +24,10 @@ import argparse
 import importlib.util
 import json
 import shutil
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from common import ROOT, TMP, machine, quiet_service_logs, service_rev, service_src, summary, write_json
-from ingest import _drain, gen_units, http_batch_ingest, index_lag
+from ingest import gen_units, index_lag
 
 
 def pg_cluster(base):
@@ -61,6 +60,34 @@ def build(app, units: list[dict]) -> dict:
             "index_s": round(t2 - t1, 2), "index_units_per_s": round(len(units) / (t2 - t1))}
 
 
+def drain_node_index(app) -> float:
+    """Passes of this process's read-index builder until its index holds every indexed unit; seconds."""
+    maint = app.extensions["context_maintenance"]
+    t0 = time.perf_counter()
+    while True:
+        sent = maint.sync_node_indexes()
+        ni = maint.node_indexes.get("default")
+        if ni is not None and not ni.building and sent == 0:
+            return time.perf_counter() - t0
+
+
+def node_build(cluster, units: int) -> dict:
+    """A new node: its read index built from PostgreSQL alone (from the standby when it answers)."""
+    from service import create_app
+    from service.readindex.schema import index_dir
+    root = TMP / "pg-bench-new-node"
+    shutil.rmtree(root, ignore_errors=True)
+    app = create_app({"data_dir": str(root), "background": False, "store": cluster.primary_url,
+                      "store_replica": cluster.standby_url})
+    try:
+        seconds = drain_node_index(app)
+    finally:
+        app.extensions["context_shutdown"]()
+    disk = sum(f.stat().st_size for f in index_dir(root, "default").rglob("*") if f.is_file())
+    return {"units": units, "seconds": round(seconds, 1), "units_per_s": round(units / seconds),
+            "disk_mb": round(disk / 2**20, 1)}
+
+
 def searches(app, qs: list[str], max_s: float, **extra) -> tuple[dict, list]:
     from service.params import parse_search
     store, config = app.extensions["context_store"], app.config["CONTEXT"]
@@ -78,36 +105,30 @@ def searches(app, qs: list[str], max_s: float, **extra) -> tuple[dict, list]:
     return summary(lat), tops
 
 
+def tantivy_alone(sqlite_dir, qs: list[str], tokenizer) -> dict:
+    """The engine limit: tantivy over the same tokens, no rows fetched, no filters (bench/tantivy_engine.py)."""
+    import tantivy_engine
+    path = TMP / f"{sqlite_dir.name}-tantivy"
+    tantivy_engine.build(sqlite_dir, path)
+    search = tantivy_engine.searcher(path, tokenizer)
+    for q in qs[:20]:
+        search(q)
+    lat = []
+    for q in qs:
+        t0 = time.perf_counter()
+        search(q)
+        lat.append((time.perf_counter() - t0) * 1000)
+    return summary(lat)
+
+
 def agreement(a: list, b: list) -> dict:
     same = sum(1 for x, y in zip(a, b) if [c for c, _ in x] == [c for c, _ in y])
+    # the same CIDs with exactly equal scores in another order: ties, broken by each engine's own order
+    tied = sum(1 for x, y in zip(a, b) if [c for c, _ in x] != [c for c, _ in y]
+               and sorted(x) == sorted(y))
     diff = max((abs(s - t) for x, y in zip(a, b) for (_, s), (_, t) in zip(x, y)), default=0.0)
-    return {"queries": min(len(a), len(b)), "same_top10": same, "max_bm25_diff": diff}
-
-
-def wrk_pair(hb, script, ports: list[int], conns: int, seconds: float) -> dict:
-    """wrk on each port at once (conns split between them); summed throughput, each one's latencies."""
-    with ThreadPoolExecutor(len(ports)) as pool:
-        runs = list(pool.map(lambda port: hb.wrk(script, port, max(1, conns // len(ports)), seconds), ports))
-    return {"rps": round(sum(r["rps"] for r in runs), 1), "errors": sum(r["errors"] for r in runs),
-            "p50_ms": [r["p50"] for r in runs], "p99_ms": [r["p99"] for r in runs], "processes": len(ports)}
-
-
-class ReplicationSampler(threading.Thread):
-    """pg_stat_replication.replay_lag (ms) every 100 ms while the load runs."""
-
-    def __init__(self, url: str):
-        super().__init__(daemon=True)
-        self.url, self.stop, self.lags, self.bytes = url, threading.Event(), [], []
-
-    def run(self) -> None:
-        import psycopg
-        with psycopg.connect(self.url, autocommit=True) as c:
-            while not self.stop.wait(0.1):
-                row = c.execute("SELECT coalesce(extract(epoch FROM replay_lag) * 1000, 0), "
-                                "pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn) FROM pg_stat_replication").fetchone()
-                if row:
-                    self.lags.append(float(row[0]))
-                    self.bytes.append(float(row[1] or 0))
+    return {"queries": min(len(a), len(b)), "same_top10": same, "same_set_other_order": tied,
+            "max_bm25_diff": diff}
 
 
 def start_node(hb, src, data_dir, port: int, env: dict):
@@ -115,40 +136,63 @@ def start_node(hb, src, data_dir, port: int, env: dict):
                              CONTEXT_DATA_DIR=str(data_dir), **env)
 
 
-def run_http(hb, src, a, sqlite_dir, pg_env: dict, load_units: list[dict], primary_url: str) -> dict:
-    """HTTP search throughput, HTTP batch ingest and freshness under load, one backend after the other."""
+def wait_index(port: int, timeout: float) -> float:
+    """Until the node's /readyz says its read index lacks no unit; seconds waited."""
+    import requests
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        try:
+            body = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=10).json()
+            behind = (body.get("read_index") or {}).get("units")
+            if behind == 0:
+                return round(time.perf_counter() - t0, 1)
+        except (requests.RequestException, ValueError):
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"node on port {port}: read index not built in {timeout} s")
+
+
+def rss_of(sampler, pid: int) -> dict:
+    from http_bench import role_of
+    out: dict = {}
+    for p, peak in sampler.peak.items():
+        out.setdefault(sampler.roles.get(p) or role_of(p, pid), []).append(round(peak / 2**20, 1))
+    return out
+
+
+def run_http(hb, src, a, sqlite_dir, pg_env: dict, load_units: list[dict]) -> dict:
+    """Per node: HTTP search and /healthz throughput at --conns, peak RSS; then freshness under load (on
+    PostgreSQL pushed to one node and searched on the other)."""
     scripts = hb.write_inputs(a.seed, "pg")
     out: dict = {}
     for name in ("sqlite", "postgresql"):
         ports = [hb.free_port()] + ([hb.free_port()] if name == "postgresql" else [])
-        procs = [start_node(hb, src, sqlite_dir if name == "sqlite" else TMP / f"pg-node{i}", port,
-                            {} if name == "sqlite" else pg_env) for i, port in enumerate(ports)]
+        dirs = [sqlite_dir] if name == "sqlite" else [TMP / f"pg-node{i}" for i in range(2)]
+        for d in dirs[1:] if name == "sqlite" else dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        procs = [start_node(hb, src, d, port, {} if name == "sqlite" else pg_env) for d, port in zip(dirs, ports)]
         try:
+            res: dict = {}
             for port in ports:
                 hb.wait_ready(port, 180)
-            res = {"search": wrk_pair(hb, scripts["search"], ports, a.conns, a.http_seconds)}
-            print(f"== {name}: HTTP search {json.dumps(res['search'])}", flush=True)
+            res["node_ready_s"] = [wait_index(port, 1800) for port in ports]
+            sampler = hb.RssSampler(procs[0].pid)
+            sampler.start()
+            for workload in ("search", "healthz"):
+                hb.wait_idle(procs[0].pid)
+                run = hb.wrk(scripts[workload], ports[0], a.conns, a.http_seconds)
+                res[f"{workload}@{a.conns}"] = {k: run[k] for k in ("rps", "errors", "p50", "p99")}
+                print(f"== {name}: HTTP {workload} @{a.conns} {json.dumps(res[f'{workload}@{a.conns}'])}", flush=True)
+            sampler.stop.set()
+            sampler.join()
+            res["peak_rss_mb"] = rss_of(sampler, procs[0].pid)
             for proc in procs:
                 hb.wait_idle(proc.pid)
-            res["http_ingest"] = http_batch_ingest(ports[0], gen_units(a.http_units, a.seed + 900))
-            print(f"   HTTP batch ingest {json.dumps(res['http_ingest'])}", flush=True)
-            # freshness from an empty queue: the batch ingest above must not count as lag
-            drained = time.perf_counter()
-            _drain(ports[0], timeout=600)
-            res["http_ingest"]["indexed_after_s"] = round(time.perf_counter() - drained, 1)
-            sampler = ReplicationSampler(primary_url) if name == "postgresql" else None
-            if sampler:
-                sampler.start()
-            lag = index_lag(ports[-1], load_units, a.rate, a.lag_seconds)
+            lag = index_lag(ports[0], load_units, a.rate, a.lag_seconds, search_port=ports[-1])
             lag.pop("raw_ms", None)
             res["freshness_under_load"] = lag
-            if sampler:
-                sampler.stop.set()
-                sampler.join()
-                res["replication_lag_ms"] = summary(sampler.lags)
-                res["replication_lag_bytes"] = summary(sampler.bytes)
-            print(f"   under {a.rate:.0f} units/s: index lag {json.dumps(lag['lag'])}"
-                  + (f", replication lag {json.dumps(res['replication_lag_ms'])}" if sampler else ""), flush=True)
+            print(f"   under {a.rate:.0f} units/s pushed to one node, found on {'the other' if len(ports) > 1 else 'it'}: "
+                  f"{json.dumps(lag)}", flush=True)
             out[name] = res
         finally:
             for proc in procs:
@@ -163,13 +207,12 @@ def main(argv=None) -> None:
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--max-seconds", type=float, default=60, help="per search kind and backend")
     ap.add_argument("--http-seconds", type=float, default=15)
-    ap.add_argument("--conns", type=int, default=32)
-    ap.add_argument("--http-units", type=int, default=20_000)
+    ap.add_argument("--conns", type=int, default=64)
     ap.add_argument("--lag-seconds", type=float, default=20)
-    ap.add_argument("--rate", type=float, default=200, help="units/s during the freshness run (below both "
-                    "backends' indexing rate on this machine)")
+    ap.add_argument("--rate", type=float, default=1000, help="units/s pushed during the freshness run")
     ap.add_argument("--reuse-sqlite", action="store_true",
                     help="keep the SQLite build a previous run of this size finished (its figures are reported)")
+    ap.add_argument("--skip-http", action="store_true")
     ap.add_argument("--service-src", default="head")
     ap.add_argument("--name", default=None)
     a = ap.parse_args(argv)
@@ -192,11 +235,12 @@ def main(argv=None) -> None:
         pg_env = {"CONTEXT_STORE": cluster.primary_url, "CONTEXT_STORE_REPLICA": cluster.standby_url}
         # In process, no cap on a search's CPU (as make quality): at 1M, SQLite's strong path passes the
         # default 1 s on common terms, and every query is compared. The HTTP phases keep the default.
+        shutil.rmtree(TMP / "pg-bench-app", ignore_errors=True)
         apps = {"sqlite": create_app({"data_dir": str(sqlite_dir), "background": False, "search_cpu_ms": 0}),
                 "postgresql": create_app({"data_dir": str(TMP / "pg-bench-app"), "background": False,
                                           "search_cpu_ms": 0,
                                           "store": cluster.primary_url, "store_replica": cluster.standby_url})}
-        tops = {}
+        tops: dict = {"default": {}, "strong": {}}
         for name, app in apps.items():
             res = out[name]
             if name == "sqlite" and reuse:
@@ -211,20 +255,34 @@ def main(argv=None) -> None:
                 import psycopg
                 with psycopg.connect(cluster.primary_url, autocommit=True) as c:
                     c.execute("VACUUM ANALYZE")
-            time.sleep(2)            # (PostgreSQL: the standby replays the build)
-            res["search_default"], _ = searches(app, qs, a.max_seconds)
-            res["search_strong"], tops[name] = searches(app, qs, a.max_seconds, consistency="strong")
+                res["ingest_inprocess"]["read_index_s"] = round(drain_node_index(app), 1)
+                time.sleep(2)            # the standby replays the build
+            res["search_default"], tops["default"][name] = searches(app, qs, a.max_seconds)
+            res["search_strong"], tops["strong"][name] = searches(app, qs, a.max_seconds, consistency="strong")
             print(f"   search default {json.dumps(res['search_default'])}\n"
                   f"   search strong  {json.dumps(res['search_strong'])}", flush=True)
         reads = apps["postgresql"].extensions["context_store"].searcher.reads
-        out["postgresql"]["default_searches_read"] = dict(reads)
-        out["agreement_strong_top10"] = agreement(tops["sqlite"], tops["postgresql"])
-        print(f"== same top 10 on both: {json.dumps(out['agreement_strong_top10'])}", flush=True)
+        out["postgresql"]["searches_read"] = dict(reads)
+        for kind in ("default", "strong"):
+            out[f"agreement_{kind}_top10"] = agreement(tops[kind]["sqlite"], tops[kind]["postgresql"])
+            print(f"== same top 10 on both ({kind}): {json.dumps(out[f'agreement_{kind}_top10'])}", flush=True)
+        tokenizer = apps["sqlite"].extensions["context_store"].tokenizer
         for app in apps.values():
             app.extensions["context_shutdown"]()
-        http = run_http(hb, src, a, sqlite_dir, pg_env, gen_units(20_000, a.seed + 700), cluster.primary_url)
-        for name in http:
-            out[name].update(http[name])
+        out["tantivy_alone"] = tantivy_alone(sqlite_dir, qs, tokenizer)
+        print(f"== tantivy alone: {json.dumps(out['tantivy_alone'])}", flush=True)
+        out["postgresql"]["node_build"] = node_build(cluster, a.size)
+        print(f"== a new node's read index from PostgreSQL: {json.dumps(out['postgresql']['node_build'])}", flush=True)
+        ratio = {k: round(out["postgresql"]["search_default"][k] / out["sqlite"]["search_default"][k], 2)
+                 for k in ("p50_ms", "p99_ms")}
+        out["ratio_default_pg_over_sqlite"] = ratio
+        print(f"== default search PostgreSQL / SQLite: {json.dumps(ratio)}", flush=True)
+        if not a.skip_http:
+            http = run_http(hb, src, a, sqlite_dir, pg_env, gen_units(20_000, a.seed + 700))
+            for name in http:
+                out[name].update(http[name])
+            key = f"search@{a.conns}"
+            out["ratio_http_search_pg_over_sqlite"] = round(http["postgresql"][key]["rps"] / http["sqlite"][key]["rps"], 2)
     finally:
         cluster.stop()
     size = f"{a.size // 1000}k" if a.size < 1_000_000 else f"{a.size // 1_000_000}m"

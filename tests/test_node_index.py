@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 
 import psycopg
 import pytest
@@ -155,13 +154,13 @@ def test_a_node_that_missed_pruned_changes_builds_its_index_again(nodes, pg_urls
     assert index_docs(b) == 1 and cids(search(b, "petrel")) == [second]
 
 
-def test_expired_units_leave_the_index_at_the_janitors_pass(nodes):
+def test_expired_units_leave_the_index_at_the_janitors_pass(clock, nodes):
     a, _ = nodes()
-    [short] = push(a, "skua brief", ttl=1)
+    [short] = push(a, "skua brief", ttl=60)
     [long_] = push(a, "skua lasting")
     drain(a)
     assert index_docs(a) == 2
-    time.sleep(1.2)
+    clock.advance(61)
     assert cids(search(a, "skua")) == [long_]               # filtered at once
     a.extensions["context_maintenance"].run_once(force_janitor=True)
     assert index_docs(a) == 1

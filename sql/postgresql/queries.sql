@@ -467,8 +467,12 @@ JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
 WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s) AND c.expires_at > %(now)s;
 
 -- name: node_tail
--- A default search's tail, with each unit's mutable fields: the live units at or past the node index's
--- low-water mark (seq order, through catalog_seq), and those re-pushed since the index's state.
+-- A default search's reads besides the node's read index, as one statement (one snapshot, one round trip,
+-- no transaction): the tenant's newest seq and its oldest unit still queued for the indexer; the changes
+-- after the index's state (what must leave its answers); and the tail with each unit's mutable fields (the
+-- live units at or past the index's low-water mark, in seq order through catalog_seq, and those re-pushed
+-- since the index's state). Each tail unit's row is looked up in its own day's partition (LATERAL: the
+-- planner prunes to one partition per unit instead of scanning the units table's every day).
 WITH t AS (
     (SELECT seq, cid, day FROM catalog
      WHERE tenant = %(tenant)s AND seq >= %(low)s AND expires_at > %(now)s ORDER BY seq LIMIT %(limit)s)
@@ -476,10 +480,18 @@ WITH t AS (
     SELECT c.seq, c.cid, c.day FROM live_events e
     JOIN catalog c ON c.tenant = e.tenant AND c.cid = substr(e.uri, 17)
     WHERE e.tenant = %(tenant)s AND e.n > %(after)s AND e.kind = 'changed' AND starts_with(e.uri, 'context://units/')
-      AND c.expires_at > %(now)s)
-SELECT t.seq, t.cid, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid, u.pushed_ms
-FROM t JOIN units u ON u.tenant = %(tenant)s AND u.day = t.day AND u.cid = t.cid
-ORDER BY t.seq;
+      AND c.expires_at > %(now)s),
+r AS (
+    SELECT t.seq, t.cid, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid, u.pushed_ms
+    FROM t CROSS JOIN LATERAL (
+        SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, pushed_ms FROM units
+        WHERE tenant = %(tenant)s AND day = t.day AND cid = t.cid) u),
+ch AS (
+    SELECT n, uri FROM live_events WHERE tenant = %(tenant)s AND n > %(after)s ORDER BY n LIMIT %(changes)s)
+SELECT coalesce((SELECT last_seq FROM tenants WHERE tenant = %(tenant)s), 0) AS seq,
+       (SELECT pushed_ms FROM pending WHERE tenant = %(tenant)s ORDER BY seq LIMIT 1) AS queued_ms,
+       (SELECT coalesce(json_agg(uri ORDER BY n), '[]') FROM ch) AS changes,
+       (SELECT coalesce(json_agg(r ORDER BY r.seq), '[]') FROM r) AS rows;
 
 -- name: node_tail_texts
 -- What tail units hold, for the ones this process has not seen: their content, and their terms once indexed.
@@ -488,9 +500,6 @@ FROM catalog c
 JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
 LEFT JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
 WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s);
-
--- name: live_events_since_bounded
-SELECT n, uri, kind FROM live_events WHERE tenant = %(tenant)s AND n > %(after)s ORDER BY n LIMIT %(changes)s;
 
 -- name: node_behind
 -- What a node's read index lacks: the live units at or past its low-water mark, and when the first was pushed.

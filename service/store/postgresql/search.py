@@ -15,6 +15,8 @@ default searches read the standby (service/store/postgresql/standby.py) when it 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import psycopg
 from psycopg.rows import tuple_row
@@ -113,6 +115,12 @@ def queued_where(p, args: dict) -> str:
     return " AND ".join(["u.tenant = %(tenant)s", "u.day BETWEEN %(first)s AND %(last)s"] + pg_filters(p, args))
 
 
+@dataclass
+class IndexStats:
+    bm25: Bm25          # the weights the index's and the tail's units are scored with
+    stats: Stats        # what the answer reports (explain)
+
+
 class PgSearcher:
     def __init__(self, store):
         self.store = store
@@ -123,8 +131,10 @@ class PgSearcher:
         self.reads = {"primary": 0, "standby": 0, "index": 0}    # what answered (tests, bench)
         self.tail = NodeTail(self.config, self.tokenizer)
         self._days: dict[str, tuple[float, int]] = {}               # tenant -> (when, live days), 1 s
+        self._reads = ThreadPoolExecutor(max_workers=16, thread_name_prefix="pg-tail")   # tail reads
 
     def close(self) -> None:
+        self._reads.shutdown(wait=False)
         if self.standby is not None:
             self.standby.close()
 
@@ -176,14 +186,23 @@ class PgSearcher:
     def _search_index(self, tenant: str, p, terms: list[str], start: float) -> dict | None:
         """The node's read index (service/store/postgresql/nodeindex.py) with the units it lacks, read from
         PostgreSQL (tail.py): the ranking of the SQLite store's default searches. None when this node has no
-        usable index for the tenant yet (or it is too far behind): the tables answer."""
+        usable index for the tenant yet (or it is too far behind): the tables answer.
+
+        The read from PostgreSQL (a network wait) runs while the engine searches (CPU): the engine's answers
+        wait for it only to leave out what the tail says is gone."""
         readers = self.store.readers
         state, view = readers.state(tenant), readers.view(tenant)
         if view is None or not state or "n" not in state:
             return None
         now = int(time.time())
+        pending = self._reads.submit(self.store.read_fresh, self.tail.read, tenant, state, now)
+        try:
+            ranked, stats = self._rank_index(view, p, terms, now, lambda: pending.result()[0])
+        except BaseException:
+            pending.cancel()            # (or it finishes in its thread, unread)
+            raise
+        read, where = pending.result()
         for _ in range(3):
-            read, where = self.store.read_fresh(self.tail.read, tenant, state, now)
             # a commit since the view was loaded that this process could not load yet: read again
             if not readers.moved(tenant, view):
                 break
@@ -191,29 +210,38 @@ class PgSearcher:
             if newer is None or newer is view or not state:
                 return None
             view = newer
+            read, where = self.store.read_fresh(self.tail.read, tenant, state, now)
+            ranked, stats = self._rank_index(view, p, terms, now, lambda r=read: r)
         if read.too_many:
             return None
         ryw = self.config.read_your_writes_ms > 0
-        unknown = unknown_idf(view.ndocs) if ryw else 0.0     # a term only the tail holds weighs as in one unit
-        idf = [view.idf(term) or unknown for term in terms]
-        avgdl = index.mean_length(view, terms) if terms else 0.0
-        bm25 = Bm25([w * (K1 + 1) for w in idf], avgdl)
         unseen = Unseen()
-        ranked = self.tail.top(tenant, read, p, terms, bm25, now, unseen) if ryw and terms else []
-        if terms and (all(idf) or p.operator == "or"):
-            ranked += index.best(view, p, terms, bm25.weights, now, lambda cids: read.gone.intersection(cids))
-        results = shape_results(p, terms, ranked, Stats(idf, K1, B, avgdl, view.ndocs), self.tokenizer)
+        if ryw and terms:
+            ranked += self.tail.top(tenant, read, p, terms, stats.bm25, now, unseen)
+        results = shape_results(p, terms, ranked, stats.stats, self.tokenizer)
         if ryw:
-            pending, oldest = unseen.count, unseen.oldest_ms
+            pending_n, oldest = unseen.count, unseen.oldest_ms
         else:                           # (read-your-writes off: what the index lacks, unread)
-            pending, oldest = max(0, read.seq - state["low"] + 1), read.oldest_ms
+            pending_n, oldest = max(0, read.seq - state["low"] + 1), read.oldest_ms
         lag = max(0, now_ms() - oldest) if oldest else 0
         if where == "standby":
             lag = max(lag, self.standby.lag_ms() or 0)
         self.reads["index"] += 1
         return {"results": results, "took_ms": round((time.perf_counter() - start) * 1000, 2),
                 "shards_searched": self._live_days(tenant),
-                "freshness": {"replica_lag_ms": lag, "index_pending": pending}}
+                "freshness": {"replica_lag_ms": lag, "index_pending": pending_n}}
+
+    def _rank_index(self, view, p, terms: list[str], now: int, tail_read) -> tuple[list[Ranked], IndexStats]:
+        """The index's best k under its statistics (``tail_read()``: the tail read, for what is gone)."""
+        ryw = self.config.read_your_writes_ms > 0
+        unknown = unknown_idf(view.ndocs) if ryw else 0.0     # a term only the tail holds weighs as in one unit
+        idf = [view.idf(term) or unknown for term in terms]
+        avgdl = index.mean_length(view, terms) if terms else 0.0
+        bm25 = Bm25([w * (K1 + 1) for w in idf], avgdl)
+        ranked = []
+        if terms and (all(idf) or p.operator == "or"):
+            ranked = index.best(view, p, terms, bm25.weights, now, lambda cids: tail_read().gone.intersection(cids))
+        return ranked, IndexStats(bm25, Stats(idf, K1, B, avgdl, view.ndocs))
 
     def _live_days(self, tenant: str) -> int:
         """How many days the tenant has live units in (the answer reports it), read at most once a second."""

@@ -41,6 +41,13 @@ from .rows import (
 log = logging.getLogger(__name__)
 
 CATCH_UP_WAIT_MS = 50      # how long a read-index pass waits for the standby to replay the tenant's changes
+# The search pool's connections: plans made once per statement and connection (prepared at first use and
+# generic), where each search would otherwise plan its statement again over the units table's partitions.
+GENERIC_PLANS = {"prepare_threshold": 0}
+
+
+def generic_plans(conn) -> None:
+    conn.execute("SET plan_cache_mode = force_generic_plan")
 PRIMARY_RETRY_S = 1.0      # after a failure, how long requests fail at once before one tries the primary again
 
 class PartitionGone(Exception):
@@ -77,6 +84,10 @@ class PgStore(StoreApi):
                                       kwargs=kwargs, open=False, timeout=5.0, reconnect_timeout=3600,
                                       check=ConnectionPool.check_connection, name="primary")
         self.primary.open(wait=True, timeout=15)
+        self.search_pool = ConnectionPool(config.store, min_size=1, max_size=max(2, config.pg_pool_size),
+                                          kwargs={**kwargs, **GENERIC_PLANS}, configure=generic_plans,
+                                          open=False, timeout=5.0, reconnect_timeout=3600, name="search")
+        self.search_pool.open(wait=True, timeout=15)
         self.write(self._ensure_schema)
         self.readers = Readers(self.root)        # this process's views of the node's read indexes
         self.listeners: list = []   # callables(tenant, days) told about new queued units
@@ -169,26 +180,52 @@ class PgStore(StoreApi):
             return fn(conn, *args)
 
     def read_fresh(self, fn, *args) -> tuple[object, str]:
-        """``fn(conn, *args)`` in one snapshot of the primary, and "primary"; while the primary does not
-        answer, of the standby, and "standby" (as fresh as the standby is). 503 when neither answers."""
+        """``fn(conn, *args)`` on the primary, and "primary"; while the primary does not answer, on the
+        standby, and "standby" (as fresh as the standby is). 503 when neither answers. No transaction is
+        opened: ``fn`` reads what must agree in one statement (one snapshot, one round trip). On the
+        primary it runs on the search pool (below)."""
         standby = self.searcher.standby
         if standby is None or not self.primary_down():
             try:
-                return self._on_primary(False, lambda conn: self._snapshot_on(conn, fn, *args)), "primary"
+                return self._on_search_pool(fn, *args), "primary"
             except StorageUnavailable:
                 if standby is None or not self.primary_down():
                     raise           # (busy, not down: the standby could answer with less than was acked)
         try:
-            return self._snapshot(standby.pool, fn, *args), "standby"
+            with standby.pool.connection(timeout=5.0) as conn:
+                return fn(conn, *args), "standby"
         except (psycopg.OperationalError, PoolTimeout) as e:
             standby.mark_down()
             raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
 
-    @staticmethod
-    def _snapshot_on(conn, fn, *args):
-        with conn.transaction():
-            conn.execute(sql("search_snapshot"))
-            return fn(conn, *args)
+    def _on_search_pool(self, fn, *args):
+        """``fn(conn)`` on a connection of the search pool: no check round trip as a connection leaves it
+        (a default search's whole read is one statement, so the check would double its round trips) and
+        generic plans (the tail read is planned once per connection, not at every search). A connection
+        broken since its last use (the primary restarted) is found by the statement itself: the read is
+        tried again on the next, up to the pool's size, before the primary counts as down."""
+        self._not_known_down()
+        failed = False
+        try:
+            for attempt in range(self.search_pool.max_size + 1):
+                try:
+                    with self.search_pool.connection() as conn:
+                        return fn(conn, *args)
+                except psycopg.OperationalError:
+                    if attempt == self.search_pool.max_size or not self._primary_answers():
+                        raise
+        except ApiError:
+            raise
+        except psycopg.errors.QueryCanceled as e:
+            raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
+        except psycopg.OperationalError as e:
+            failed = True
+            raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
+        except PoolTimeout as e:
+            failed = not self._primary_answers()
+            raise StorageUnavailable("Storage is unavailable: no database connection") from e
+        finally:
+            self._failed() if failed else self._answered()
 
     def read_replica(self, tenant: str, fn, *args):
         """``fn(conn, *args)`` in one snapshot of the standby once it has replayed every change of the tenant
@@ -214,6 +251,7 @@ class PgStore(StoreApi):
 
     def close(self) -> None:
         self.searcher.close()
+        self.search_pool.close()
         self.primary.close()
 
     # --- tenants ----------------------------------------------------------------------------------

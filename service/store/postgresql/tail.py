@@ -1,5 +1,5 @@
 """Read-your-writes over a node's read index (docs/design.md §6.2): what a default search reads from PostgreSQL
-besides the node's index, in one snapshot: the *tail* (every live unit at or past the index's low-water
+besides the node's index, in one statement: the *tail* (every live unit at or past the index's low-water
 mark, and every unit re-pushed since the index's state), and the change log since that state (deleted and
 changed units leave the index's answers at once).
 
@@ -69,23 +69,18 @@ class NodeTail:
         self.texts = UnitTexts()
 
     def read(self, conn, tenant: str, state: dict, now: int) -> TailRead:
-        """The tail and the changes since the index's state, in the caller's snapshot (two round trips at
-        most: the second only for units this process has not seen yet)."""
+        """The tail and the changes since the index's state, in one statement (one snapshot, outside any
+        transaction), and a second only for units this process has not seen yet (what a unit holds never
+        changes for its CID, so any snapshot has it)."""
         args = {"tenant": tenant, "now": now, "low": state["low"], "after": state["n"],
                 "limit": self.config.read_your_writes_max + 1, "changes": MAX_CHANGES + 1}
-        cursors = {}
-        with conn.pipeline():
-            for name in ("node_positions", "live_events_since_bounded", "node_tail"):
-                cursors[name] = conn.cursor()
-                cursors[name].execute(sql(name), args)
-        pos = cursors["node_positions"].fetchone()
-        changes = cursors["live_events_since_bounded"].fetchall()
-        rows = cursors["node_tail"].fetchall()
+        pos = conn.execute(sql("node_tail"), args).fetchone()
+        rows, changes = pos["rows"], pos["changes"]
         read = TailRead(rows, seq=pos["seq"], oldest_ms=pos["queued_ms"])
         if len(rows) > self.config.read_your_writes_max or len(changes) > MAX_CHANGES:
             read.too_many = True
             return read
-        read.gone = {c["uri"][len(UNIT_PREFIX):] for c in changes if c["uri"].startswith(UNIT_PREFIX)}
+        read.gone = {uri[len(UNIT_PREFIX):] for uri in changes if uri.startswith(UNIT_PREFIX)}
         read.gone.update(r["cid"] for r in rows)        # the tail's version wins over the index's
         missing = [r["cid"] for r in rows if self.texts.get(tenant, r["cid"]) is None]
         if missing:
