@@ -7,13 +7,18 @@ One rule for REST, ``/mcp``, ``/retrieval`` and the adapters, in every mode (key
    send ``text/plain`` or a form without a CORS preflight, never JSON. 415 otherwise.
 3. The route's body limit is checked before anything reads the body: 413.
 Errors travel in the door's own shape (see ``errors.respond``).
+
+A browser page on an origin the operator listed (``CONTEXT_ALLOWED_ORIGINS``: a web app, or ``null`` for
+a Figma plugin's sandboxed window) gets CORS answers: its preflight is answered here, before any key is
+asked for (a preflight carries none), and every answer to it names its origin. Same-origin pages need
+none; other origins were refused by rule 1 before CORS could matter.
 """
 from __future__ import annotations
 
 import ipaddress
 from urllib.parse import urlsplit
 
-from flask import Flask, current_app, request
+from flask import Flask, current_app, make_response, request
 from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 
 from .errors import ApiError
@@ -75,6 +80,47 @@ def origin_ok(origin: str | None, host: str | None, config) -> bool:
     host = (host or "").strip().lower()
     default_port = {"http": ":80", "https": ":443"}[parts.scheme]
     return parts.netloc in (host, host.removesuffix(default_port)) or parts.netloc + default_port == host
+
+
+def listed_origin(origin: str | None, config) -> str | None:
+    """The request's Origin as sent when the operator listed it (or listed ``*``): the origins that get
+    CORS answers. None for no Origin, this service's own, or any other."""
+    if origin is None:
+        return None
+    listed = {o.strip().lower().rstrip("/") for o in (*config.allowed_origins, *config.mcp_allowed_origins)
+              if o.strip()}
+    return origin if "*" in listed or origin.strip().lower().rstrip("/") in listed else None
+
+
+# What a listed origin's page may send and read (the MCP transport's headers among them)
+CORS_METHODS = "GET, POST, DELETE, OPTIONS"
+CORS_HEADERS = "Authorization, Content-Type, Accept, Last-Event-ID, Mcp-Session-Id, MCP-Protocol-Version"
+CORS_EXPOSE = "Retry-After, Mcp-Session-Id, MCP-Protocol-Version"
+CORS_MAX_AGE_S = 600
+
+
+def preflight():
+    """A listed origin's CORS preflight: 204 with what it may send, before authentication."""
+    if request.method != "OPTIONS" or "Access-Control-Request-Method" not in request.headers:
+        return None
+    origin = listed_origin(request.headers.get("Origin"), current_app.config["CONTEXT"])
+    if origin is None:
+        return None
+    response = make_response("", 204)
+    response.headers.update({"Access-Control-Allow-Methods": CORS_METHODS,
+                             "Access-Control-Allow-Headers": CORS_HEADERS,
+                             "Access-Control-Max-Age": str(CORS_MAX_AGE_S)})
+    return response
+
+
+def allow_cross_origin(response):
+    """Every answer to a listed origin names it (errors too: the page must be able to read why)."""
+    origin = listed_origin(request.headers.get("Origin"), current_app.config["CONTEXT"])
+    if origin is not None:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSE
+    response.vary.add("Origin")
+    return response
 
 
 def is_json_type(mimetype: str) -> bool:
@@ -155,3 +201,5 @@ def is_loopback_bind(bind: str) -> bool:
 
 def init_app(app: Flask) -> None:
     app.before_request(check_request)
+    app.before_request(preflight)
+    app.after_request(allow_cross_origin)

@@ -185,7 +185,7 @@ def test_gunicorn_waits_for_a_database_that_answers_late(tmp_path, pg_urls):
                     break
             except requests.RequestException:
                 time.sleep(0.2)
-        assert server.log().count("waiting up to") == 1
+        assert server.log_path.read_text(errors="replace").count("waiting up to") == 1   # (the whole log)
     finally:
         server.stop()
         late.close()
