@@ -238,13 +238,14 @@ def tracer_of(tid: int) -> int | None:
         return None
 
 
-def push_one(port: int, unit: dict) -> dict:
+def push_one(port: int, unit: dict, key: str | None = None) -> dict:
     """One push on its own connection; returns its client port, its day and the cid acknowledged."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     try:
         c.connect()
         client_port = c.sock.getsockname()[1]
-        c.request("POST", "/mcp/push", body=json.dumps([unit]), headers={"Content-Type": "application/json"})
+        c.request("POST", "/mcp/push", body=json.dumps([unit]), headers=headers)
         rv = c.getresponse()
         body = json.loads(rv.read())
         assert rv.status == 200, body
@@ -285,6 +286,27 @@ def test_every_acknowledged_push_was_synced_before_its_answer(strace, live_serve
         assert not missing, missing
     else:
         assert len(missing) >= N // 2, f"NORMAL synced {N - len(missing)} of {N} pushes before their answer"
+
+
+def test_a_new_tenants_folders_are_synced_before_its_first_answer(strace, live_server_factory, tmp_path):
+    """A tenant's first push creates its folder and files: besides both WALs, the folders holding the
+    new folders' entries (tenants/, then the data folder) were fsynced before the answer, or a power cut
+    could lose the whole tenant with its acknowledged pushes."""
+    key = "cms_durability_test_key_0123456789abcdef"
+    server = live_server_factory(workers=1, keys={key: ("fresh", ["push", "search"])})
+    data = server.data_dir.resolve()
+    assert not (data / "tenants" / "fresh").exists()
+    traced = Traced(server.proc.pid, tmp_path / "strace.txt")
+    try:
+        push = push_one(server.port, make_unit("the first push of a tenant"), key)
+    finally:
+        trace = traced.stop()
+    assert (data / "tenants" / "fresh" / "catalog.db").exists()
+    assert not unsynced(trace, [push], traced.tgid_of)
+    start, answer = answer_of(trace, push["port"])
+    for folder in (data / "tenants", data):
+        synced = [s for s in trace.syncs(str(folder)) if start.seq < s.seq < answer.seq]
+        assert synced, f"{folder} was not synced before the first answer"
 
 
 def test_group_commit_syncs_once_per_group(strace, live_server_factory, tmp_path):

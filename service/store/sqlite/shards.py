@@ -6,6 +6,7 @@ this process. SQL text lives in ``sql/`` and is loaded once by name.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import queue
@@ -109,9 +110,13 @@ def _folders_above(path: Path, data_dir: Path) -> list[Path]:
 
 
 def _fsync_dir(d: Path) -> None:
+    """Sync a folder's entries; a file system that cannot sync folders is let be, as SQLite does."""
     fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
     finally:
         os.close(fd)
 
