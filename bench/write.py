@@ -12,6 +12,10 @@ commit) in one run, each on a copy of the same corpus, loopback only, every cell
 
     python bench/write.py --sizes 100000 --duration 10 --name write-100k
     python bench/write.py --sizes 1000000 --duration 10 --compare-src 80df381 --name write-1m
+    python bench/write.py --sizes 20000 --synchronous NORMAL,FULL --no-baseline --name write-synchronous
+
+``--synchronous NORMAL,FULL`` runs the service once per CONTEXT_SYNCHRONOUS value, one after the
+other in the same run (what an acknowledged push being on disk costs, side by side).
 """
 from __future__ import annotations
 
@@ -208,6 +212,8 @@ def main(argv=None) -> None:
     ap.add_argument("--service-src", default="head")
     ap.add_argument("--compare-src", default=None, help="also run the service at this older commit")
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--synchronous", default=None,
+                    help="comma list of CONTEXT_SYNCHRONOUS values (e.g. NORMAL,FULL): one service run each")
     ap.add_argument("--name", default="write")
     a = ap.parse_args(argv)
     a.rates = [float(x) for x in a.rates.split(",")]
@@ -219,20 +225,25 @@ def main(argv=None) -> None:
     scripts = H.write_inputs(a.seed, nonce=f"w{int(time.time())}")
     bodies = TMP / "http-push-bodies.txt"
     out = {"machine": machine(), "service_rev": service_rev(src), "duration_s": a.duration, "rates": a.rates,
+           "synchronous": a.synchronous,
            "load_at_start": os.getloadavg(), "sizes": {}}
     if old is not None:
         out["compare_rev"] = service_rev(old)
     for size in [int(x) for x in a.sizes.split(",")]:
         print(f"== {size} units")
         entry = {}
-        systems = [("service", src)] + ([("service@" + service_rev(old), old)] if old is not None else [])
-        for name, code in systems:
+        modes = [m.strip().upper() for m in a.synchronous.split(",")] if a.synchronous else [None]
+        systems = [("service" + (f" sync={m}" if m else ""), src, m) for m in modes] \
+            + ([("service@" + service_rev(old), old, None)] if old is not None else [])
+        for name, code, mode in systems:
             run_dir = TMP / "run-write"
             shutil.rmtree(run_dir, ignore_errors=True)
             shutil.copytree(service_dir(size, a.seed), run_dir / "service")
             port = H.free_port()
-            entry[name] = run_system(name, partial(H.start_service, code, run_dir / "service", port), port, a,
-                                     scripts, bodies, ingest_units(a.ingest_units, a.seed))
+            extra = {"CONTEXT_SYNCHRONOUS": mode} if mode else {}
+            start = partial(H.start_gunicorn, code, "service:create_app()", port, "http-service.log", str(code),
+                            CONTEXT_DATA_DIR=str(run_dir / "service"), **extra)
+            entry[name] = run_system(name, start, port, a, scripts, bodies, ingest_units(a.ingest_units, a.seed))
             shutil.rmtree(run_dir, ignore_errors=True)
         if not a.no_baseline:
             run_dir = TMP / "run-write"

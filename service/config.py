@@ -18,6 +18,9 @@ REMOVED = {
     "CONTEXT_BM25_B": "BM25's b is tantivy's 0.75 on every search path (the read index cannot rank with another)",
 }
 
+# The values CONTEXT_SYNCHRONOUS may take (OFF is refused: without any sync a power cut may corrupt a file).
+SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
+
 BASE_TYPES = ("user_input", "model_thinking", "tool_output", "system_notice")
 
 
@@ -104,7 +107,11 @@ class Config:
     # Storage.
     busy_timeout_ms: int = 10_000
     group_commit_units: int = 1000    # concurrent pushes written in one transaction per file, up to this many units (a batch over it goes alone)
-    synchronous: str = "NORMAL"
+    # SQLite's PRAGMA synchronous on every file the service writes (WAL mode). FULL: the WAL is synced
+    # at each commit, so an acknowledged push survives a power cut or kernel crash (group commit makes
+    # it one sync per file per group). NORMAL: faster, survives a killed process but may lose the
+    # last commits before a power cut. EXTRA: FULL, and in WAL mode the same.
+    synchronous: str = "FULL"
     cache_size_kib: int = 8192        # catalog connections
     shard_cache_kib: int = 512        # per connection to a day shard (there are many: keep RSS bounded)
     shard_readers: int = 2            # pooled read connections kept per day-shard file
@@ -146,6 +153,12 @@ class Config:
     max_tools_per_tenant: int = 10_000
 
     def __post_init__(self):
+        mode = str(self.synchronous).strip().upper()
+        if mode not in SYNCHRONOUS:
+            raise ValueError(f"CONTEXT_SYNCHRONOUS={self.synchronous!r} must be one of {', '.join(SYNCHRONOUS)}: FULL "
+                             "(the default) syncs each commit so that an acknowledged push survives a power cut; "
+                             "NORMAL may lose the last commits before one.")
+        object.__setattr__(self, "synchronous", mode)    # the PRAGMA takes it as given
         if self.max_ttl < 0 or self.default_ttl < 0:
             raise ValueError("CONTEXT_MAX_TTL and CONTEXT_DEFAULT_TTL must be >= 0 (0: no expiry).")
         if self.max_ttl and not 0 < self.default_ttl <= self.max_ttl:

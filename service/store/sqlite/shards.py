@@ -6,6 +6,7 @@ this process. SQL text lives in ``sql/`` and is loaded once by name.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import queue
@@ -52,7 +53,11 @@ def check_fts5() -> str | None:
     return None
 
 
-def connect(path: Path | str, *, busy_timeout_ms: int = 10_000, synchronous: str = "NORMAL",
+# PRAGMA synchronous's values as SQLite reads them back.
+SYNCHRONOUS_LEVELS = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}
+
+
+def connect(path: Path | str, *, busy_timeout_ms: int = 10_000, synchronous: str = "FULL",
             cache_size_kib: int = 8192, readonly: bool = False) -> sqlite3.Connection:
     """Open one connection with the pragmas every shard uses.
 
@@ -63,6 +68,10 @@ def connect(path: Path | str, *, busy_timeout_ms: int = 10_000, synchronous: str
     lock upgrade mid-transaction; and nothing is cached in Python that another process
     could change underneath us except the file itself, which writers re-check (inode)
     after taking the lock, since the janitor may unlink a fully expired day.
+
+    ``synchronous`` (``CONTEXT_SYNCHRONOUS``): with FULL, in WAL mode, each COMMIT syncs the WAL
+    (fdatasync) before it returns, so a transaction committed is on disk; NORMAL syncs only at
+    checkpoints. The level is read back, so a connection never runs with another than asked.
     """
     if readonly:
         # Replica files are replaced by rename and never written in place.
@@ -73,11 +82,43 @@ def connect(path: Path | str, *, busy_timeout_ms: int = 10_000, synchronous: str
                                timeout=busy_timeout_ms / 1000)
         conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={synchronous}")
+        level = SYNCHRONOUS_LEVELS.get(synchronous.upper())
+        if level is None:
+            raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_LEVELS)}, not {synchronous!r}")
+        conn.execute(f"PRAGMA synchronous={level}")
+        if conn.execute("PRAGMA synchronous").fetchone()[0] != level:
+            conn.close()
+            raise RuntimeError(f"SQLite did not take PRAGMA synchronous={synchronous} on {path}")
     conn.execute(f"PRAGMA cache_size=-{int(cache_size_kib)}")
     conn.execute("PRAGMA temp_store=MEMORY")
     conn.row_factory = sqlite3.Row
     return conn
+
+
+def _folders_above(path: Path, data_dir: Path) -> list[Path]:
+    """The folders whose entries make a new file at ``path`` reachable: each folder above the file's
+    own, up to the parent of ``data_dir`` (just the one above when ``path`` is elsewhere)."""
+    path, data_dir = path.resolve(), data_dir.resolve()
+    if data_dir not in path.parents:
+        return [path.parent.parent]
+    out, d = [], path.parent.parent
+    while True:
+        out.append(d)
+        if d == data_dir.parent:
+            return out
+        d = d.parent
+
+
+def _fsync_dir(d: Path) -> None:
+    """Sync a folder's entries; a file system that cannot sync folders is let be, as SQLite does."""
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+    finally:
+        os.close(fd)
 
 
 def _commit(conn: sqlite3.Connection, fn, *args, **kwargs):
@@ -121,6 +162,7 @@ class Db:
 
     def _open_writer(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        new_file = not self.path.exists()
         # Two processes may create the same new file at once (a push in one worker, the maintenance
         # leader in another): switching it to WAL or running the schema can then meet the other's
         # lock without SQLite's busy handler, so retry within the busy timeout.
@@ -139,6 +181,12 @@ class Db:
                     raise
                 time.sleep(0.005 + random.random() * 0.01)
         conn.execute("PRAGMA busy_timeout=0")   # write() polls for the lock itself (_begin_immediate)
+        if new_file and self.config.synchronous != "NORMAL":
+            # SQLite syncs the folder that holds a new file's WAL, not that folder's own entry in its
+            # parent: sync the folders above (a few fsyncs per new tenant or day), or a power cut could
+            # lose a new tenant's folder with every push acknowledged in it.
+            for d in _folders_above(self.path, self.config.data_path):
+                _fsync_dir(d)
         self._writer = conn
         self._ino = os.stat(self.path).st_ino
 
