@@ -112,6 +112,12 @@ def test_two_nodes_survive_a_primary_crash_and_a_promotion(tmp_path):
         cluster.stop_primary("immediate")              # a crash: no checkpoint, connections cut
         time.sleep(4)                                  # no primary at all: searches still answer
         during = dict(load.search_status)
+        for node in nodes:      # what needs the primary says so: 503 + Retry-After, never a 500
+            strong = requests.post(node.url + "/mcp/search", timeout=30,
+                                   json={"query": "failover", "consistency": "strong"})
+            assert strong.status_code == 503 and "Retry-After" in strong.headers, strong.text
+            ready = requests.get(node.url + "/readyz", timeout=30)
+            assert ready.status_code == 503 and "Retry-After" in ready.headers, ready.text
         cluster.promote_standby()
         assert load.pushes_ok_on_every_node(timeout=30), (load.push_status, [n.log() for n in nodes])
         time.sleep(3)

@@ -142,6 +142,16 @@ def test_a_missing_or_damaged_index_is_built_again_and_the_tables_answer_meanwhi
     assert index_docs(b) == 30
 
 
+def test_without_a_standby_the_index_is_fed_from_the_primary(nodes):
+    a, b = nodes(store_replica=None)
+    pushed = push(a, "gannet one", "gannet two", "gannet three")
+    drain(a)
+    drain(b)
+    assert index_docs(a) == index_docs(b) == 3
+    before = from_index(b)
+    assert sorted(cids(search(b, "gannet"))) == sorted(pushed) and from_index(b) == before + 1
+
+
 def test_a_node_that_missed_pruned_changes_builds_its_index_again(nodes, pg_urls):
     a, b = nodes()
     first, second = push(a, "petrel one", "petrel two")

@@ -17,7 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 from psycopg import sql as pgsql
+from psycopg_pool import PoolTimeout
 
+from ...errors import StorageUnavailable
 from ...instruments import DAYS_UNLINKED, UNITS_INDEXED, UNITS_PURGED
 from ..loop import Loop, TenantLock
 from .nodeindex import INDEX_CHANGES_KEEP_MS, NodeIndex
@@ -96,6 +98,9 @@ def index_pending(store, tokenizer, limit: int = 512, tenant: str | None = None,
                 return tx(conn)
         except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
             time.sleep(0.01 * (attempt + 1))
+        except (psycopg.OperationalError, PoolTimeout) as e:
+            # (a strong search or a forget waits on this: the primary gone is a 503, as for any write)
+            raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
     return store.write(tx)
 
 
@@ -103,6 +108,8 @@ def catch_up(store, tenant: str, wait_ms: int) -> None:
     """Read-your-writes for strong searches and forget, bounded in time: index the tenant's queue now,
     then wait for the rows another node's indexer holds (the claim skips them) to be committed, so
     every unit pushed before the call is searchable when it returns."""
+    if store.primary_down():
+        raise StorageUnavailable("Storage is unavailable: the PostgreSQL primary does not answer")
     before = time.time() * 1000
     deadline = time.monotonic() + wait_ms / 1000
     batch = store.config.pg_index_batch

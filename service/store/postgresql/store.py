@@ -227,6 +227,12 @@ class PgStore(StoreApi):
         finally:
             self._failed() if failed else self._answered()
 
+    @staticmethod
+    def _snapshot_on(conn, fn, *args):
+        with conn.transaction():
+            conn.execute(sql("search_snapshot"))
+            return fn(conn, *args)
+
     def read_replica(self, tenant: str, fn, *args):
         """``fn(conn, *args)`` in one snapshot of the standby once it has replayed every change of the tenant
         the primary has (what a node's read index is fed from: the heavy reads leave the primary), else of
