@@ -96,8 +96,9 @@ class Config:
     # past it the search stops with 422 query_too_expensive (0: no cap). The read index needs none.
     search_cpu_ms: int = 1000
     # Storage backend (docs/postgresql.md): "sqlite" (files under data_dir) or a postgresql://...
-    # URL; with PostgreSQL, store_replica names a streaming hot standby for default searches, which read
-    # the primary while it is down or its observed replay lag passes replica_max_lag_ms.
+    # URL (a libpq host list follows a promotion); with PostgreSQL, store_replica names a streaming hot
+    # standby: it feeds the nodes' read indexes when caught up, and default searches read their tail
+    # from it while the primary is down (docs/postgresql.md, "How it runs across machines").
     store: str = "sqlite"
     store_replica: str | None = None
     replica_max_lag_ms: int = 5000
