@@ -19,7 +19,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
-TMP = RESULTS / "tmp"
+TMP = Path(os.environ.get("BENCH_TMP") or RESULTS / "tmp")     # scratch (BENCH_TMP: runs side by side)
 
 
 def service_src(mode: str = "head") -> Path:
