@@ -178,6 +178,9 @@ def run_service(corpus, queries, overrides: dict) -> tuple[dict, dict]:
                 took.append(body["took_ms"])
                 ranked[qid] = [cid_to_doc[r["cid"]] for r in body["results"]]
             info["search_s"] = round(time.perf_counter() - t0, 2)
+            reads = getattr(getattr(app.extensions["context_store"], "searcher", None), "reads", None)
+            if reads is not None:           # (PostgreSQL: what answered the default searches)
+                info["searches_read"] = dict(reads)
             took.sort()
             info["search_p50_ms"] = took[len(took) // 2] if took else None
             from service.ranking.bm25 import B, K1
