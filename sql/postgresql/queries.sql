@@ -416,13 +416,21 @@ WHERE tenant = %(tenant)s AND name COLLATE "C" > %(after)s
   AND tags::jsonb @> %(tags)s::jsonb
 ORDER BY name COLLATE "C" LIMIT %(limit)s;     -- (byte order, as SQLite's: pages and names agree on both)
 
--- name: tool_candidates
--- Every tool holding any query token, filtered as tool_list (service/ranking/tools.py scores them).
-SELECT name AS id, name, t_name, t_text, t_schema, n_name, n_text, n_schema FROM tools
+-- name: tool_candidate_ids
+-- Every tool holding any query token, filtered as tool_list, by name (service/ranking/tools.py reads their
+-- columns with tool_columns_by_names and scores them).
+SELECT name AS id FROM tools
 WHERE tenant = %(tenant)s AND terms && %(terms)s::text[]
   AND (%(auth_type)s::text IS NULL OR auth_type = %(auth_type)s)
   AND tags::jsonb @> %(tags)s::jsonb
+ORDER BY name
 LIMIT %(limit)s;
+
+-- name: tool_columns_by_names
+-- The token columns of candidate tools, each cut to its first %(bytes)s characters.
+SELECT name AS id, name, left(t_name, %(bytes)s) AS t_name, left(t_text, %(bytes)s) AS t_text,
+       left(t_schema, %(bytes)s) AS t_schema, n_name, n_text, n_schema
+FROM tools WHERE tenant = %(tenant)s AND name = ANY(%(names)s::text[]);
 
 -- name: tool_stats
 SELECT count(*) AS n, coalesce(sum(n_name), 0) AS name, coalesce(sum(n_text), 0) AS text,
