@@ -491,11 +491,15 @@ ORDER BY t.seq;
 
 -- name: node_tail_texts
 -- What tail units hold, for the ones this process has not seen: their content, and their terms once indexed.
-SELECT c.cid, u.content, t.ntok, t.tfs
-FROM catalog c
-JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
-LEFT JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
-WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s);
+-- A queued unit's content (tokenized by the search) only while the queued ones so far, oldest first, hold at
+-- most %(bytes)s bytes (octet_length reads the stored size, not the text): the rest stay unseen.
+SELECT cid, ntok, tfs, CASE WHEN tfs IS NOT NULL OR queued <= %(bytes)s THEN content END AS content
+FROM (SELECT c.cid, u.content, t.ntok, t.tfs,
+             sum(CASE WHEN t.tfs IS NULL THEN octet_length(u.content) ELSE 0 END) OVER (ORDER BY c.seq) AS queued
+      FROM catalog c
+      JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
+      LEFT JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
+      WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s)) AS texts;
 
 -- name: live_events_since_bounded
 SELECT n, uri, kind FROM live_events WHERE tenant = %(tenant)s AND n > %(after)s ORDER BY n LIMIT %(changes)s;
