@@ -352,6 +352,9 @@ class OpenShards:
     def held(self, tenant: str) -> int:
         return self._held.get(tenant, 0)
 
+    def keeps(self, t, day: str) -> bool:
+        return (t.name, day) in self._lru
+
     def used(self, t, day: str) -> None:
         """A use of a kept day (most recently used now)."""
         key = (t.name, day)

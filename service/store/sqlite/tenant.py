@@ -59,9 +59,15 @@ class Tenant:
                 db = self._open(day, create)
             except FileNotFoundError:
                 return None                 # unlinked by the janitor meanwhile: no live units
-            if not self.open_shards.admit(self, day, push=create):
-                return db
-            self._shards[day] = db
+        # (outside the lock: admitting may close other days, of this tenant or another, under their locks)
+        if not self.open_shards.admit(self, day, push=create):
+            return db
+        with self._lock:
+            kept = self._shards.get(day)
+            if kept is not None:
+                return kept                 # another thread kept this day meanwhile: ours is transient
+            if self.open_shards.keeps(self, day):   # (not evicted again since admitted)
+                self._shards[day] = db
         return db
 
     def _open(self, day: str, create: bool) -> Db:
