@@ -73,21 +73,23 @@ def test_one_key_at_its_stream_share_leaves_the_other_tenants_stream_200(live_se
 # --- finding 4: search slots and the open-shard cache ------------------------------------------------------
 def _push_days(url: str, key: str, days: int, word: str) -> None:
     now = int(time.time())
-    units = [make_unit(f"{word} note of day {d} about the harbour", timestamp=now - d * DAY - 60, ttl=400 * DAY)
-             for d in range(days)]
+    filler = " ".join(f"{word} harbour tide {d}" for d in range(2000))     # ~50 KB: a day costs real scoring
+    units = [make_unit(f"{word} note of day {d} about the harbour " + filler, timestamp=now - d * DAY - 60,
+                       ttl=365 * DAY) for d in range(days)]
     for start in range(0, days, 90):      # one push touches at most 100 days
         rv = requests.post(f"{url}/mcp/push", json={"units": units[start:start + 90]}, headers=bearer(key),
                            timeout=120)
         assert rv.status_code == 200, rv.text
+        assert all(item["status"] == "ok" for item in rv.json()["results"]), rv.text[:300]
 
 
 def test_one_tenants_slow_strong_searches_leave_the_others_default_searches_2xx(live_server_factory):
-    """acme runs 8 strong searches at once over 180 day files, in a loop (bounded: 15 s); globex's default
+    """acme runs 8 strong searches at once over 360 day files, in a loop (bounded: 15 s); globex's default
     searches, one at a time, all answer 200: acme holds at most 2 of each worker's 4 search slots (its
     surplus waits CONTEXT_SEARCH_WAIT_S, then 503 search_busy)."""
-    server = live_server_factory(keys=KEYS, env={"CONTEXT_RATE_LIMIT": "off", "CONTEXT_SEARCH_WAIT_S": "0.3",
+    server = live_server_factory(keys=KEYS, env={"CONTEXT_RATE_LIMIT": "off", "CONTEXT_SEARCH_WAIT_S": "0.1",
                                                  "CONTEXT_SEARCH_CPU_MS": "0"})
-    _push_days(server.url, A, 180, "lighthouse")
+    _push_days(server.url, A, 360, "lighthouse")
     requests.post(f"{server.url}/mcp/push", json=make_unit("globex keeps a harbour log"), headers=bearer(B),
                   timeout=30).raise_for_status()
     stop = threading.Event()
