@@ -218,6 +218,7 @@ def main(argv=None) -> None:
     env = dict(os.environ, CONTEXT_BIND=f"127.0.0.1:{port}", CONTEXT_DATA_DIR=str(data_dir), PYTHONPATH=str(src),
                CONTEXT_WORKERS="2", CONTEXT_THREADS=str(cap + 8), CONTEXT_MAX_STREAMS=str(cap),
                CONTEXT_MAX_LISTENERS_PER_KEY=str(2 * cap), CONTEXT_MAX_LISTENERS_PER_TENANT=str(2 * cap),
+               CONTEXT_STREAM_SHARE=str(cap),
                CONTEXT_LISTEN_POLL_MS=str(args.poll_ms), CONTEXT_RATE_LIMIT="off", CONTEXT_ACCESS_LOG="0")
     cluster = None
     if args.pg:

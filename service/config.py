@@ -152,6 +152,15 @@ class Config:
     listen_idle_s: float = 1800.0     # a stream that delivered nothing this long ends (client re-listens)
     # Tool registry (service/store/sqlite/registry.py).
     max_tools_per_tenant: int = 10_000
+    # Fair shares (README "Bounded work"): of one worker's slots, what one tenant and one API key may hold, so
+    # one at its limit leaves room for the others; -1: half of the worker's slots, at least 1 (a key's: the
+    # tenant's). Searches past their share wait search_wait_s, then 503; streams get 429 + Retry-After.
+    search_share: int = -1            # of max_concurrent_searches (tool searches included)
+    search_key_share: int = -1
+    stream_share: int = -1            # of the worker's stream slots (max_streams)
+    stream_key_share: int = -1
+    shard_share: int = -1             # of max_open_shards: day files one tenant keeps open in a process
+    tool_search_bytes: int = 8 << 20  # token bytes one tool search scores at most (name, text, schema columns)
 
     def __post_init__(self):
         mode = str(self.synchronous).strip().upper()

@@ -10,7 +10,9 @@ worker took a push, every worker reads it from storage. The sources are the back
 
 Bounds (README, docs/configuration.md):
 - per worker at most ``config.stream_cap`` open streams (each holds a gunicorn thread; the others
-  stay free for requests), refused with 503 + Retry-After beyond;
+  stay free for requests), refused with 503 + Retry-After beyond; of them one tenant and one key hold
+  at most their share (``shares``: half by default), refused with 429 + Retry-After beyond, so a
+  tenant at its limit leaves slots to the others;
 - per API key and per tenant, over every worker, ``max_listeners_per_key`` / ``max_listeners_per_tenant``
   (counted in ``<data>/streams.db``, on PostgreSQL in a table over every node; a dead worker's rows stop
   counting after STALE_MS), 429 beyond;
@@ -26,6 +28,7 @@ import socket
 import threading
 import time
 
+from .limits import share
 from .live import UNIT_PREFIX, FeedUnit, LimitReached
 
 log = logging.getLogger(__name__)
@@ -225,6 +228,8 @@ class Hub:
         self.lock = threading.RLock()
         self.watches: dict[str, Watch] = {}
         self.count = 0
+        self.by_tenant: dict[str, int] = {}     # this worker's open streams per tenant and per key
+        self.by_key: dict[str, int] = {}
         self.worker = None                  # gunicorn's worker (service/gunicorn_conf.py): alive or stopping
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -235,15 +240,24 @@ class Hub:
         """Register a listener (LimitReached when a limit is met); its watch's cursors start now."""
         if self._stop.is_set() or (self.worker is not None and not self.worker.alive):
             raise LimitReached("server", 0, "This server process is shutting down; retry (another will answer).")
+        cap = self.config.stream_cap
         with self.lock:
-            if self.count >= self.config.stream_cap:
-                raise LimitReached("server", self.config.stream_cap)
-            self.count += 1
+            if self.count >= cap:
+                raise LimitReached("server", cap)
+            # fair shares of this worker's slots: one tenant (or key) at its share leaves room for others
+            tenant_share, key_share = self.shares()
+            if self.by_key.get(lst.key_id, 0) >= key_share:
+                raise LimitReached("key", key_share, f"This API key holds its share of this server process's "
+                                   f"streams (at most {key_share}); close one or retry later.")
+            if self.by_tenant.get(lst.tenant, 0) >= tenant_share:
+                raise LimitReached("tenant", tenant_share, f"This tenant holds its share of this server "
+                                   f"process's streams (at most {tenant_share}); close one or retry later.")
+            self._count(lst, 1)
         try:
             lst.slot = self.slots.take(lst.tenant, lst.key_id, lst.kind)
         except BaseException:
             with self.lock:
-                self.count -= 1
+                self._count(lst, -1)
             raise
         try:
             with self.lock:
@@ -272,12 +286,28 @@ class Hub:
                     del self.watches[lst.tenant]
             slot, lst.slot = lst.slot, None
             if slot is not None:
-                self.count -= 1
+                self._count(lst, -1)
         if slot is not None:
             try:
                 self.slots.release(slot)
             except Exception:  # noqa: BLE001 - the row stops counting after STALE_MS anyway
                 log.exception("could not release a stream slot")
+
+    def shares(self) -> tuple[int, int]:
+        """(streams one tenant, one key may hold in this worker): CONTEXT_STREAM_SHARE / _KEY_SHARE, by
+        default half the worker's stream slots, at least 1."""
+        cfg = self.config
+        tenant = share(cfg.stream_share, cfg.stream_cap)
+        key = share(cfg.stream_key_share, cfg.stream_cap) if cfg.stream_key_share >= 0 else tenant
+        return tenant, min(key, tenant)
+
+    def _count(self, lst: Listener, step: int) -> None:
+        """Count a listener in (+1) or out (-1) of this worker's totals (hub lock held)."""
+        self.count += step
+        for counts, name in ((self.by_tenant, lst.tenant), (self.by_key, lst.key_id)):
+            counts[name] = counts.get(name, 0) + step
+            if counts[name] <= 0:
+                del counts[name]
 
     def cursor(self, tenant: str) -> int | None:
         with self.lock:

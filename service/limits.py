@@ -1,5 +1,6 @@
-"""Per-key rate limiting (docs/design.md §9) with flask-limiter: 429 + Retry-After.
-(Slow clients are bounded by service/gunicorn_guard.py.)
+"""Per-key rate limiting (docs/design.md §9) with flask-limiter: 429 + Retry-After; and the fair shares of a
+worker's search slots (``SearchSlots``; stream slots: service/hub.py). (Slow clients are bounded by
+service/gunicorn_guard.py.)
 
 The key is a hash of the presented credential (or the client address when there is none),
 so limiting happens before authentication work and never logs a key. Counters live in each
@@ -7,7 +8,9 @@ worker's memory: with N gunicorn workers a key may get up to N times the configu
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import threading
 
 from flask import Flask, request
 from flask_limiter import Limiter
@@ -39,3 +42,72 @@ def init_app(app: Flask) -> None:
         if view in app.view_functions:
             limiter.exempt(app.view_functions[view])
     app.extensions["context_limiter"] = limiter
+
+
+def share(configured: int, total: int) -> int:
+    """One tenant's (or key's) share of ``total`` slots: ``configured``, or with -1 half of them, at least 1."""
+    if configured >= 0:
+        return max(1, min(configured, total)) if total > 0 else configured
+    return max(1, total // 2)
+
+
+def caller_key() -> str | None:
+    """The key id of the request being served, or None outside a request (the live hub's own searches)."""
+    from flask import g, has_request_context
+    if not has_request_context():
+        return None
+    principal = g.get("principal")
+    return getattr(principal, "key_id", None)
+
+
+class SearchSlots:
+    """A worker's search slots with fair shares: at most ``total`` searches at once, of which one tenant
+    holds at most ``per_tenant`` and one API key at most ``per_key``, so a tenant running slow searches
+    leaves slots for the others. A search that finds no slot within ``wait_s`` is refused with 503
+    ``search_busy`` + Retry-After (service/errors.py ``Busy``)."""
+
+    def __init__(self, total: int, per_tenant: int, per_key: int, wait_s: float):
+        self.total, self.per_tenant, self.per_key, self.wait_s = total, per_tenant, per_key, wait_s
+        self.used = 0
+        self.tenants: dict[str, int] = {}
+        self.keys: dict[str, int] = {}
+        self._cond = threading.Condition()
+
+    @classmethod
+    def of(cls, config) -> "SearchSlots | None":
+        n = config.max_concurrent_searches
+        if n <= 0:
+            return None
+        tenant = share(config.search_share, n)
+        key = share(config.search_key_share, n) if config.search_key_share >= 0 else tenant
+        return cls(n, tenant, min(key, tenant), config.search_wait_s)
+
+    def _free(self, tenant: str, key: str | None) -> bool:
+        return (self.used < self.total and self.tenants.get(tenant, 0) < self.per_tenant
+                and (key is None or self.keys.get(key, 0) < self.per_key))
+
+    @contextlib.contextmanager
+    def hold(self, tenant: str, key: str | None = None):
+        """One slot for the duration of the block, or ``Busy`` when none came free in time."""
+        from .errors import Busy
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._free(tenant, key), timeout=self.wait_s):
+                mine = self.tenants.get(tenant, 0) >= self.per_tenant or (
+                    key is not None and self.keys.get(key, 0) >= self.per_key)
+                raise Busy("This tenant already runs its share of this server's searches; retry shortly."
+                           if mine else "Too many searches at once; retry shortly.")
+            self.used += 1
+            self.tenants[tenant] = self.tenants.get(tenant, 0) + 1
+            if key is not None:
+                self.keys[key] = self.keys.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.used -= 1
+                for counts, name in ((self.tenants, tenant), (self.keys, key)):
+                    if name is not None:
+                        counts[name] -= 1
+                        if not counts[name]:
+                            del counts[name]
+                self._cond.notify_all()

@@ -80,16 +80,24 @@ WHERE name > :after
                   WHERE want.value NOT IN (SELECT value FROM json_each(tools.tags)))
 ORDER BY name LIMIT :limit;
 
--- name: tool_candidates
+-- name: tool_candidate_ids
 -- Every tool matching any query token (:match quotes each token: service/store/sqlite/search.py fts_query), filtered as
--- tool_list; service/store/sqlite/registry.py scores them (BM25 per column, weighted, global statistics).
-SELECT tools.id, tools.name, tools.t_name, tools.t_text, tools.t_schema, tools.n_name, tools.n_text, tools.n_schema
+-- tool_list, best first by FTS5's own rank (read from its index, no token column read);
+-- service/store/sqlite/registry.py reads their columns (tool_columns_by_ids) and scores them.
+SELECT tools.id
 FROM tools_fts JOIN tools ON tools.id = tools_fts.rowid
 WHERE tools_fts MATCH :match
   AND (:auth_type IS NULL OR tools.auth_type = :auth_type)
   AND NOT EXISTS (SELECT 1 FROM json_each(:tags) AS want
                   WHERE want.value NOT IN (SELECT value FROM json_each(tools.tags)))
+ORDER BY tools_fts.rank
 LIMIT :limit;
+
+-- name: tool_columns_by_ids
+-- The token columns of candidate tools, each cut to its first :bytes characters (service/ranking/tools.py).
+SELECT id, name, substr(t_name, 1, :bytes) AS t_name, substr(t_text, 1, :bytes) AS t_text,
+       substr(t_schema, 1, :bytes) AS t_schema, n_name, n_text, n_schema
+FROM tools WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: tool_stats
 SELECT count(*), coalesce(sum(n_name), 0), coalesce(sum(n_text), 0), coalesce(sum(n_schema), 0) FROM tools;

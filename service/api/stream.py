@@ -146,8 +146,8 @@ def stream(tenant):
     try:
         hub.open(lst)
     except LimitReached as e:
-        headers = {"Retry-After": "1"} if e.status == 503 else {}
-        raise ApiError(str(e), code="too_many_streams", status=e.status, headers=headers) from None
+        # a refused stream may retry: a slot frees when another stream closes (or on another worker)
+        raise ApiError(str(e), code="too_many_streams", status=e.status, headers={"Retry-After": "1"}) from None
     opening = f": after seq {after}\nretry: {RETRY_MS}\n\n".encode()
     return Response(lst.body([opening], WRITE_TIMEOUT_S), mimetype="text/event-stream",
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

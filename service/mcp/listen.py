@@ -127,7 +127,11 @@ def open_stream(call: Call, req: types.SubscriptionsListenRequest, *, request_id
     try:
         w = hub.open(lst)
     except LimitReached as e:
-        raise RpcError(TOO_MANY_LISTENERS, str(e), {"scope": e.scope, "limit": e.limit}, status=e.status) from None
+        # answered here rather than raised: the refusal carries Retry-After (a slot frees when a stream closes)
+        err = RpcError(TOO_MANY_LISTENERS, str(e), {"scope": e.scope, "limit": e.limit})
+        body = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": err.error()}, ensure_ascii=False,
+                          separators=(",", ":"), allow_nan=False)
+        return Response(body, status=e.status, mimetype="application/json", headers={"Retry-After": "1"})
     try:
         for cid in cids:
             expiry = hub.sources.expiry(call.tenant, cid)

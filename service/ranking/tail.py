@@ -42,12 +42,63 @@ class Unseen:
         self.count = 0
         self.oldest_ms: int | None = None
 
-    def add(self, pushed_ms: int) -> None:
-        self.count += 1
-        self.oldest_ms = pushed_ms if self.oldest_ms is None else min(self.oldest_ms, pushed_ms)
+    def add(self, pushed_ms: int | None, n: int = 1) -> None:
+        self.count += n
+        if pushed_ms is not None:
+            self.oldest_ms = pushed_ms if self.oldest_ms is None else min(self.oldest_ms, pushed_ms)
 
     def report(self) -> tuple[int, int]:
         return self.count, max(0, int(time.time() * 1000 - self.oldest_ms)) if self.oldest_ms else 0
+
+
+class TailBudget:
+    """What read-your-writes may still spend on one search: wall time until ``read_your_writes_ms`` has
+    passed, and CPU against ``search_cpu_ms`` together with the search's other scoring (``cpu``: the
+    SQLite store's CpuBudget; else counted here). A unit is tokenized only when its size, at the rate
+    this process has measured, fits what is left, so no single large unit overruns the budget; what is
+    not read is ``Unseen`` (the answer's freshness) and waits for the indexer."""
+
+    rate = 2e6                 # bytes per CPU second of tokenizing, measured by every search (a low start)
+
+    def __init__(self, ms: int, cpu=None, cpu_ms: int = 0):
+        self.deadline = time.monotonic() + ms / 1000
+        self.cpu = cpu
+        self.limit = (cpu.limit if cpu is not None else (cpu_ms / 1000 if cpu_ms > 0 else None))
+        self.spent = 0.0       # CPU spent here when there is no ``cpu`` to count on
+        self.read = 0          # units tokenized
+        self._lock = threading.Lock()
+
+    def expired(self) -> bool:
+        return time.monotonic() > self.deadline or (self.limit is not None and self._spent() >= self.limit)
+
+    def admits(self, nbytes: int) -> bool:
+        """Whether tokenizing ``nbytes`` more fits the time and CPU left."""
+        cost = nbytes / TailBudget.rate
+        if time.monotonic() + cost > self.deadline:
+            return False
+        return self.limit is None or self._spent() + cost <= self.limit
+
+    def tokens(self, tokenizer, text: str) -> list[str]:
+        """``tokenizer.tokens(text)``, its CPU counted (and the rate learnt)."""
+        start = time.thread_time()
+        toks = tokenizer.tokens(text)
+        took = time.thread_time() - start
+        if took > 0.002:
+            TailBudget.rate = 0.7 * TailBudget.rate + 0.3 * (len(text) / took)
+        self.charge(took)
+        with self._lock:
+            self.read += 1
+        return toks
+
+    def charge(self, seconds: float) -> None:
+        if self.cpu is not None:
+            self.cpu.charge(seconds)
+        else:
+            with self._lock:
+                self.spent += seconds
+
+    def _spent(self) -> float:
+        return self.cpu.spent if self.cpu is not None else self.spent
 
 
 def best(hits: list[ShardHit], k: int) -> list[ShardHit]:

@@ -13,7 +13,14 @@ from .bm25 import K1, B, idf_of
 # names repeat the same service and object words over many tools (bench/tools.py: recall@5 on the
 # judged set's dev half 0.50 with names at 2.0, 0.62 at 0.5; README there).
 WEIGHTS = {"name": 0.5, "text": 1.0, "schema": 0.5}
+# Bounded work per query (a tool's schema alone may hold ~256 KB of tokens): candidates are taken best
+# first (SQLite: FTS5's rank; PostgreSQL: by name) until MAX_CANDIDATES rows or ``tool_search_bytes`` of
+# token text are read; of each column only its first COLUMN_BYTES count (its length in tokens stays exact).
 MAX_CANDIDATES = 5000
+COLUMN_BYTES = 64 * 1024
+CANDIDATE_PAGE = 200          # candidate rows read per round
+# Bounded answers: tools are added best first until their JSON passes this (the first always is).
+ANSWER_BYTES = 4 << 20
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -70,22 +77,60 @@ def bm25(rows, terms: list[str], stats, df: dict[str, int]) -> dict[int, float]:
     for r in rows:
         total = 0.0
         for col, weight in WEIGHTS.items():
-            tokens = r[f"t_{col}"].split()
-            if not tokens:
+            text = r[f"t_{col}"]
+            if not text:
                 continue
-            counts: dict[str, int] = {}
-            for tok in tokens:
-                if tok in idf:
-                    counts[tok] = counts.get(tok, 0) + 1
+            # each token between two spaces, spaces doubled: counted in C, occurrences never overlap
+            padded = " " + text.replace(" ", "  ") + " "
+            counts = {t: c for t in idf if (c := padded.count(f" {t} "))}
             norm = K1 * (1 - B + B * r[f"n_{col}"] / avg[col])
             total += weight * sum(idf[t] * tf * (K1 + 1) / (tf + norm) for t, tf in counts.items())
         scores[r["id"]] = total
     return scores
 
 
+def clipped(text: str) -> str:
+    """A token column as read for scoring: its first COLUMN_BYTES, without a token cut at the end."""
+    if len(text) < COLUMN_BYTES:
+        return text
+    return text[:COLUMN_BYTES].rsplit(" ", 1)[0]
+
+
+def bounded_candidates(ids: list, read_columns, max_bytes: int) -> list:
+    """Candidate rows in the order of ``ids`` (best first), read CANDIDATE_PAGE at a time by
+    ``read_columns(ids) -> {id: row}`` (columns already cut to COLUMN_BYTES in SQL), until ``max_bytes``
+    of token text were read (at least one row)."""
+    rows, used = [], 0
+    for start in range(0, min(len(ids), MAX_CANDIDATES), CANDIDATE_PAGE):
+        page = ids[start:start + CANDIDATE_PAGE]
+        found = read_columns(page)
+        for i in page:
+            r = found.get(i)
+            if r is None:
+                continue
+            row = {"id": r["id"], "name": r["name"], **{f"n_{c}": r[f"n_{c}"] for c in WEIGHTS},
+                   **{f"t_{c}": clipped(r[f"t_{c}"]) for c in WEIGHTS}}
+            size = sum(len(row[f"t_{c}"]) for c in WEIGHTS)
+            if rows and used + size > max_bytes:
+                return rows
+            rows.append(row)
+            used += size
+    return rows
+
+
 def answers(found: dict, best: list, scores: dict, terms: list[str], stats, df: dict[str, int]) -> list[dict]:
     """The ``best`` tools (keys of ``found`` and ``scores``) in order, each with its ``bm25_score`` and
     ``score`` (0-1: divided by what the query could score at most, as unit search does)."""
     attainable = sum(idf_of(stats[0], df.get(t, 0)) for t in terms) * (K1 + 1) * sum(WEIGHTS.values()) or 1.0
-    return [dict(tool_dict(found[k]), bm25_score=round(scores[k], 6),
-                 score=round(min(1.0, scores[k] / attainable), 6)) for k in best if k in found]
+    out, size = [], 0
+    for k in best:
+        if k not in found:
+            continue
+        row = found[k]
+        # the stored JSON texts' lengths: what the answer grows by
+        grows = sum(len(row[c] or "") for c in ("input_schema", "output_schema", "metadata", "description"))
+        if out and size + grows > ANSWER_BYTES:
+            break
+        size += grows
+        out.append(dict(tool_dict(row), bm25_score=round(scores[k], 6), score=round(min(1.0, scores[k] / attainable), 6)))
+    return out

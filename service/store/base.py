@@ -10,13 +10,15 @@ registry's search. ``Sources`` is what live context reads (service/hub.py).
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
 from typing import Protocol
 
 from ..config import Config
-from ..errors import ApiError, BadRequest, Busy, NotFound
+from ..errors import ApiError, BadRequest, NotFound
+from ..limits import SearchSlots, caller_key
 from ..live import FeedUnit
 from ..ranking import tools as tool_ranking
 from ..ranking.results import MAX_QUERY_TERMS
@@ -48,8 +50,8 @@ class StoreApi:
 
     def __init__(self, config: Config):
         self.config = config
-        n = config.max_concurrent_searches
-        self._search_slots = threading.BoundedSemaphore(n) if n > 0 else None
+        # this worker's search slots, shared fairly between tenants and keys (service/limits.py)
+        self.search_slots = SearchSlots.of(config)
 
     # --- push ---------------------------------------------------------------------------------
     def push_one(self, tenant: str, raw) -> dict:
@@ -170,14 +172,14 @@ class StoreApi:
     # --- search -------------------------------------------------------------------------------
     def search(self, tenant: str, params) -> dict:
         # A cap on concurrent searches per worker keeps threads free for everything else.
-        slots = self._search_slots
-        if slots is not None and not slots.acquire(timeout=self.config.search_wait_s):
-            raise Busy()
-        try:
+        with self.search_slot(tenant):
             return self._search(tenant, params)
-        finally:
-            if slots is not None:
-                slots.release()
+
+    def search_slot(self, tenant: str):
+        """A context holding one of this worker's search slots for ``tenant`` (and the caller's key): unit
+        and tool searches alike; 503 ``search_busy`` when none is free within ``search_wait_s``."""
+        slots = self.search_slots
+        return slots.hold(tenant, caller_key()) if slots is not None else contextlib.nullcontext()
 
     def _search(self, tenant: str, params) -> dict:
         raise NotImplementedError
@@ -328,13 +330,15 @@ class RegistryBase:
         terms = self.tokenizer.query_terms(query)[:MAX_QUERY_TERMS]
         if not terms:
             return []
-        rows, stats, df = self._candidates(tenant, terms, tags, auth_type)
-        if not rows:
-            return []
-        scores = tool_ranking.bm25(rows, terms, stats, df)
-        names = {r["id"]: r["name"] for r in rows}
-        best = sorted(scores, key=lambda k: (-scores[k], names[k]))[:top_k]
-        return tool_ranking.answers(self._rows(tenant, best), best, scores, terms, stats, df)
+        # inside the worker's search slots, with bounded work: service/ranking/tools.py
+        with self.store.search_slot(tenant):
+            rows, stats, df = self._candidates(tenant, terms, tags, auth_type)
+            if not rows:
+                return []
+            scores = tool_ranking.bm25(rows, terms, stats, df)
+            names = {r["id"]: r["name"] for r in rows}
+            best = sorted(scores, key=lambda k: (-scores[k], names[k]))[:top_k]
+            return tool_ranking.answers(self._rows(tenant, best), best, scores, terms, stats, df)
 
     def _candidates(self, tenant: str, terms: list[str], tags, auth_type) -> tuple[list, tuple | None, dict]:
         """(rows holding any term with their token columns, keyed by ``id``; (tools, token totals per column);

@@ -416,13 +416,21 @@ WHERE tenant = %(tenant)s AND name COLLATE "C" > %(after)s
   AND tags::jsonb @> %(tags)s::jsonb
 ORDER BY name COLLATE "C" LIMIT %(limit)s;     -- (byte order, as SQLite's: pages and names agree on both)
 
--- name: tool_candidates
--- Every tool holding any query token, filtered as tool_list (service/ranking/tools.py scores them).
-SELECT name AS id, name, t_name, t_text, t_schema, n_name, n_text, n_schema FROM tools
+-- name: tool_candidate_ids
+-- Every tool holding any query token, filtered as tool_list, by name (service/ranking/tools.py reads their
+-- columns with tool_columns_by_names and scores them).
+SELECT name AS id FROM tools
 WHERE tenant = %(tenant)s AND terms && %(terms)s::text[]
   AND (%(auth_type)s::text IS NULL OR auth_type = %(auth_type)s)
   AND tags::jsonb @> %(tags)s::jsonb
+ORDER BY name
 LIMIT %(limit)s;
+
+-- name: tool_columns_by_names
+-- The token columns of candidate tools, each cut to its first %(bytes)s characters.
+SELECT name AS id, name, left(t_name, %(bytes)s) AS t_name, left(t_text, %(bytes)s) AS t_text,
+       left(t_schema, %(bytes)s) AS t_schema, n_name, n_text, n_schema
+FROM tools WHERE tenant = %(tenant)s AND name = ANY(%(names)s::text[]);
 
 -- name: tool_stats
 SELECT count(*) AS n, coalesce(sum(n_name), 0) AS name, coalesce(sum(n_text), 0) AS text,
@@ -495,11 +503,15 @@ SELECT coalesce((SELECT last_seq FROM tenants WHERE tenant = %(tenant)s), 0) AS 
 
 -- name: node_tail_texts
 -- What tail units hold, for the ones this process has not seen: their content, and their terms once indexed.
-SELECT c.cid, u.content, t.ntok, t.tfs
-FROM catalog c
-JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
-LEFT JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
-WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s);
+-- A queued unit's content (tokenized by the search) only while the queued ones so far, oldest first, hold at
+-- most %(bytes)s bytes (octet_length reads the stored size, not the text): the rest stay unseen.
+SELECT cid, ntok, tfs, CASE WHEN tfs IS NOT NULL OR queued <= %(bytes)s THEN content END AS content
+FROM (SELECT c.cid, u.content, t.ntok, t.tfs,
+             sum(CASE WHEN t.tfs IS NULL THEN octet_length(u.content) ELSE 0 END) OVER (ORDER BY c.seq) AS queued
+      FROM catalog c
+      JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
+      LEFT JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
+      WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s)) AS texts;
 
 -- name: node_behind
 -- What a node's read index lacks: the live units at or past its low-water mark, and when the first was pushed.

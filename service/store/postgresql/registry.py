@@ -13,7 +13,7 @@ import json
 import psycopg
 
 from ...errors import Conflict, Unprocessable
-from ...ranking.tools import MAX_CANDIDATES, WEIGHTS
+from ...ranking.tools import COLUMN_BYTES, MAX_CANDIDATES, WEIGHTS, bounded_candidates
 from ...toolcheck import is_tool_name, not_found, tool_dict, tool_uri, validate_tool
 from ..base import RegistryBase
 from .live import record_changes, wake
@@ -95,9 +95,12 @@ class PgRegistry(RegistryBase):
                 "auth_type": auth_type}
 
         def read(conn):
-            rows = conn.execute(sql("tool_candidates"), args).fetchall()
-            if not rows:
+            ids = [r["id"] for r in conn.execute(sql("tool_candidate_ids"), args)]
+            if not ids:
                 return [], None, {}
+            rows = bounded_candidates(ids, lambda page: {r["id"]: r for r in conn.execute(
+                sql("tool_columns_by_names"), {"tenant": tenant, "names": page, "bytes": COLUMN_BYTES})},
+                self.config.tool_search_bytes)
             s = conn.execute(sql("tool_stats"), args).fetchone()
             df = {r["term"]: r["doc"] for r in conn.execute(sql("tool_df"), args)}
             return rows, (s["n"], s["name"], s["text"], s["schema"]), df

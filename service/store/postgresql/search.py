@@ -27,7 +27,7 @@ from ...ranking.bm25 import B, K1, Bm25, ShardHit, idf_of, unknown_idf
 from ...readindex import searcher as index
 from ...ranking.results import MAX_QUERY_TERMS, shape_results
 from ...ranking.scoring import Ranked, Stats
-from ...ranking.tail import TokenCache, Unseen, score_tokens
+from ...ranking.tail import TailBudget, TokenCache, Unseen, score_tokens
 from ...units import day_of, now_ms, unit_dict
 from ..filters import pg_filters
 from .maintenance import catch_up
@@ -40,6 +40,7 @@ from .tail import NodeTail
 # scores the units of the rarest terms, about this many
 PRUNE_MIN_MATCHES = 2000
 PRUNE_SEED_MATCHES = 500
+QUEUED_PAGE = 8              # queued units whose content read-your-writes reads per round (tables path)
 
 
 def match_where(p, terms: list[str], args: dict) -> list[str]:
@@ -334,7 +335,7 @@ class PgSearcher:
                     unseen: Unseen) -> list[tuple[ShardHit, str]]:
         """Queued units matching the query, scored from their tokens (made once per process, while
         read_your_writes_ms allows); the rest are ``unseen``."""
-        deadline = time.monotonic() + self.config.read_your_writes_ms / 1000
+        ryw = TailBudget(self.config.read_your_writes_ms, cpu_ms=self.config.search_cpu_ms)
         rows = first["queued"]
         if len(rows) > self.config.read_your_writes_max:   # a bulk import's backlog: reported, not read
             unseen.count, unseen.oldest_ms = first["pending"]["n"], first["pending"]["oldest"]
@@ -342,15 +343,16 @@ class PgSearcher:
         tenant = args["tenant"]
         known = {r["cid"]: self.tokens.get(tenant, "", 0, r["cid"]) for r in rows}
         missing = [r["cid"] for r in rows if known[r["cid"]] is None]
-        if missing:
-            day_of_cid = {r["cid"]: r["day"] for r in rows}
+        day_of_cid = {r["cid"]: r["day"] for r in rows}
+        for i in range(0, len(missing), QUEUED_PAGE):      # a few at a time: read only what time allows
+            if ryw.expired():
+                break
+            page = missing[i:i + QUEUED_PAGE]
             contents = {cid: u["content"] for cid, u in
-                        self._units(conn, args, [(cid, day_of_cid[cid]) for cid in missing]).items()}
-            for cid in missing:
-                if time.monotonic() > deadline:
-                    break
-                if cid in contents:
-                    known[cid] = self.tokens.put(tenant, "", 0, cid, self.tokenizer.tokens(contents[cid]))
+                        self._units(conn, args, [(cid, day_of_cid[cid]) for cid in page]).items()}
+            for cid in page:
+                if cid in contents and not ryw.expired() and ryw.admits(len(contents[cid])):
+                    known[cid] = self.tokens.put(tenant, "", 0, cid, ryw.tokens(self.tokenizer, contents[cid]))
         hits = []
         for r in rows:
             entry = known[r["cid"]]

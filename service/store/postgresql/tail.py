@@ -11,19 +11,17 @@ a unit holds (content, terms) never changes for its CID, so each process fetches
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 from ...live import UNIT_PREFIX
 from ...ranking.bm25 import Bm25
 from ...ranking.scoring import Ranked
-from ...ranking.tail import Unseen, score_counts
+from ...ranking.tail import TailBudget, Unseen, score_counts
 from ...units import unit_dict
 from ..filters import passes
 from .queries import sql
 
-TOKEN_BATCH = 64
 MAX_CHANGES = 5000          # changes a search reads past the index's state; more: the tables answer instead
 
 
@@ -84,18 +82,21 @@ class NodeTail:
         read.gone.update(r["cid"] for r in rows)        # the tail's version wins over the index's
         missing = [r["cid"] for r in rows if self.texts.get(tenant, r["cid"]) is None]
         if missing:
-            for r in conn.execute(sql("node_tail_texts"), {"tenant": tenant, "cids": missing}):
+            # of the queued units, only as many bytes as read_your_writes_ms could tokenize (oldest first)
+            allowance = int(TailBudget.rate * self.config.read_your_writes_ms / 1000)
+            for r in conn.execute(sql("node_tail_texts"), {"tenant": tenant, "cids": missing, "bytes": allowance}):
                 if r["tfs"] is not None:
                     self.texts.put(tenant, r["cid"], r["content"], r["tfs"], r["ntok"])
-                else:
+                elif r["content"] is not None:
                     read.texts[r["cid"]] = r["content"]      # queued for the indexer: tokenized in ``top``
         return read
 
     def top(self, tenant: str, read: TailRead, p, terms: list[str], bm25: Bm25, now: int,
             unseen: Unseen) -> list[Ranked]:
         """The best k tail units, scored like the index's documents with its statistics, within
-        read_your_writes_ms; queued ones not tokenized in time are ``unseen``."""
-        deadline = time.monotonic() + self.config.read_your_writes_ms / 1000
+        read_your_writes_ms and search_cpu_ms (``TailBudget``, unit by unit by their size); queued ones not
+        tokenized are ``unseen``."""
+        ryw = TailBudget(self.config.read_your_writes_ms, cpu_ms=self.config.search_cpu_ms)
         hits = []
         for r in read.rows:
             if not passes(r, p, now):
@@ -103,10 +104,10 @@ class NodeTail:
             entry = self.texts.get(tenant, r["cid"])
             if entry is None:
                 content = read.texts.get(r["cid"])
-                if content is None or time.monotonic() > deadline:
+                if content is None or ryw.expired() or not ryw.admits(len(content)):
                     unseen.add(r["pushed_ms"])
                     continue
-                toks = self.tokenizer.tokens(content)
+                toks = ryw.tokens(self.tokenizer, content)
                 entry = self.texts.put(tenant, r["cid"], content, Counter(toks), len(toks))
             content, tfs, ntok = entry
             hit = score_counts([tfs.get(term, 0) for term in terms], ntok, r["cid"], r["seq"], p, bm25)

@@ -124,6 +124,11 @@ class CpuBudget:
         self.spent = 0.0              # by finished statements
         self._lock = threading.Lock()
 
+    def charge(self, seconds: float) -> None:
+        """CPU spent outside SQLite on this search's scoring (read-your-writes' tokenizing)."""
+        with self._lock:
+            self.spent += seconds
+
     def run(self, conn, fn, *args):
         if self.limit is None:
             return fn(conn, *args)

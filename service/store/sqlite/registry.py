@@ -8,7 +8,7 @@ import json
 import logging
 
 from ...errors import Conflict, Unprocessable
-from ...ranking.tools import MAX_CANDIDATES
+from ...ranking.tools import COLUMN_BYTES, MAX_CANDIDATES, bounded_candidates
 from ...toolcheck import is_tool_name, not_found, tool_dict, tool_uri, validate_tool
 from ..base import RegistryBase
 from .fts import fts_query
@@ -78,11 +78,14 @@ class Registry(RegistryBase):
 
     def _candidates(self, tenant: str, terms: list[str], tags, auth_type) -> tuple[list, tuple | None, dict]:
         def read(conn):
-            rows = conn.execute(sql("tool_candidates"), {
+            ids = [r[0] for r in conn.execute(sql("tool_candidate_ids"), {
                 "match": fts_query(terms, "or"), "limit": MAX_CANDIDATES, "tags": json.dumps(list(tags)),
-                "auth_type": auth_type}).fetchall()
-            if not rows:
+                "auth_type": auth_type})]
+            if not ids:
                 return [], None, {}
+            rows = bounded_candidates(ids, lambda page: {r["id"]: r for r in conn.execute(
+                sql("tool_columns_by_ids"), {"ids": json.dumps(page), "bytes": COLUMN_BYTES})},
+                self.config.tool_search_bytes)
             stats = conn.execute(sql("tool_stats")).fetchone()
             df = dict(conn.execute(sql("tool_df"), {"terms": json.dumps(terms)}).fetchall())
             return rows, stats, df

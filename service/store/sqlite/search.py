@@ -26,7 +26,7 @@ from ...params import SearchParams
 from ...ranking.bm25 import K1, B, Bm25, idf_of, unknown_idf
 from ...ranking.results import MAX_QUERY_TERMS, shape_results
 from ...ranking.scoring import Ranked, Stats
-from ...ranking.tail import TokenCache, Unseen, best
+from ...ranking.tail import TailBudget, TokenCache, Unseen, best
 from ...units import day_of, unit_dict
 from . import fts, readsync
 from .fts import CpuBudget
@@ -193,7 +193,7 @@ class Searcher:
             return [], None
         avgdl = sum(st["ntokens"] for _, st in per_day.values()) / n if n else 0.0
         bm25 = Bm25([w * (k1 + 1) for w in idf], avgdl, k1, b)
-        deadline = time.monotonic() + self.config.read_your_writes_ms / 1000
+        ryw = TailBudget(self.config.read_your_writes_ms, budget)    # read-your-writes' time and CPU
         local_n = max(self.config.local_top_n, 3 * p.top_k)   # generous: 3x what the shard may contribute
 
         def top(day):
@@ -203,7 +203,7 @@ class Searcher:
             match = [term for term in dict.fromkeys(live) if st["df"][term] or unseen is not None]
             # the waiting rows before the indexed ones: one the indexer takes in between is read twice
             hits = [] if unseen is None else self.tail.pending_top(
-                t, db, day, p, terms, bm25, now, deadline, unseen, budget)
+                t, db, day, p, terms, bm25, now, ryw, unseen, budget)
             if match and not (p.operator == "and" and len(match) < len(set(live))):
                 # Score every match exactly unless the shard holds too many (the sum of df bounds them).
                 exact = sum(st["df"][term] for term in match) <= self.config.exact_match_limit

@@ -137,7 +137,8 @@ class Db:
     """One SQLite file: a small pool of read connections and one writer connection."""
 
     def __init__(self, path: Path, schema_file: str | None, config, *, readonly: bool = False,
-                 pool_size: int = 4, cache_size_kib: int | None = None, may_be_unlinked: bool = True):
+                 pool_size: int = 4, cache_size_kib: int | None = None, may_be_unlinked: bool = True,
+                 lazy: bool = False):
         self.path = Path(path)
         self.may_be_unlinked = may_be_unlinked   # day shards: the janitor may unlink and a push re-create
         self.schema_file = schema_file
@@ -151,7 +152,10 @@ class Db:
         self._closed = False
         self._generation = 0
         self._gen_lock = threading.Lock()
-        if not readonly:
+        if lazy and not readonly:
+            # an existing file opened for reading: the writer (and the schema script) wait for a first write
+            self._ino = os.stat(self.path).st_ino
+        elif not readonly:
             self._open_writer()
 
     # --- connections --------------------------------------------------------------------------
@@ -188,7 +192,12 @@ class Db:
             for d in _folders_above(self.path, self.config.data_path):
                 _fsync_dir(d)
         self._writer = conn
-        self._ino = os.stat(self.path).st_ino
+        ino = os.stat(self.path).st_ino
+        if self._ino is not None and ino != self._ino:
+            with self._gen_lock:                # (lazy) a new file since the readers opened: they start over
+                self._generation += 1
+                self._drain()
+        self._ino = ino
 
     def read(self, fn, *args, **kwargs):
         """Run ``fn(conn, ...)`` on a pooled read connection."""
@@ -367,3 +376,69 @@ class TenantDbs:
             for db in self._dbs.values():
                 db.close()
             self._dbs.clear()
+
+
+class OpenShards:
+    """Which primary day files this process keeps open (each holds up to ``shard_readers`` + 1
+    descriptors): at most ``max_open_shards`` over every tenant, of which one tenant keeps at most its
+    share (``shard_share``; half by default), so one tenant's strong search over hundreds of days can
+    neither evict the others' files nor churn the cache. A day past the tenant's share is opened for
+    the caller alone (``admit`` says no; tenant.py) and closed when its last user drops it; a push's day,
+    or a day replacing one of the tenant's idle for IDLE_S, takes the place of the tenant's least
+    recently used. Past the total, the tenant holding the most gives up its least recently used."""
+
+    IDLE_S = 30.0
+
+    def __init__(self, config):
+        self.cap = max(1, config.max_open_shards)
+        self.share = max(1, config.shard_share) if config.shard_share >= 0 else max(1, self.cap // 2)
+        self.share = min(self.share, self.cap)
+        self._lru: dict[tuple[str, str], tuple[object, float]] = {}    # (tenant, day) -> (Tenant, last use)
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def held(self, tenant: str) -> int:
+        return self._held.get(tenant, 0)
+
+    def keeps(self, t, day: str) -> bool:
+        return (t.name, day) in self._lru
+
+    def used(self, t, day: str) -> None:
+        """A use of a kept day (most recently used now)."""
+        key = (t.name, day)
+        with self._lock:
+            if key in self._lru:
+                self._lru[key] = (self._lru.pop(key)[0], time.monotonic())
+
+    def admit(self, t, day: str, *, push: bool = False) -> bool:
+        """Whether tenant ``t`` keeps ``day`` open (False: the caller's Db is transient)."""
+        key, now, evict = (t.name, day), time.monotonic(), []
+        with self._lock:
+            if key in self._lru:
+                return True
+            if self._held.get(t.name, 0) >= self.share:
+                mine = next((k for k in self._lru if k[0] == t.name), None)
+                if mine is None or not (push or now - self._lru[mine][1] >= self.IDLE_S):
+                    return False
+                evict.append(self._drop(mine))
+            self._lru[key] = (t, now)
+            self._held[t.name] = self._held.get(t.name, 0) + 1
+            while len(self._lru) > self.cap:
+                most = max(self._held, key=self._held.__getitem__)
+                evict.append(self._drop(next(k for k in self._lru if k[0] == most)))
+        for owner, old_day in evict:
+            owner.forget_shard(old_day)
+        return True
+
+    def forgot(self, t, day: str) -> None:
+        """The tenant closed a day itself (the janitor dropped it): its place is free."""
+        with self._lock:
+            if (t.name, day) in self._lru:
+                self._drop((t.name, day))
+
+    def _drop(self, key: tuple[str, str]):
+        owner, _ = self._lru.pop(key)
+        self._held[key[0]] -= 1
+        if not self._held[key[0]]:
+            del self._held[key[0]]
+        return owner, key[1]

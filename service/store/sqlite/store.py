@@ -19,7 +19,6 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections import OrderedDict
 
 from ...readindex.reader import Readers
 from . import readsync
@@ -33,7 +32,7 @@ from ..push import PushPlan, check_day_cap, collision
 from . import manage
 from .groupcommit import Group, Job
 from .search import Searcher
-from .shards import fetch_all, fetch_one, sql
+from .shards import OpenShards, fetch_all, fetch_one, sql
 from .tenant import Tenant
 
 log = logging.getLogger(__name__)
@@ -58,25 +57,12 @@ class Store(StoreApi):
         # callables(tenant, changes) told about stored and deleted units, each {"status", "cid"} (
         # the change log of service/store/sqlite/live.py); called after the change is durable, must not raise
         self.observers: list = []
-        self._lru: OrderedDict[tuple[str, str], Tenant] = OrderedDict()
-        self._lru_lock = threading.Lock()
+        # the primary day files kept open, with each tenant's share (365 days in one push reached ~2,250
+        # descriptors per worker before there was a cap)
+        self.open_shards = OpenShards(config)
         self.tokenizer = tokenizer_for(config)       # the one tokenizer: indexing and queries
         self.readers = Readers(self.root)           # this process's readers of the tenants' read indexes
         self.searcher = Searcher(config, self.tokenizer, self.readers)
-
-    def opened(self, t: Tenant, day: str) -> None:
-        """Note a use of a primary shard; past max_open_shards close the least recently used one
-        (365 days in one push reached ~2,250 descriptors per worker). A closed
-        Db reopens its connections if a request still holding it writes again."""
-        evict = []
-        with self._lru_lock:
-            self._lru[(t.name, day)] = t
-            self._lru.move_to_end((t.name, day))
-            while len(self._lru) > max(1, self.config.max_open_shards):
-                (_, old_day), owner = self._lru.popitem(last=False)
-                evict.append((owner, old_day))
-        for owner, old_day in evict:
-            owner.forget_shard(old_day)
 
     # --- tenants ------------------------------------------------------------------------------
     def tenant(self, name: str) -> Tenant:
@@ -85,7 +71,7 @@ class Store(StoreApi):
             with self._lock:
                 t = self._tenants.get(name)
                 if t is None:
-                    t = self._tenants[name] = Tenant(self.root, name, self.config, self.opened)
+                    t = self._tenants[name] = Tenant(self.root, name, self.config, self.open_shards)
         return t
 
     def tenant_names(self) -> list[str]:

@@ -17,19 +17,19 @@ from dataclasses import dataclass
 from ...params import SearchParams
 from ...ranking.bm25 import Bm25, ShardHit
 from ...ranking.scoring import Ranked
-from ...ranking.tail import TokenCache, Unseen, best, score_tokens
+from ...errors import TooCostly
+from ...ranking.tail import TailBudget, TokenCache, Unseen, best, score_tokens
 from ...units import unit_dict
 from ..filters import filters
 from . import fts
 from .fts import CpuBudget
-from .shards import fetch_all, fetch_one, sql
+from .shards import fetch_one, sql
 
 log = logging.getLogger(__name__)
 
 # A day with at most this many units the read index lacks is scanned row by row (by their partial
 # index); with more (a bulk import), FTS5 finds the matches among them.
 TAIL_SCAN_MAX = 5000
-TOKEN_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -86,10 +86,13 @@ class TailReader:
         within read_your_writes_ms; the rest are ``unseen``."""
         live = [term for term, w in zip(terms, bm25.weights) if w]
         found = []
-        deadline = time.monotonic() + self.config.read_your_writes_ms / 1000
+        ryw = TailBudget(self.config.read_your_writes_ms, budget)
         for day, n in tail.days.items():
             db = t.shard(day, create=False)
             if db is None or not live:
+                continue
+            if ryw.expired():
+                unseen.add(None, n)         # no time or CPU left: the read index answers alone for them
                 continue
             args: dict = {"low": tail.low}
             where = ["u.indexed IN (1, 3)", "u.seq >= :low", "u.ntok > 0"] + filters(p, args)
@@ -100,9 +103,12 @@ class TailReader:
                 source, require = fts.unsent_source(where, args["match"]), None
             # the waiting rows before the indexed ones: a row the indexer takes in between is then read
             # twice (kept once), never missed
-            hits = self.pending_top(t, db, day, p, terms, bm25, now, deadline, unseen, budget)
-            hits = best(hits + db.read(budget.run, fts.score, source, args, terms, bm25, p.top_k, now, require),
-                        p.top_k)
+            hits = self.pending_top(t, db, day, p, terms, bm25, now, ryw, unseen, budget)
+            try:
+                hits += db.read(budget.run, fts.score, source, args, terms, bm25, p.top_k, now, require)
+            except TooCostly:
+                unseen.add(None, n)         # past search_cpu_ms: reported as not seen, not a 422
+            hits = best(hits, p.top_k)
             if hits:
                 units = db.read(fts.rows_by_id, [h.rowid for h in hits])
                 found += [Ranked(unit_dict(units[h.rowid]), h.score, h.ntok, h.tfs) for h in hits if h.rowid in units]
@@ -110,10 +116,11 @@ class TailReader:
         return found[:p.top_k]
 
     def pending_top(self, t, db, day: str, p: SearchParams, terms: list[str], bm25: Bm25, now: int,
-                    deadline: float, unseen: Unseen, budget: CpuBudget | None = None) -> list[ShardHit]:
+                    ryw: TailBudget, unseen: Unseen, budget: CpuBudget | None = None) -> list[ShardHit]:
         """The best k units of this shard still waiting for the indexer. Their tokens are made by the
-        first search that meets them (while time allows) and stored in the row when the file is free at
-        once, so other workers and the indexer reuse them; until then this process keeps them."""
+        first search that meets them (while ``ryw`` allows, unit by unit) and stored in the row when the
+        file is free at once, so other workers and the indexer reuse them; until then this process keeps
+        them. What the budget leaves unread is ``unseen``."""
         args: dict = {"now": now}
         where = ["u.indexed = 0"] + filters(p, args)
         # Each row moves one way: no tokens, tokens stored by a search, indexed. Read in that order (the
@@ -122,7 +129,7 @@ class TailReader:
         bare = db.read(fts.pending_bare, where, args)
         hits: list[ShardHit] = []
         if bare:
-            known = self._tokens(t, db, day, bare, deadline, unseen)
+            known = self._tokens(t, db, day, bare, ryw, unseen)
             for r in bare:
                 entry = known.get(r["id"])
                 hit = score_tokens(entry, r, p, terms, bm25) if entry is not None else None
@@ -131,28 +138,34 @@ class TailReader:
         # the tokens are in the row: scored in SQL like the others
         source = fts.pending_source(where + ["u.ntok > 0"])
         run = budget.run if budget is not None else (lambda conn, fn, *a: fn(conn, *a))
-        return best(hits + db.read(run, fts.score, source, dict(args), terms, bm25.for_rows(), p.top_k, now, p.operator),
-                    p.top_k)
+        try:
+            hits += db.read(run, fts.score, source, dict(args), terms, bm25.for_rows(), p.top_k, now, p.operator)
+        except TooCostly:
+            # past search_cpu_ms: these rows are reported as not seen (the answer stays a 200)
+            n, oldest = db.read(lambda c: c.execute(f"SELECT count(*), min(u.pushed_ms) {source}", args).fetchone())
+            unseen.add(oldest, n)
+        return best(hits, p.top_k)
 
-    def _tokens(self, t, db, day: str, bare: list, deadline: float, unseen: Unseen) -> dict:
-        """rowid -> (padded tokens, length) of these waiting units: cached, or made now while the
-        deadline allows (and offered to the row); those left are ``unseen``."""
+    def _tokens(self, t, db, day: str, bare: list, ryw: TailBudget, unseen: Unseen) -> dict:
+        """rowid -> (padded tokens, length) of these waiting units: cached, or made now one by one while
+        ``ryw`` admits each by its size (and offered to the row); those left are ``unseen``."""
         known = {r["id"]: self.tokens.get(t.name, day, r["id"], r["cid"]) for r in bare}
         missing = [r for r in bare if known[r["id"]] is None]
         made = []
-        for start in range(0, len(missing), TOKEN_BATCH):
-            if time.monotonic() > deadline:
-                for r in missing[start:]:
-                    unseen.add(r["pushed_ms"])
+        for i, r in enumerate(missing):
+            if ryw.expired():
+                for rest in missing[i:]:
+                    unseen.add(rest["pushed_ms"])
                 break
-            chunk = missing[start:start + TOKEN_BATCH]
-            contents = {r["id"]: r["content"] for r in db.read(
-                fetch_all, "units_content_by_ids", {"ids": json.dumps([r["id"] for r in chunk])})}
-            for r in chunk:
-                if r["id"] in contents:
-                    toks = self.tokenizer.tokens(contents[r["id"]])
-                    known[r["id"]] = self.tokens.put(t.name, day, r["id"], r["cid"], toks)
-                    made.append({"id": r["id"], "tokens": " ".join(toks), "ntok": len(toks)})
+            row = db.read(fetch_one, "units_content_by_ids", {"ids": json.dumps([r["id"]])})
+            if row is None:
+                continue                    # taken by the indexer, or removed, since
+            if not ryw.admits(len(row["content"])):
+                unseen.add(r["pushed_ms"])  # too large for what is left: the indexer makes its tokens
+                continue
+            toks = ryw.tokens(self.tokenizer, row["content"])
+            known[r["id"]] = self.tokens.put(t.name, day, r["id"], r["cid"], toks)
+            made.append({"id": r["id"], "tokens": " ".join(toks), "ntok": len(toks)})
         if made:
             try:
                 db.try_write(lambda c: c.executemany(sql("ryw_store_tokens"), made))

@@ -1,35 +1,36 @@
 """One tenant's files (docs/design.md §5): ``tenants/<name>/catalog.db``, ``primary/DAY.db`` and
 ``replica/index/`` (the read index, service/readindex/).
 
-A Tenant opens its day shards on demand; the store decides how many stay open across tenants (it
-passes ``opened``, called on every use of a shard). Searcher, maintenance and janitor hold a Tenant,
+A Tenant opens its day shards on demand; the store's ``OpenShards`` (service/store/sqlite/shards.py)
+decides which stay open across tenants: a day past the tenant's share is opened for its caller alone. Searcher, maintenance and janitor hold a Tenant,
 never the whole store. (The catalog, ``events.db`` and ``tools.db`` sit beside; the read index's
 folder is named by service/readindex/schema.py.)"""
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from ...config import Config
 from ...formats import DAY_FILE_RE, TENANT_RE
 from .rows import migrate_shard
-from .shards import Db, fetch_all, fetch_one
+
+SHARD_SCHEMA_VERSION = 2          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
+from .shards import Db, OpenShards, fetch_all, fetch_one
 
 
 class Tenant:
     """One tenant's directory: catalog.db, primary/ day files and replica/index/ (the read index)."""
 
-    def __init__(self, root: Path, name: str, config: Config,
-                 opened: Callable[["Tenant", str], None] = lambda t, day: None):
+    def __init__(self, root: Path, name: str, config: Config, open_shards: OpenShards | None = None):
         if not TENANT_RE.match(name):
             raise ValueError(f"invalid tenant name {name!r}")
         self.name = name
         self.config = config
         self.dir = Path(root) / "tenants" / name
-        self._opened = opened
+        self.open_shards = open_shards or OpenShards(config)
         (self.dir / "primary").mkdir(parents=True, exist_ok=True)
         (self.dir / "replica").mkdir(parents=True, exist_ok=True)
         # the catalog is never unlinked: its reads skip the day shards' inode check
@@ -41,21 +42,43 @@ class Tenant:
         return self.dir / "primary" / f"{day}.db"
 
     def shard(self, day: str, create: bool = True) -> Db | None:
-        """The primary Db of one day (opened once per process, closed when least recently used)."""
+        """The primary Db of one day: kept open while the store's ``OpenShards`` allows, else opened for
+        this caller alone (closed when it drops it). ``create``: a push's day, made when missing."""
         db = self._shards.get(day)
         if db is not None:
-            self._opened(self, day)
+            self.open_shards.used(self, day)
             return db
-        if not create and not self.primary_path(day).exists():
+        path = self.primary_path(day)
+        if not create and not path.exists():
             return None
         with self._lock:
             db = self._shards.get(day)
-            if db is None:
-                db = Db(self.primary_path(day), "shard_schema.sql", self.config,
-                        cache_size_kib=self.config.shard_cache_kib, pool_size=self.config.shard_readers)
-                db.write(migrate_shard)
+            if db is not None:
+                return db
+            try:
+                db = self._open(day, create)
+            except FileNotFoundError:
+                return None                 # unlinked by the janitor meanwhile: no live units
+        # (outside the lock: admitting may close other days, of this tenant or another, under their locks)
+        if not self.open_shards.admit(self, day, push=create):
+            return db
+        with self._lock:
+            kept = self._shards.get(day)
+            if kept is not None:
+                return kept                 # another thread kept this day meanwhile: ours is transient
+            if self.open_shards.keeps(self, day):   # (not evicted again since admitted)
                 self._shards[day] = db
-        self._opened(self, day)
+        return db
+
+    def _open(self, day: str, create: bool) -> Db:
+        """A Db of an existing day's file is opened lazily (its first read opens one connection; the writer
+        waits for a write), so a day opened for one search costs one connection."""
+        path = self.primary_path(day)
+        lazy = not create or path.exists()
+        db = Db(path, "shard_schema.sql", self.config, cache_size_kib=self.config.shard_cache_kib,
+                pool_size=self.config.shard_readers, lazy=lazy)
+        if not lazy or _older(db):
+            db.write(migrate_shard)         # (the writer runs the schema script first)
         return db
 
     def has_day(self, day: str) -> bool:
@@ -66,6 +89,7 @@ class Tenant:
         with self._lock:
             db = self._shards.pop(day, None)
         if db is not None:
+            self.open_shards.forgot(self, day)
             db.close()
 
     def primary_days(self) -> list[str]:
@@ -96,3 +120,12 @@ class Tenant:
                 db.close()
             self._shards.clear()
         self.catalog.close()
+
+
+def _older(db: Db) -> bool:
+    """Whether a shard's file predates the current schema (or lacks it): it is migrated on opening."""
+    try:
+        row = db.read(fetch_one, "schema_version")
+    except sqlite3.OperationalError:
+        return True                         # no meta table: an empty file
+    return row is None or int(row[0]) < SHARD_SCHEMA_VERSION
