@@ -167,9 +167,11 @@ def run_http(hb, src, a, sqlite_dir, pg_env: dict, load_units: list[dict]) -> di
     out: dict = {}
     for name in ("sqlite", "postgresql"):
         ports = [hb.free_port()] + ([hb.free_port()] if name == "postgresql" else [])
-        dirs = [sqlite_dir] if name == "sqlite" else [TMP / f"pg-node{i}" for i in range(2)]
-        for d in dirs[1:] if name == "sqlite" else dirs:
+        dirs = [TMP / "pg-bench-sqlite-http"] if name == "sqlite" else [TMP / f"pg-node{i}" for i in range(2)]
+        for d in dirs:
             shutil.rmtree(d, ignore_errors=True)
+        if name == "sqlite":        # a copy: the load below must not change the build --reuse-sqlite reuses
+            shutil.copytree(sqlite_dir, dirs[0])
         procs = [start_node(hb, src, d, port, {} if name == "sqlite" else pg_env) for d, port in zip(dirs, ports)]
         try:
             res: dict = {}
