@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import sqlite3
 
@@ -75,6 +76,18 @@ class Busy(ApiError):
     def __init__(self, message: str = "Too many searches at once; retry shortly.", **kw):
         kw.setdefault("headers", {"Retry-After": "1"})
         super().__init__(message, **kw)
+
+
+def invalid_json(exc: BaseException) -> BadRequest:
+    """The 400 for a body that does not decode: the decoder's syntax message and position, a number
+    too long to convert said as such, never Python internals."""
+    if isinstance(exc, RecursionError):
+        return BadRequest("The request body is nested too deeply.", code="invalid_json")
+    if "integer string conversion" in str(exc):      # Python's int() guard (sys.int_info.default_max_str_digits)
+        return BadRequest("The request body holds an integer longer than 4300 digits; send such a number as a "
+                          "string.", code="invalid_number")
+    detail = f": {exc.msg} at char {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
+    return BadRequest(f"The request body is not valid UTF-8 JSON{detail}.", code="invalid_json")
 
 
 # SQLite failures that mean the storage itself is unavailable (full, read-only, missing, locked, damaged).

@@ -637,3 +637,72 @@ def test_access_log_has_one_line_per_request_without_content_or_key(make_app, ca
     assert lines[1].startswith("tenant=- method=GET route=/mcp/units/<cid> status=401 ms=")
     assert lines[2].startswith("tenant=- method=GET route=/mcp/units/<cid> status=403 ms=")
     assert not any(key in line or "secret" in line or cid in line for line in lines)
+
+
+# --- issue 25, finding 6: a push body is decoded unit by unit, each field held to a cap on its raw text ---
+def test_a_unit_over_its_raw_cap_is_refused_before_it_is_decoded(make_app):
+    import tracemalloc
+    app = make_app(max_metadata_bytes=4096)            # metadata's raw cap: 16 x 4 KiB = 64 KiB
+    c = app.test_client()
+    head = json.dumps(make_unit("decode bound"))[:-1].encode()
+    body = head + b', "metadata": {"a": [' + b",".join([b"[]"] * 1_400_000) + b"]}}"     # 4 MiB of empty lists
+    tracemalloc.start()
+    try:
+        rv = c.post("/mcp/push", data=body, content_type="application/json")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert_error(rv, 400, "unit_too_large", "metadata")
+    # decoded whole, 1.4 million lists cost ~90 MB; the body and its copies are ~12 MB
+    assert peak < 40 * 1024 * 1024, peak
+    # the same unit in a batch: the whole request is refused, nothing stored
+    assert_error(c.post("/mcp/push", data=b"[" + body + b"]", content_type="application/json"), 400,
+                 "unit_too_large", "metadata")
+    # a unit that is no object is never decoded either
+    assert_error(c.post("/mcp/push", data=b"[[" + b"[]," * 100_000 + b"[]]]", content_type="application/json"),
+                 400, "unit_too_large")
+    assert c.post("/mcp/search", json={"query": "decode bound", "consistency": "strong"}).get_json()["results"] == []
+
+
+def test_escaped_and_pretty_printed_units_within_their_caps_are_stored(make_app):
+    c = make_app(max_content_bytes=1000, max_metadata_bytes=1000).test_client()
+    unit = make_unit("a" * 1000, metadata={"k": "v" * 900})
+    # every character escaped (6 bytes each) and the metadata pretty-printed: still within the raw caps
+    raw = json.dumps(unit, indent=8).replace('"' + "a" * 1000 + '"', '"' + "\\u0061" * 1000 + '"')
+    rv = c.post("/mcp/push", data=raw, content_type="application/json")
+    assert rv.status_code == 200 and rv.get_json()["status"] == "ok", rv.get_json()
+    rv = c.post("/mcp/push", data="[" + raw + "," + raw + "]", content_type="application/json")
+    assert [r["status"] for r in rv.get_json()["results"]] == ["duplicate", "duplicate"]
+    # past the content's cap it is the field's own 400, within its raw cap
+    assert_error(c.post("/mcp/push", json=make_unit("a" * 1001)), 400, "content_too_large", "content")
+
+
+def test_a_long_integer_is_said_to_be_too_long(client):
+    unit = json.dumps(make_unit("long number"))[:-1].encode()
+    rv = client.post("/mcp/push", data=unit + b', "metadata": {"n": ' + b"7" * 5000 + b"}}",
+                     content_type="application/json")
+    assert_error(rv, 400, "invalid_number")
+    assert "4300 digits" in rv.get_json()["error"]
+    rv = client.post("/mcp/search", data=b'{"query": "x", "top_k": ' + b"9" * 5000 + b"}",
+                     content_type="application/json")
+    assert_error(rv, 400, "invalid_number")
+
+
+def test_a_32_mib_push_grows_a_real_worker_by_a_bounded_amount(live_server_factory):
+    """The attack of finding 6 on a real gunicorn worker: its peak RSS (VmHWM) stays within the bound the
+    README states (the body as read, twice, plus a few MiB; 1.6 GB before)."""
+    from workers import worker_pids
+    server = live_server_factory(workers=1)
+    requests.post(server.url + "/mcp/push", json=make_unit("warm up"), timeout=60).raise_for_status()
+    [worker] = worker_pids(server.proc.pid)
+
+    def kib(field):
+        line = next(x for x in open(f"/proc/{worker}/status") if x.startswith(field + ":"))
+        return int(line.split()[1])
+    idle = kib("VmRSS")
+    head = json.dumps(make_unit("thirty-two mebibytes"))[:-1].encode() + b', "metadata": {"a": ['
+    n = (32 * 1024 * 1024 - 4096 - len(head)) // 3
+    rv = requests.post(server.url + "/mcp/push", data=head + b",".join([b"[]"] * n) + b"]}}",
+                       headers={"Content-Type": "application/json"}, timeout=120)
+    assert rv.status_code == 400 and rv.json()["code"] == "unit_too_large"
+    assert kib("VmHWM") - idle < 96 * 1024, (idle, kib("VmHWM"))
