@@ -163,7 +163,19 @@ def respond(status: int, code: str, message: str, field: str | None = None, head
     return rv
 
 
+# Answers that tell a client to come back later; flask-limiter adds Retry-After to every response of a
+# limited route (the time until its window resets), which on a 200 reads as "you are being throttled".
+_RETRY_STATUSES = (429, 503)
+
+
 def init_app(app: Flask) -> None:
+    @app.after_request
+    def _retry_after_only_when_retrying(response):
+        # Registered first, so it runs after every other after_request (the limiter's included).
+        if response.status_code not in _RETRY_STATUSES:
+            response.headers.pop("Retry-After", None)
+        return response
+
     @app.errorhandler(ApiError)
     def _api_error(e: ApiError):
         return respond(e.status, e.code, e.message, e.field, e.headers)

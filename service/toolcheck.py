@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
 from .errors import ApiError, BadRequest, NotFound, Unprocessable
+from .params import plain_text
 from .units import _check_metadata_values
 
 TOOL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -271,6 +272,7 @@ def parse_search(body: dict) -> dict:
     if not isinstance(query, str):
         raise BadRequest("Field 'query' is required: plain text describing what the tool should do.",
                          code="missing_field", field="query")
+    plain_text(query, "query")
     if len(query) > MAX_SEARCH_QUERY:
         raise BadRequest(f"Field 'query' must be at most {MAX_SEARCH_QUERY} characters.", code="query_too_long",
                          field="query")

@@ -706,3 +706,44 @@ def test_a_32_mib_push_grows_a_real_worker_by_a_bounded_amount(live_server_facto
                        headers={"Content-Type": "application/json"}, timeout=120)
     assert rv.status_code == 400 and rv.json()["code"] == "unit_too_large"
     assert kib("VmHWM") - idle < 96 * 1024, (idle, kib("VmHWM"))
+
+
+# --- issue 25, finding 9 and 13: the last 500s are 400s; Retry-After only where a retry is the answer ---
+@pytest.mark.parametrize("value", ["²", "١٢", "12³"])
+def test_a_last_event_id_of_non_ascii_digits_is_400(client, value):
+    rv = client.get("/mcp/stream", headers={"Last-Event-ID": value.encode("utf-8").decode("latin-1")})
+    assert_error(rv, 400, "invalid_field", "last_event_id")
+    assert_error(client.get("/mcp/stream", query_string={"last_event_id": value}), 400, "invalid_field",
+                 "last_event_id")
+
+
+def test_lone_surrogates_and_nul_in_text_parameters_are_400_on_every_backend(live_server):
+    url = live_server.url
+    post = lambda path, raw: requests.post(url + path, data=raw, headers={"Content-Type": "application/json"},
+                                           timeout=10)
+    for path, raw, field in [
+        ("/mcp/search", b'{"query": "x", "source": "\\ud83dx"}', "source"),
+        ("/mcp/search", b'{"query": "\\ud83dx"}', "query"),
+        ("/mcp/search", b'{"query": "a\\u0000b"}', "query"),
+        ("/mcp/context", b'{"query": "x", "source": "\\udc00"}', "source"),
+        ("/mcp/forget", b'{"source": "\\ud83dx"}', "source"),
+        ("/mcp/forget", b'{"query": "\\ud83dx"}', "query"),
+    ]:
+        rv = post(path, raw)
+        assert rv.status_code == 400 and rv.json()["field"] == field, (path, raw, rv.text)
+    for query in ("after=%00", "after=a%00b", "q=a%00b"):
+        rv = requests.get(f"{url}/mcp/tools?{query}", timeout=10)
+        assert rv.status_code == 400, (query, rv.text)
+    rv = requests.get(f"{url}/mcp/units?source=%ED%A0%BDx", timeout=10)     # not UTF-8: werkzeug's U+FFFD
+    assert rv.status_code in (200, 400), rv.text
+
+
+def test_retry_after_is_only_on_429_and_503(make_app, tmp_path):
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"keys": [{"key": "retry-after-0123456789", "tenant": "t", "scopes": ["search"]}]}))
+    c = make_app(api_keys_file=str(keys), rate_limit="3/minute").test_client()
+    auth = {"Authorization": "Bearer retry-after-0123456789"}
+    answers = [c.get("/mcp/stats", headers=auth) for _ in range(4)]
+    assert [rv.status_code for rv in answers] == [200, 200, 200, 429]
+    assert all("Retry-After" not in rv.headers for rv in answers[:3])
+    assert "X-RateLimit-Limit" in answers[0].headers and int(answers[3].headers["Retry-After"]) > 0
