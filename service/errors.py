@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import sqlite3
 
@@ -77,6 +78,18 @@ class Busy(ApiError):
         super().__init__(message, **kw)
 
 
+def invalid_json(exc: BaseException) -> BadRequest:
+    """The 400 for a body that does not decode: the decoder's syntax message and position, a number
+    too long to convert said as such, never Python internals."""
+    if isinstance(exc, RecursionError):
+        return BadRequest("The request body is nested too deeply.", code="invalid_json")
+    if "integer string conversion" in str(exc):      # Python's int() guard (sys.int_info.default_max_str_digits)
+        return BadRequest("The request body holds an integer longer than 4300 digits; send such a number as a "
+                          "string.", code="invalid_number")
+    detail = f": {exc.msg} at char {exc.pos}" if isinstance(exc, json.JSONDecodeError) else ""
+    return BadRequest(f"The request body is not valid UTF-8 JSON{detail}.", code="invalid_json")
+
+
 # SQLite failures that mean the storage itself is unavailable (full, read-only, missing, locked, damaged).
 _STORAGE_MESSAGES = ("disk is full", "readonly database", "unable to open database", "disk i/o error",
                      "database is locked", "no such table", "file is not a database",
@@ -150,7 +163,19 @@ def respond(status: int, code: str, message: str, field: str | None = None, head
     return rv
 
 
+# Answers that tell a client to come back later; flask-limiter adds Retry-After to every response of a
+# limited route (the time until its window resets), which on a 200 reads as "you are being throttled".
+_RETRY_STATUSES = (429, 503)
+
+
 def init_app(app: Flask) -> None:
+    @app.after_request
+    def _retry_after_only_when_retrying(response):
+        # Registered first, so it runs after every other after_request (the limiter's included).
+        if response.status_code not in _RETRY_STATUSES:
+            response.headers.pop("Retry-After", None)
+        return response
+
     @app.errorhandler(ApiError)
     def _api_error(e: ApiError):
         return respond(e.status, e.code, e.message, e.field, e.headers)

@@ -112,6 +112,18 @@ class SearchParams:
 
 
 # --- validation, one function per kind ------------------------------------------------------------
+def plain_text(v: str, name: str) -> str:
+    """A text parameter that can reach storage: no NUL (PostgreSQL's text cannot hold one) and no lone
+    surrogate (it has no UTF-8 form, so SQLite, PostgreSQL and every hash refuse it): 400, not 500."""
+    if "\0" in v:
+        raise BadRequest(f"Field {name!r} must not contain NUL characters.", field=name)
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(f"Field {name!r} is not valid Unicode (lone surrogate).", field=name) from None
+    return v
+
+
 def _text(f: Field, v, config):
     if v is None:
         raise BadRequest(f"Field {f.name!r} is required.", code="missing_field", field=f.name)
@@ -120,7 +132,7 @@ def _text(f: Field, v, config):
     if len(v) > f.maximum:
         raise BadRequest(f"Field {f.name!r} must be at most {f.maximum} characters.",
                          code="query_too_long", field=f.name)
-    return v
+    return plain_text(v, f.name)
 
 
 def _integer(f: Field, v, config):
@@ -184,7 +196,7 @@ def _source(f: Field, v, config):
                          field=f.name)
     if v is not None and CONTROL_CHARS_RE.search(v):   # (no source holds one: docs/design.md §3)
         raise BadRequest(f"Field {f.name!r} must not contain control characters.", field=f.name)
-    return v
+    return v if v is None else plain_text(v, f.name)
 
 
 def _cid(f: Field, v, config):

@@ -102,4 +102,4 @@ def unseal(purpose: str, tenant: str, token, *, field: str, code: str, secret: b
 def digest(value) -> str:
     """A short stable fingerprint of a JSON value (a request's filters), to bind a token to it."""
     text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]   # (a lone surrogate too)

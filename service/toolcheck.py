@@ -1,9 +1,10 @@
 """The tool contract: what a registered tool may hold, checked before anything is stored.
 
 A tool is a name, a description, an endpoint, an ``auth_type``, tags, metadata, and input/output
-schemas checked as JSON Schema 2020-12 (``jsonschema``). No credential is ever stored: field names
-and values that look like one are refused wherever they appear (metadata, the endpoint's user info
-or query, the description, literal values in the schemas); only the kind of auth is kept.
+schemas checked as JSON Schema 2020-12 (``jsonschema``). No credential is ever stored: every string of
+a tool is checked, keys included (title, description, metadata, every schema keyword and value, the
+endpoint's user info, query and fragment); only the kind of auth is kept. Schemas' $ref and $id are
+local pointers, acyclic, with a bounded expansion.
 service/store/sqlite/registry.py stores and searches what passes.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
 from .errors import ApiError, BadRequest, NotFound, Unprocessable
+from .params import plain_text
 from .units import _check_metadata_values
 
 TOOL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -46,6 +48,9 @@ SECRET_VALUES = re.compile("|".join((
     r"\bxox[abprs]-[A-Za-z0-9-]{10,}",                 # Slack tokens
     r"\bAIza[0-9A-Za-z_-]{35}",                        # Google API keys
     r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",   # a JWT
+    r"\bcms_[A-Za-z0-9_-]{20,}",                       # this service's own keys (service/auth.py new_key)
+    r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@",      # a URL with a password: postgres://admin:pw@db
+    r"[#?&](?:access_token|id_token|refresh_token|api_key|apikey|token|password)=[^&\s]+",
 )))
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -94,26 +99,112 @@ def _scan(value, where: str, *, keys: bool) -> None:
                 raise CredentialRefused(path)
         elif isinstance(item, dict):
             for k, v in item.items():
-                if keys and _secret_key(str(k)) and v not in (None, "", False):
+                if SECRET_VALUES.search(str(k)) or (keys and _secret_key(str(k)) and v not in (None, "", False)):
                     raise CredentialRefused(f"{path}.{k}")
                 stack.append((v, f"{path}.{k}"))
         elif isinstance(item, list):
             stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
 
 
+_NAMED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_LITERALS = ("default", "const", "examples", "enum")
+MAX_REF_EXPANSION = 10_000     # schema nodes a client that inlines every $ref would build
+
+
 def _schema_values(schema, where: str) -> None:
-    """Schema keywords that carry literal values (default, const, examples, enum) must hold no credential."""
-    stack = [(schema, where)]
+    """Every string in a schema, keys included, holds no credential: literal values (default, const,
+    examples, enum) are scanned with their keys, a credential-named keyword (``x-api-key``) may carry no
+    value, a credential-named property no literal value, and every other string is scanned as text."""
+    stack = [(schema, where, False)]
     while stack:
-        node, path = stack.pop()
+        node, path, secret_named = stack.pop()
         if isinstance(node, dict):
             for k, v in node.items():
-                if k in ("default", "const", "examples", "enum"):
-                    _scan(v, f"{path}.{k}", keys=True)
+                key = str(k)
+                if SECRET_VALUES.search(key):
+                    raise CredentialRefused(path)
+                if key in _LITERALS:
+                    _scan(v, f"{path}.{key}", keys=True)
+                    if secret_named and v not in (None, "", False, []):
+                        raise CredentialRefused(f"{path}.{key}")
+                elif key in _NAMED and isinstance(v, dict):
+                    for name, sub in v.items():
+                        if SECRET_VALUES.search(str(name)):
+                            raise CredentialRefused(f"{path}.{key}")
+                        stack.append((sub, f"{path}.{key}.{name}", _secret_key(str(name))))
                 else:
-                    stack.append((v, f"{path}.{k}"))
+                    if _secret_key(key) and not isinstance(v, (dict, list, bool)) and v not in (None, ""):
+                        raise CredentialRefused(f"{path}.{key}")
+                    stack.append((v, f"{path}.{key}", False))
         elif isinstance(node, list):
-            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(node))
+            stack.extend((v, f"{path}[{i}]", False) for i, v in enumerate(node))
+        elif isinstance(node, str) and SECRET_VALUES.search(node):
+            raise CredentialRefused(path)
+
+
+def _local_refs_only(schema, bad) -> None:
+    stack = [schema]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, dict):
+            for kw in ("$ref", "$dynamicRef", "$id"):
+                v = n.get(kw)
+                if v is not None and (not isinstance(v, str) or not v.startswith("#")):
+                    raise bad(f"{kw} {str(v)[:64]!r} points outside the schema; only local '#/...' pointers "
+                              "are accepted.")
+            stack.extend(n.values())
+        elif isinstance(n, list):
+            stack.extend(n)
+
+
+def _refs(schema, name: str) -> None:
+    """$ref and $id point inside the schema only (``#`` or ``#/...``: a remote one makes every client that
+    resolves it fetch that URL), no $ref is cyclic, and inlining every $ref stays under MAX_REF_EXPANSION
+    nodes (2^59 fan-out otherwise fits in a few KiB)."""
+    def bad(msg):
+        return BadRequest(f"Field {name!r}: {msg}", code="invalid_schema", field=name)
+
+    _local_refs_only(schema, bad)
+
+    def target(ref: str):
+        node = schema
+        for part in ref[2:].split("/") if ref.startswith("#/") else []:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isascii() and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                raise bad(f"$ref {ref[:64]!r} points at nothing.")
+        return node
+
+    sizes: dict[int, int] = {}
+    resolving: set[int] = set()
+
+    def size(node, depth=0) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in resolving:
+            raise bad("$ref is cyclic.")
+        resolving.add(key)
+        total = 1
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            total += size(child, depth + 1)
+        if isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            total += size(target(node["$ref"]), depth + 1)
+        resolving.discard(key)
+        sizes[key] = total
+        if total > MAX_REF_EXPANSION:
+            raise bad(f"inlining its $refs would build more than {MAX_REF_EXPANSION} schema nodes.")
+        return total
+    try:
+        size(schema)
+    except RecursionError:
+        raise bad("$ref chains too deep.") from None
 
 
 def _string(raw: dict, name: str, limit: int, *, required: bool = False) -> str | None:
@@ -149,7 +240,7 @@ def _endpoint(raw: dict) -> str | None:
                          field="endpoint")
     if parts.username is not None or parts.password is not None:
         raise CredentialRefused("endpoint")
-    for key, val in parse_qsl(parts.query, keep_blank_values=True):
+    for key, val in parse_qsl(parts.query, keep_blank_values=True) + parse_qsl(parts.fragment, keep_blank_values=True):
         if _secret_key(key) and val:
             raise CredentialRefused("endpoint")
     _scan(value, "endpoint", keys=False)
@@ -196,6 +287,7 @@ def _json_schema(raw: dict, name: str, *, required: bool) -> dict | None:
         raise BadRequest(f"Field {name!r} is not a valid JSON Schema 2020-12.", code="invalid_schema",
                          field=name) from None
     _schema_values(schema, name)
+    _refs(schema, name)
     return schema
 
 
@@ -220,6 +312,8 @@ def validate_tool(raw, config, *, name: str | None = None) -> Tool:
         raise BadRequest("Field 'name' must be 1-128 letters, digits, '_', '-' or '.', starting with a letter or "
                          "digit.", code="invalid_name", field="name")
     title = _string(raw, "title", MAX_TITLE)
+    if title is not None:
+        _scan(title, "title", keys=False)
     description = _string(raw, "description", MAX_DESCRIPTION, required=True)
     _scan(description, "description", keys=False)
     endpoint = _endpoint(raw)
@@ -271,6 +365,7 @@ def parse_search(body: dict) -> dict:
     if not isinstance(query, str):
         raise BadRequest("Field 'query' is required: plain text describing what the tool should do.",
                          code="missing_field", field="query")
+    plain_text(query, "query")
     if len(query) > MAX_SEARCH_QUERY:
         raise BadRequest(f"Field 'query' must be at most {MAX_SEARCH_QUERY} characters.", code="query_too_long",
                          field="query")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 
 from .config import Config
-from .errors import BadRequest, Unprocessable
+from .errors import ApiError, BadRequest, Unprocessable
 from .formats import CONTROL_CHARS_RE, is_cid
 
 CID_SCHEMA = {"type": "string", "pattern": "^[0-9a-f]{12}$", "description": "12 lowercase hex digits.",
@@ -65,7 +66,7 @@ class Unit:
     timestamp: int
     ttl: int
     content: str
-    metadata: dict | None
+    metadata: dict | None          # the decoded object when built by hand; validate_unit keeps only the text
     parent_cid: str | None
     metadata_text: str | None = field(default=None, compare=False, repr=False)   # the metadata as stored
     # derived once here (a push reads them several times)
@@ -228,6 +229,10 @@ def _check_cid(cid, expected: str) -> None:
 def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
     """Check one pushed unit against every rule of the unit table; raise ApiError on the first failure
     (fields checked in the order below)."""
+    if isinstance(raw, Unit):
+        return raw                   # checked as it was decoded (decode_push)
+    if isinstance(raw, ApiError):
+        raise raw                    # refused as it was decoded (decode_push)
     now = time.time() if now is None else now
     if not isinstance(raw, dict):
         raise BadRequest("A unit must be a JSON object.", code="invalid_unit")
@@ -240,8 +245,7 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
     timestamp = _check_timestamp(raw.get("timestamp"), config, now)
     ttl = _check_ttl(raw.get("ttl"), config)
     content = _check_content(raw.get("content"), config)
-    metadata = raw.get("metadata")
-    metadata_text = _check_metadata(metadata, config)
+    metadata_text = _check_metadata(raw.get("metadata"), config)
     parent = _check_parent(raw.get("parent_cid"))
     expected = compute_cid(content, timestamp, source)
     _check_cid(raw.get("cid"), expected)
@@ -251,7 +255,188 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
         raise Unprocessable("The unit expired before it arrived (timestamp + ttl is in the past).",
                             code="already_expired", field="ttl")
     return Unit(cid=expected, type=utype, source=source, timestamp=timestamp, ttl=ttl,
-                content=content, metadata=metadata, parent_cid=parent, metadata_text=metadata_text)
+                content=content, metadata=None, parent_cid=parent, metadata_text=metadata_text)
+
+
+# --- decoding a push body, one unit at a time ---------------------------------------------------------
+# A JSON value costs far more as Python objects than as text (`[],` is 3 bytes of text and 64 bytes of
+# list), so a push body is never decoded whole. It is read unit by unit and, inside a unit, field by
+# field; each field's value is decoded from a window of the body no larger than that field's cap on
+# its raw text (so a value past its cap is refused having cost at most the cap):
+#   content   6 x CONTEXT_MAX_CONTENT_BYTES (every UTF-8 byte written as a \uXXXX escape is 6 bytes)
+#   metadata 16 x CONTEXT_MAX_METADATA_BYTES (escapes and pretty-printing)
+#   any other 64 KiB (type, source, cid, numbers; and a content that is no string)
+# and a unit at most their sum. Over a cap the request is refused: 400 ``unit_too_large``. A checked
+# unit keeps its metadata as text only, so a batch never holds its decoded metadata objects.
+RAW_FIELD_BYTES = 64 * 1024
+_FIRST_WINDOW = 4096
+_WS = re.compile(rb"[ \t\n\r]*")
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_SCALAR = re.compile(rb'[^,\]}\[{" \t\n\r:]+')
+_UNITS_KEY = re.compile(rb'\{[ \t\n\r]*"units"[ \t\n\r]*:[ \t\n\r]*')
+
+
+class RawCaps:
+    """The raw-text caps of one configuration (see above)."""
+
+    def __init__(self, config: Config):
+        self.content = 6 * config.max_content_bytes + 2         # and its quotes
+        self.metadata = 16 * config.max_metadata_bytes
+        self.other = RAW_FIELD_BYTES
+        self.unit = self.content + self.metadata + len(FIELDS) * RAW_FIELD_BYTES
+
+    def field(self, name: str, string: bool) -> int:
+        if name == "content" and string:
+            return self.content
+        return self.metadata if name == "metadata" else self.other
+
+
+def _too_large(what: str, cap: int, field_name: str | None) -> BadRequest:
+    return BadRequest(f"{what} takes more than {cap} bytes of JSON text; no unit may (see the README's "
+                      "Security section).", code="unit_too_large", field=field_name)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _syntax(msg: str, pos: int) -> json.JSONDecodeError:
+    return json.JSONDecodeError(msg, "", pos)
+
+
+def _ws(raw: bytes, i: int) -> int:
+    return _WS.match(raw, i).end()
+
+
+def _loads(raw: bytes, i: int, end: int):
+    try:
+        return json.loads(raw[i:end].decode("utf-8"), parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise _syntax(e.msg, i + e.pos) from None
+
+
+def _value(raw: bytes, i: int, cap: int, what: str, field_name: str | None):
+    """(end, value) of the JSON value at byte ``i``, decoded from at most ``cap`` bytes of the body;
+    400 ``unit_too_large`` when it is longer."""
+    first = raw[i:i + 1]
+    if first == b'"' or first not in (b"[", b"{"):
+        m = (_STRING if first == b'"' else _SCALAR).match(raw, i)
+        if m is None:
+            raise _syntax("Expecting value", i)
+        if m.end() - i > cap:
+            raise _too_large(what, cap, field_name)
+        return m.end(), _loads(raw, i, m.end())
+    # A container: decode a growing window (x4 each time, up to the cap) until the value fits in it.
+    size = min(_FIRST_WINDOW, cap)
+    while True:
+        hi = min(len(raw), i + size)
+        while hi < len(raw) and raw[hi] & 0xC0 == 0x80:      # not inside a UTF-8 sequence
+            hi -= 1
+        text = raw[i:hi].decode("utf-8")
+        try:
+            value, k = _DECODER.raw_decode(text)
+        except json.JSONDecodeError as e:
+            cut = hi < len(raw) and (e.pos >= len(text) - 12 or e.msg.startswith("Unterminated string"))
+            if not cut:
+                raise _syntax(e.msg, i + len(text[:e.pos].encode("utf-8"))) from None
+            if size >= cap:
+                raise _too_large(what, cap, field_name) from None
+            size = min(cap, size * 4)
+            continue
+        return i + (k if text.isascii() else len(text[:k].encode("utf-8"))), value
+
+
+def _decode_unit(raw: bytes, i: int, caps: RawCaps, what: str, config: Config, now: float):
+    """(end, the Unit or the ApiError that refused it) of the unit at byte ``i``."""
+    if not raw.startswith(b"{", i):
+        end, _ = _value(raw, i, caps.other, what, None)      # a small value, for its syntax error if any
+        return end, BadRequest("A unit must be a JSON object.", code="invalid_unit")
+    unit: dict = {}
+    j = _ws(raw, i + 1)
+    if raw.startswith(b"}", j):
+        j += 1
+    else:
+        while True:
+            m = _STRING.match(raw, j)
+            if m is None or m.end() - j > caps.other:
+                raise _syntax("Expecting property name enclosed in double quotes", j)
+            name = _loads(raw, j, m.end())
+            j = _ws(raw, m.end())
+            if not raw.startswith(b":", j):
+                raise _syntax("Expecting ':' delimiter", j)
+            j = _ws(raw, j + 1)
+            cap = caps.field(name, raw.startswith(b'"', j))
+            j, unit[name] = _value(raw, j, cap, f"{what}'s field {name[:32]!r}", name[:64])
+            if j - i > caps.unit:
+                raise _too_large(what, caps.unit, None)
+            j = _ws(raw, j)
+            if raw.startswith(b",", j):
+                j = _ws(raw, j + 1)
+                continue
+            if raw.startswith(b"}", j):
+                j += 1
+                break
+            raise _syntax("Expecting ',' delimiter", j)
+    try:
+        return j, validate_unit(unit, config, now)
+    except ApiError as e:
+        return j, e
+
+
+def decode_push(raw: bytes, config: Config, now: float | None = None):
+    """A push body: (the items, whether it was a batch). Each item is a checked Unit or the ApiError that
+    refused it (validate_unit passes both on). A batch is ``[...]`` or ``{"units": [...]}``; it stops at
+    ``config.max_batch`` + 1 items (400 ``batch_too_large``). Raises BadRequest, or ValueError for text
+    that is no JSON (the caller's 400 ``invalid_json``)."""
+    now = time.time() if now is None else now
+    caps = RawCaps(config)
+    i = _ws(raw, 0)
+    bare = raw.startswith(b"[", i)
+    if not bare:
+        m = _UNITS_KEY.match(raw, i)
+        if m is None:
+            end, item = _decode_unit(raw, i, caps, "The unit", config, now)
+            _expect_end(raw, end)
+            return item, False
+        if not raw.startswith(b"[", m.end()):
+            raise BadRequest("Field 'units' must be a JSON array of units.", field="units")
+        i = m.end()
+    items: list = []
+    j = _ws(raw, i + 1)
+    if raw.startswith(b"]", j):
+        j += 1
+    else:
+        while True:
+            if len(items) >= config.max_batch:
+                raise BadRequest(f"A batch holds at most {config.max_batch} units.", code="batch_too_large",
+                                 field="units")
+            j, item = _decode_unit(raw, j, caps, f"Unit {len(items)}", config, now)
+            items.append(item)
+            j = _ws(raw, j)
+            if raw.startswith(b",", j):
+                j = _ws(raw, j + 1)
+                continue
+            if raw.startswith(b"]", j):
+                j += 1
+                break
+            raise _syntax("Expecting ',' delimiter", j)
+    if not bare:
+        j = _ws(raw, j)
+        if not raw.startswith(b"}", j):
+            raise BadRequest('A batch body is {"units": [...]} with no other field.', code="unknown_field",
+                             field="units")
+        j += 1
+    _expect_end(raw, j)
+    return items, True
+
+
+def _expect_end(raw: bytes, i: int) -> None:
+    i = _ws(raw, i)
+    if i != len(raw):
+        raise _syntax("Extra data", i)
 
 
 # --- the unit's JSON shapes ------------------------------------------------------------------------

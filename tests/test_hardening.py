@@ -637,3 +637,113 @@ def test_access_log_has_one_line_per_request_without_content_or_key(make_app, ca
     assert lines[1].startswith("tenant=- method=GET route=/mcp/units/<cid> status=401 ms=")
     assert lines[2].startswith("tenant=- method=GET route=/mcp/units/<cid> status=403 ms=")
     assert not any(key in line or "secret" in line or cid in line for line in lines)
+
+
+# --- issue 25, finding 6: a push body is decoded unit by unit, each field held to a cap on its raw text ---
+def test_a_unit_over_its_raw_cap_is_refused_before_it_is_decoded(make_app):
+    import tracemalloc
+    app = make_app(max_metadata_bytes=4096)            # metadata's raw cap: 16 x 4 KiB = 64 KiB
+    c = app.test_client()
+    head = json.dumps(make_unit("decode bound"))[:-1].encode()
+    body = head + b', "metadata": {"a": [' + b",".join([b"[]"] * 1_400_000) + b"]}}"     # 4 MiB of empty lists
+    tracemalloc.start()
+    try:
+        rv = c.post("/mcp/push", data=body, content_type="application/json")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert_error(rv, 400, "unit_too_large", "metadata")
+    # decoded whole, 1.4 million lists cost ~90 MB; the body and its copies are ~12 MB
+    assert peak < 40 * 1024 * 1024, peak
+    # the same unit in a batch: the whole request is refused, nothing stored
+    assert_error(c.post("/mcp/push", data=b"[" + body + b"]", content_type="application/json"), 400,
+                 "unit_too_large", "metadata")
+    # a unit that is no object is never decoded either
+    assert_error(c.post("/mcp/push", data=b"[[" + b"[]," * 100_000 + b"[]]]", content_type="application/json"),
+                 400, "unit_too_large")
+    assert c.post("/mcp/search", json={"query": "decode bound", "consistency": "strong"}).get_json()["results"] == []
+
+
+def test_escaped_and_pretty_printed_units_within_their_caps_are_stored(make_app):
+    c = make_app(max_content_bytes=1000, max_metadata_bytes=1000).test_client()
+    unit = make_unit("a" * 1000, metadata={"k": "v" * 900})
+    # every character escaped (6 bytes each) and the metadata pretty-printed: still within the raw caps
+    raw = json.dumps(unit, indent=8).replace('"' + "a" * 1000 + '"', '"' + "\\u0061" * 1000 + '"')
+    rv = c.post("/mcp/push", data=raw, content_type="application/json")
+    assert rv.status_code == 200 and rv.get_json()["status"] == "ok", rv.get_json()
+    rv = c.post("/mcp/push", data="[" + raw + "," + raw + "]", content_type="application/json")
+    assert [r["status"] for r in rv.get_json()["results"]] == ["duplicate", "duplicate"]
+    # past the content's cap it is the field's own 400, within its raw cap
+    assert_error(c.post("/mcp/push", json=make_unit("a" * 1001)), 400, "content_too_large", "content")
+
+
+def test_a_long_integer_is_said_to_be_too_long(client):
+    unit = json.dumps(make_unit("long number"))[:-1].encode()
+    rv = client.post("/mcp/push", data=unit + b', "metadata": {"n": ' + b"7" * 5000 + b"}}",
+                     content_type="application/json")
+    assert_error(rv, 400, "invalid_number")
+    assert "4300 digits" in rv.get_json()["error"]
+    rv = client.post("/mcp/search", data=b'{"query": "x", "top_k": ' + b"9" * 5000 + b"}",
+                     content_type="application/json")
+    assert_error(rv, 400, "invalid_number")
+
+
+def test_a_32_mib_push_grows_a_real_worker_by_a_bounded_amount(live_server_factory):
+    """The attack of finding 6 on a real gunicorn worker: its peak RSS (VmHWM) stays within the bound the
+    README states (the body as read, twice, plus a few MiB; 1.6 GB before)."""
+    from workers import worker_pids
+    server = live_server_factory(workers=1)
+    requests.post(server.url + "/mcp/push", json=make_unit("warm up"), timeout=60).raise_for_status()
+    [worker] = worker_pids(server.proc.pid)
+
+    def kib(field):
+        line = next(x for x in open(f"/proc/{worker}/status") if x.startswith(field + ":"))
+        return int(line.split()[1])
+    idle = kib("VmRSS")
+    head = json.dumps(make_unit("thirty-two mebibytes"))[:-1].encode() + b', "metadata": {"a": ['
+    n = (32 * 1024 * 1024 - 4096 - len(head)) // 3
+    rv = requests.post(server.url + "/mcp/push", data=head + b",".join([b"[]"] * n) + b"]}}",
+                       headers={"Content-Type": "application/json"}, timeout=120)
+    assert rv.status_code == 400 and rv.json()["code"] == "unit_too_large"
+    assert kib("VmHWM") - idle < 96 * 1024, (idle, kib("VmHWM"))
+
+
+# --- issue 25, finding 9 and 13: the last 500s are 400s; Retry-After only where a retry is the answer ---
+@pytest.mark.parametrize("value", ["²", "١٢", "12³"])
+def test_a_last_event_id_of_non_ascii_digits_is_400(client, value):
+    rv = client.get("/mcp/stream", headers={"Last-Event-ID": value.encode("utf-8").decode("latin-1")})
+    assert_error(rv, 400, "invalid_field", "last_event_id")
+    assert_error(client.get("/mcp/stream", query_string={"last_event_id": value}), 400, "invalid_field",
+                 "last_event_id")
+
+
+def test_lone_surrogates_and_nul_in_text_parameters_are_400_on_every_backend(live_server):
+    url = live_server.url
+    post = lambda path, raw: requests.post(url + path, data=raw, headers={"Content-Type": "application/json"},
+                                           timeout=10)
+    for path, raw, field in [
+        ("/mcp/search", b'{"query": "x", "source": "\\ud83dx"}', "source"),
+        ("/mcp/search", b'{"query": "\\ud83dx"}', "query"),
+        ("/mcp/search", b'{"query": "a\\u0000b"}', "query"),
+        ("/mcp/context", b'{"query": "x", "source": "\\udc00"}', "source"),
+        ("/mcp/forget", b'{"source": "\\ud83dx"}', "source"),
+        ("/mcp/forget", b'{"query": "\\ud83dx"}', "query"),
+    ]:
+        rv = post(path, raw)
+        assert rv.status_code == 400 and rv.json()["field"] == field, (path, raw, rv.text)
+    for query in ("after=%00", "after=a%00b", "q=a%00b"):
+        rv = requests.get(f"{url}/mcp/tools?{query}", timeout=10)
+        assert rv.status_code == 400, (query, rv.text)
+    rv = requests.get(f"{url}/mcp/units?source=%ED%A0%BDx", timeout=10)     # not UTF-8: werkzeug's U+FFFD
+    assert rv.status_code in (200, 400), rv.text
+
+
+def test_retry_after_is_only_on_429_and_503(make_app, tmp_path):
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"keys": [{"key": "retry-after-0123456789", "tenant": "t", "scopes": ["search"]}]}))
+    c = make_app(api_keys_file=str(keys), rate_limit="3/minute").test_client()
+    auth = {"Authorization": "Bearer retry-after-0123456789"}
+    answers = [c.get("/mcp/stats", headers=auth) for _ in range(4)]
+    assert [rv.status_code for rv in answers] == [200, 200, 200, 429]
+    assert all("Retry-After" not in rv.headers for rv in answers[:3])
+    assert "X-RateLimit-Limit" in answers[0].headers and int(answers[3].headers["Retry-After"]) > 0

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import ROOT
 from mcp_support import KEY, KEYS, MODERN, context_mode_bin, free_port_url, meta, start_server
+from service.mcp.stdio import PROTOCOL_VERSION_META_KEY as PROTOCOL_KEY
 
 
 @pytest.fixture(scope="module")
@@ -250,3 +251,37 @@ def test_a_listen_stream_through_the_bridge_and_its_cancellation(one_worker):
     finally:
         proc.stdin.close()
         assert proc.wait(timeout=20) == 0
+
+
+def test_a_lone_surrogate_in_a_method_or_tool_name_is_answered(server):
+    # json.dumps writes "\ud83d" as that escape: the host's line is valid JSON, its string no valid Unicode
+    proc = bridge(server.mcp, [json.dumps(m) for m in (
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/\ud83dx"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "context_\ud83d", "arguments": {},
+                                                                        "_meta": {PROTOCOL_KEY: "2026-07-28"}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+    )])
+    assert proc.returncode == 0, proc.stderr
+    got = {r["id"]: r for r in replies(proc)}
+    assert set(got) == {1, 2, 3}
+    assert got[1]["error"]["code"] == -32600 and got[2]["error"]["code"] == -32600
+    assert "result" in got[3] or got[3]["error"]["code"] != -32600
+
+
+def test_a_line_over_the_cap_is_answered_and_read_in_bounded_chunks(server):
+    import io
+    from service.mcp.stdio import Bridge
+    out = io.BytesIO()
+    ping = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping",
+                       "params": {"_meta": {PROTOCOL_KEY: "2026-07-28"}}}).encode()
+    long_line = b'{"jsonrpc": "2.0", "id": 6, "method": "ping", "params": {"pad": "' + b"x" * 5_000_000 + b'"}}'
+    stdin = io.BytesIO(long_line + b"\n" + ping + b"\n")
+    reads = []
+    readline = stdin.readline
+    stdin.readline = lambda size=-1: reads.append(size) or readline(size)
+    Bridge(server.mcp, KEY, out, timeout=20).run(stdin, max_line=64 * 1024)
+    got = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert got[0] == {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": got[0]["error"]["message"]}}
+    assert "65536 bytes" in got[0]["error"]["message"]
+    assert got[1]["id"] == 7 and got[1]["jsonrpc"] == "2.0"           # the next line was forwarded and answered
+    assert all(0 < size <= 1024 * 1024 + 1 for size in reads)        # never an unbounded readline()

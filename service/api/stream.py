@@ -126,7 +126,7 @@ def _last_event_id() -> int | None:
     if raw is None or raw.strip() == "":
         return None
     raw = raw.strip()
-    if not raw.isdigit() or len(raw) > 18:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:       # isdigit alone takes '²'
         raise BadRequest("Last-Event-ID must be the seq (a non-negative integer) of the last event received.",
                          field="last_event_id")
     return int(raw)

@@ -5,6 +5,7 @@ from flask import Blueprint, current_app, jsonify, request
 
 from ..auth import require
 from ..errors import BadRequest, NotFound
+from ..params import plain_text
 from ..toolcheck import AUTH_TYPES, is_tool_name, parse_search, parse_tags
 from . import json_body
 
@@ -63,7 +64,7 @@ def list_or_search(tenant):
         return jsonify({"tools": registry().search(tenant, found["query"], top_k=found["top_k"], tags=found["tags"],
                                                     auth_type=found["auth_type"])})
     limit = _int_arg("limit", 1, 200, 50)
-    after = request.args.get("after", "")
+    after = plain_text(request.args.get("after", ""), "after")
     tools = registry().list(tenant, after=after, limit=limit, tags=tags, auth_type=auth_type)
     body = {"tools": tools}
     if len(tools) == limit:

@@ -6,6 +6,7 @@ from flask import Blueprint, jsonify
 from ..auth import require
 from ..errors import BadRequest
 from ..formats import is_cid
+from ..units import decode_push
 from . import config, json_body, store
 
 bp = Blueprint("units", __name__)
@@ -14,18 +15,12 @@ bp = Blueprint("units", __name__)
 @bp.post("/mcp/push")
 @require("push")
 def push(tenant):
-    """Store one unit, or a batch ({"units": [...]} or a JSON array); ack after it is durable."""
-    body = json_body(batch_limit=config().max_batch)
-    if isinstance(body, dict) and "units" in body and set(body) == {"units"}:
-        body = body["units"]
-        if not isinstance(body, list):
-            raise BadRequest("Field 'units' must be a JSON array of units.", field="units")
-    if isinstance(body, list):
+    """Store one unit, or a batch ({"units": [...]} or a JSON array); ack after it is durable.
+    The body is decoded and checked one unit at a time, each held to a raw-text cap (decode_push)."""
+    body, batch = json_body(lambda raw: decode_push(raw, config()))
+    if batch:
         if not body:
             raise BadRequest("A batch must hold at least one unit.", code="empty_batch", field="units")
-        if len(body) > config().max_batch:
-            raise BadRequest(f"A batch holds at most {config().max_batch} units.", code="batch_too_large",
-                             field="units")
         return jsonify({"results": store().push_batch(tenant, body)})
     return jsonify(store().push_one(tenant, body))
 

@@ -31,7 +31,12 @@ PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
 NAME_BEARING = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 _HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
 INTERNAL_ERROR = -32603
+INVALID_REQUEST = -32600
 PARSE_ERROR = -32700
+# The longest line the bridge reads (a message is one line); longer ones are read on in bounded chunks,
+# dropped, and answered with INVALID_REQUEST. The server's own /mcp body cap is ~2 MiB by default.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+_CHUNK = 1024 * 1024
 DEFAULT_URL = "http://127.0.0.1:5000"
 
 
@@ -102,6 +107,12 @@ class Bridge:
             # The host sent something unparsable: answer as a server would, then carry on.
             self.write({"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": "Parse error"}})
             return
+        if not _encodable(msg):
+            # A lone surrogate (e.g. "\ud83d" in a method or tool name) has no UTF-8 form: no header, no body.
+            rid = msg.get("id") if isinstance(msg, dict) else None
+            self.write({"jsonrpc": "2.0", "id": rid if _is_id(rid) else None, "error": {
+                "code": INVALID_REQUEST, "message": "Invalid Request: a string is not valid Unicode (lone surrogate)"}})
+            return
         method = msg.get("method") if isinstance(msg, dict) else None
         if method == "initialize":
             self.forward(line, msg)      # later messages need the negotiated revision: no overtaking
@@ -124,6 +135,16 @@ class Bridge:
         return False
 
     def forward(self, body: bytes, msg) -> None:
+        """POST one message; whatever goes wrong, a request gets an answer (on a pool thread an exception
+        would otherwise vanish, and the host would wait for ever)."""
+        try:
+            self._forward(body, msg)
+        except Exception as e:   # noqa: BLE001 - the last resort: answer, log, carry on
+            log.exception("cannot forward a message")
+            if isinstance(msg, dict) and "id" in msg and "method" in msg:
+                self.write(_error(msg.get("id"), f"The bridge could not forward this request: {type(e).__name__}"))
+
+    def _forward(self, body: bytes, msg) -> None:
         rid = msg.get("id") if isinstance(msg, dict) else None
         expects_reply = isinstance(msg, dict) and "id" in msg and "method" in msg
         try:
@@ -192,12 +213,40 @@ class Bridge:
             thread.join(timeout=5)
         self.session.close()
 
-    def run(self, stdin) -> None:
+    def run(self, stdin, max_line: int = MAX_LINE_BYTES) -> None:
         try:
-            for line in iter(stdin.readline, b""):
+            while True:
+                line = stdin.readline(max_line + 1)
+                if not line:
+                    break
+                if len(line) > max_line and not line.endswith(b"\n"):
+                    self._drop_long_line(stdin, max_line)
+                    continue
                 self.handle_line(line)
         finally:
             self.close()
+
+    def _drop_long_line(self, stdin, max_line: int) -> None:
+        """Read the rest of an overlong line in bounded chunks and answer it (its id cannot be read)."""
+        while True:
+            chunk = stdin.readline(_CHUNK)
+            if not chunk or chunk.endswith(b"\n"):
+                break
+        log.error("dropped a line longer than %d bytes", max_line)
+        self.write({"jsonrpc": "2.0", "id": None, "error": {
+            "code": INVALID_REQUEST, "message": f"Invalid Request: a message longer than {max_line} bytes"}})
+
+
+def _is_id(rid) -> bool:
+    return (isinstance(rid, (int, str)) and not isinstance(rid, bool)) and _encodable(rid)
+
+
+def _encodable(value) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, ValueError):
+        return False
+    return True
 
 
 def _is_jsonrpc(reply) -> bool:

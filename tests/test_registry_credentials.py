@@ -1,0 +1,100 @@
+"""Issue 25, findings 7 and 11: the registry refuses credentials in every string of a tool (this service's
+own keys included) and schemas whose $refs point outside them, loop, or fan out; through a real gunicorn
+on both backends."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import requests
+
+from conftest import LiveServer, store_env
+from test_registry import ADMIN, KEYS, READER, WEATHER
+
+BACKENDS = ("sqlite", "postgresql")
+OBJ = {"type": "object"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, module_store_config):
+    srv = LiveServer(tmp_path_factory.mktemp("creds") / "data", keys=KEYS,
+                     env={**store_env(module_store_config), "CONTEXT_RATE_LIMIT": "off"}).start()
+    yield srv
+    srv.stop()
+
+
+def tool(**changes) -> dict:
+    out = json.loads(json.dumps(WEATHER))
+    out.update(changes)
+    return out
+
+
+def schema(**props) -> dict:
+    return {"type": "object", "properties": props}
+
+
+CREDENTIALS = [
+    ("openai_title", tool(title="sk-proj-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c")),
+    ("bearer_in_schema_description", tool(input_schema=schema(q={"type": "string",
+                                          "description": "send Bearer eyJhbGciOi0123456789abcdefXYZ"}))),
+    ("aws_in_schema_description", tool(input_schema=schema(q={"type": "string",
+                                       "description": "uses AKIAIOSFODNN7EXAMPLE"}))),
+    ("x_api_key_keyword", tool(input_schema={"type": "object", "x-api-key": "a1b2c3d4e5f6a7b8"})),
+    ("x_password_keyword", tool(input_schema={"type": "object", "x-password": "hunter2hunter2"})),
+    ("password_default", tool(input_schema=schema(password={"type": "string", "default": "hunter2"}))),
+    ("postgres_url_in_metadata", tool(metadata={"db": "postgres://admin:pw@db.internal:5432/app"})),
+    ("access_token_fragment", tool(endpoint="https://api.example.com/weather#access_token=abc123def456")),
+    ("access_token_fragment_kv", tool(endpoint="https://api.example.com/weather#x=1&token=abc123")),
+    ("own_key_in_description", tool(description="Weather. Use cms_" + "A" * 43)),
+    ("own_key_in_metadata_key", tool(metadata={"cms_" + "b" * 43: 1})),
+    ("github_in_enum", tool(input_schema=schema(t={"enum": ["ghp_" + "a" * 36]}))),
+    ("slack_in_examples", tool(input_schema=schema(t={"examples": ["xoxb-1234567890-abcdefghij"]}))),
+    ("jwt_in_title", tool(title="eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9P")),
+    ("user_info", tool(endpoint="https://svc:s3cret@api.example.com/weather")),
+]
+
+
+@pytest.mark.parametrize("name,body", CREDENTIALS, ids=[c[0] for c in CREDENTIALS])
+def test_realistic_credentials_are_refused_everywhere_in_a_tool(server, name, body):
+    body["name"] = f"cred_{name}"
+    rv = requests.post(server.url + "/mcp/tools", json=body, headers=server.headers(ADMIN), timeout=10)
+    assert rv.status_code == 422 and rv.json()["code"] == "credential_not_allowed", (name, rv.text)
+    assert requests.get(f"{server.url}/mcp/tools/cred_{name}", headers=server.headers(READER),
+                        timeout=10).status_code == 404
+
+
+def fanout(levels: int) -> dict:
+    defs = {"d0": {"type": "string"}}
+    for i in range(1, levels):
+        defs[f"d{i}"] = {"type": "array", "items": [{"$ref": f"#/$defs/d{i - 1}"}, {"$ref": f"#/$defs/d{i - 1}"}]}
+    return {"type": "object", "$defs": defs, "properties": {"x": {"$ref": f"#/$defs/d{levels - 1}"}}}
+
+
+BOMBS = [
+    ("remote_ref", {"type": "object", "properties": {"a": {"$ref": "http://169.254.169.254/latest/meta-data"}}}),
+    ("remote_id", {"type": "object", "$id": "https://evil.example/schema"}),
+    ("relative_ref", {"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}}),
+    ("cyclic_ref", {"type": "object", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+                    "properties": {"x": {"$ref": "#/$defs/a"}}}),
+    ("self_ref", {"type": "object", "properties": {"x": {"$ref": "#"}}}),
+    ("fanout_2_to_59", fanout(60)),
+    ("dangling_ref", {"type": "object", "properties": {"x": {"$ref": "#/$defs/nope"}}}),
+]
+
+
+@pytest.mark.parametrize("name,input_schema", BOMBS, ids=[b[0] for b in BOMBS])
+def test_schema_bombs_are_refused(server, name, input_schema):
+    rv = requests.post(server.url + "/mcp/tools", json=tool(name=f"bomb_{name}", input_schema=input_schema),
+                       headers=server.headers(ADMIN), timeout=10)
+    assert rv.status_code == 400 and rv.json()["code"] == "invalid_schema", (name, rv.text)
+
+
+def test_local_refs_and_credential_words_without_values_are_kept(server):
+    ok = tool(name="local_refs", input_schema={
+        "type": "object", "$defs": {"city": {"type": "string"}},
+        "properties": {"from": {"$ref": "#/$defs/city"}, "to": {"$ref": "#/$defs/city"},
+                       "password": {"type": "string", "description": "The caller's own password"},
+                       "api_key": {"type": "string", "minLength": 8}},
+        "x-api-key": ""}, endpoint="https://api.example.com/weather#section")
+    rv = requests.post(server.url + "/mcp/tools", json=ok, headers=server.headers(ADMIN), timeout=10)
+    assert rv.status_code == 200, rv.text
