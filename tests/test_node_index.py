@@ -152,6 +152,24 @@ def test_without_a_standby_the_index_is_fed_from_the_primary(nodes):
     assert sorted(cids(search(b, "gannet"))) == sorted(pushed) and from_index(b) == before + 1
 
 
+@pytest.mark.timeout(120)
+def test_a_unit_held_in_the_queue_neither_stalls_a_pass_nor_is_skipped(nodes, pg_urls, monkeypatch):
+    """Pages of units past one still queued (another node's indexer holds it): the pass reads on past them
+    and ends; the watermark stays below the held unit, which is sent once indexed."""
+    from service.store.postgresql import nodeindex
+    monkeypatch.setattr(nodeindex, "PAGE", 3)
+    a, b = nodes()
+    [held] = push(a, "albatross held back")
+    with psycopg.connect(pg_urls[0]) as other:           # an indexer elsewhere holds its queue row
+        other.execute("SELECT 1 FROM pending WHERE cid = %s FOR UPDATE", (held,))
+        later = push(a, *[f"albatross later {i}" for i in range(10)])
+        drain(b)
+        assert index_docs(b) == 10
+        assert sorted(cids(search(b, "albatross"))) == sorted(later + [held])     # the held one from the tail
+    drain(b)
+    assert index_docs(b) == 11
+
+
 def test_a_node_that_missed_pruned_changes_builds_its_index_again(nodes, pg_urls):
     a, b = nodes()
     first, second = push(a, "petrel one", "petrel two")

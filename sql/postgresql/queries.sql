@@ -457,14 +457,21 @@ LEFT JOIN tenants t ON t.tenant = %(tenant)s
 LEFT JOIN LATERAL (SELECT seq, pushed_ms FROM pending WHERE tenant = %(tenant)s ORDER BY seq LIMIT 1) q ON true;
 
 -- name: node_units
--- Indexed live units after a seq, in seq order, with everything the read index stores (through catalog_seq).
+-- A page of live units after a seq, in seq order, with everything the read index stores: the catalog's page
+-- first (its seq index, LIMIT), then each unit's terms and its row in its own day's partition. Units not
+-- indexed yet come with NULL terms (the caller skips them; they are still queued, which bounds its
+-- watermark). Joining before the LIMIT instead made each page join and sort every unit after the seq.
+WITH c AS MATERIALIZED (
+    SELECT seq, cid, day FROM catalog
+    WHERE tenant = %(tenant)s AND seq > %(after)s AND expires_at > %(now)s ORDER BY seq LIMIT %(limit)s)
 SELECT c.seq, c.cid, c.day::text AS day, t.ntok, t.tfs, u.type, u.source, u.timestamp, u.ttl, u.expires_at,
        u.metadata, u.parent_cid, u.content
-FROM catalog c
-JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
-JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
-WHERE c.tenant = %(tenant)s AND c.seq > %(after)s AND c.expires_at > %(now)s
-ORDER BY c.seq LIMIT %(limit)s;
+FROM c
+LEFT JOIN unit_terms t ON t.tenant = %(tenant)s AND t.cid = c.cid
+CROSS JOIN LATERAL (
+    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, content FROM units
+    WHERE tenant = %(tenant)s AND day = c.day AND cid = c.cid) u
+ORDER BY c.seq;
 
 -- name: node_units_by_cid
 SELECT c.seq, c.cid, c.day::text AS day, t.ntok, t.tfs, u.type, u.source, u.timestamp, u.ttl, u.expires_at,

@@ -126,13 +126,17 @@ class NodeIndex:
 
     def _sync(self, purge: bool) -> int:
         sent = unsaved = 0
-        while True:
-            pos, changes, units, changed = self.store.read_replica(self.tenant, self._read)
+        after = self.watermark          # this pass's read position: past the units it has read (a unit
+        while True:                     # still queued keeps the watermark below it, not the reads)
+            pos, changes, units, changed = self.store.read_replica(self.tenant, self._read, after)
             why = self._diverged(pos, changes)
             if why:
                 log.warning("read index of tenant %s: %s; building it again", self.tenant, why)
                 self.rebuild()
+                after = 0
                 continue
+            if units:
+                after = units[-1]["seq"]
             done = self._apply(pos, changes, units, changed)
             sent += done
             unsaved += done
@@ -149,15 +153,15 @@ class NodeIndex:
             if not more:
                 return sent
 
-    def _read(self, conn) -> tuple:
-        """Positions, changes and units in one snapshot."""
+    def _read(self, conn, after: int) -> tuple:
+        """Positions, changes and the units after ``after`` in one snapshot."""
         args = {"tenant": self.tenant, "now": int(time.time()), "limit": PAGE}
         pos = {**conn.execute(sql("node_positions"), args).fetchone(),
                **conn.execute(sql("node_timeline")).fetchone()}
         if self.n is None:
             self.n = pos["n"]           # a build starts here: the units it reads already show earlier changes
         changes = conn.execute(sql("live_events_since"), {**args, "after": self.n}).fetchall()
-        units = conn.execute(sql("node_units"), {**args, "after": self.watermark}).fetchall()
+        units = conn.execute(sql("node_units"), {**args, "after": after}).fetchall()
         touched = [c["uri"][len(UNIT_PREFIX):] for c in changes
                    if c["uri"].startswith(UNIT_PREFIX) and c["kind"] == "changed"]
         changed = conn.execute(sql("node_units_by_cid"), {**args, "cids": touched}).fetchall() if touched else []
@@ -187,9 +191,11 @@ class NodeIndex:
         for r in changed:               # re-pushed and already sent: the unit as it is now (deleted above)
             if r["ntok"] and (r["seq"] <= self.watermark or r["cid"] in self.above):
                 w.add(as_document(r))
+        new = 0
         for r in units:
-            if r["cid"] in self.above:
+            if r["cid"] in self.above or r["tfs"] is None:    # (not indexed yet: sent once it is)
                 continue
+            new += 1
             if replace:
                 w.delete_key(key_of(r["cid"]))
             if r["ntok"]:
@@ -203,7 +209,7 @@ class NodeIndex:
             top = min(top, pos["queued"] - 1)
         self.watermark = max(self.watermark, top)
         self.above = {cid: seq for cid, seq in self.above.items() if seq > self.watermark}
-        return len(changes) + len(units)
+        return len(changes) + new
 
     def _purge_expired(self) -> None:
         """Expired units out of the index (searches already skip them; this frees space and statistics)."""
