@@ -464,8 +464,9 @@ LEFT JOIN LATERAL (SELECT seq, pushed_ms FROM pending WHERE tenant = %(tenant)s 
 WITH c AS MATERIALIZED (
     SELECT seq, cid, day FROM catalog
     WHERE tenant = %(tenant)s AND seq > %(after)s AND expires_at > %(now)s ORDER BY seq LIMIT %(limit)s)
-SELECT c.seq, c.cid, c.day::text AS day, t.ntok, t.tfs, u.type, u.source, u.timestamp, u.ttl, u.expires_at,
-       u.metadata, u.parent_cid, u.content
+SELECT c.seq, c.cid, c.day::text AS day, t.ntok, (SELECT string_agg(repeat(e.key || ' ', e.value::int), '') FROM jsonb_each_text(t.tfs) e) AS tokens,
+       t.cid IS NOT NULL AS indexed, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid,
+       u.content
 FROM c
 LEFT JOIN unit_terms t ON t.tenant = %(tenant)s AND t.cid = c.cid
 CROSS JOIN LATERAL (
@@ -474,7 +475,7 @@ CROSS JOIN LATERAL (
 ORDER BY c.seq;
 
 -- name: node_units_by_cid
-SELECT c.seq, c.cid, c.day::text AS day, t.ntok, t.tfs, u.type, u.source, u.timestamp, u.ttl, u.expires_at,
+SELECT c.seq, c.cid, c.day::text AS day, t.ntok, (SELECT string_agg(repeat(e.key || ' ', e.value::int), '') FROM jsonb_each_text(t.tfs) e) AS tokens, u.type, u.source, u.timestamp, u.ttl, u.expires_at,
        u.metadata, u.parent_cid, u.content
 FROM catalog c
 JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant

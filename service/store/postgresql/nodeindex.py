@@ -46,13 +46,10 @@ def key_of(cid: str) -> int:
     return int(cid, 16)
 
 
-def tokens_of(tfs: dict) -> str:
-    """The text the read index takes for a unit: each term as often as it occurs (the order is not kept)."""
-    return " ".join(" ".join([term] * n) for term, n in tfs.items())
-
-
 def as_document(r) -> object:
-    return document(r["day"], key_of(r["cid"]), {**r, "tokens": tokens_of(r["tfs"])})
+    """A unit's read-index document; its ``tokens`` (each term as often as it occurs, the order not kept)
+    come made from its term frequencies by the query (node_units)."""
+    return document(r["day"], key_of(r["cid"]), {**r, "tokens": r["tokens"] or ""})
 
 
 class NodeIndex:
@@ -193,7 +190,7 @@ class NodeIndex:
                 w.add(as_document(r))
         new = 0
         for r in units:
-            if r["cid"] in self.above or r["tfs"] is None:    # (not indexed yet: sent once it is)
+            if r["cid"] in self.above or not r["indexed"]:    # (not indexed yet: sent once it is)
                 continue
             new += 1
             if replace:
