@@ -45,6 +45,11 @@ class KeyRing:
     @classmethod
     def from_config(cls, config) -> "KeyRing":
         entries = []
+        for name, value in (("CONTEXT_API_KEYS_FILE", config.api_keys_file), ("CONTEXT_API_KEYS", config.api_keys)):
+            if value is not None and not str(value).strip():
+                # Set but empty is a mistake (a typo, a missing compose variable), never "no keys".
+                raise ValueError(f"{name} is set but empty: name the keys, or unset {name} to run without keys "
+                                 "(loopback only).")
         if config.api_keys_file:
             entries += _read_keys_file(config.api_keys_file)
         if config.api_keys:
@@ -213,6 +218,16 @@ def bearer_token(header: str | None) -> tuple[str | None, str | None]:
     if scheme.lower() != "bearer" or not token or " " in token:
         return None, "malformed"
     return token, None
+
+
+def presents_a_key() -> bool:
+    """Whether the request's Authorization header names a configured key (always true without keys): a
+    body is read only then, so a caller without a key gets its 401 before sending it (docs/design.md §9)."""
+    ring: KeyRing = current_app.extensions["context_keys"]
+    if ring.open:
+        return True
+    token, problem = bearer_token(request.headers.get("Authorization"))
+    return problem is None and ring.authenticate(token) is not None
 
 
 def current_principal() -> Principal:

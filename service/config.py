@@ -136,6 +136,14 @@ class Config:
     search_wait_s: float = 2.0
     read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)
     request_deadline_s: float = 30.0  # ... and one whose headers and body take longer than this in total
+    # Slow clients on a worker thread (service/gunicorn_guard.py): a thread waits on one client at most
+    # slow_client_grace_s in all (per request body, per response) beyond what its pace pays for at these
+    # rates (bytes/s; 0: no rate), and every response is written within write_deadline_s of its first byte
+    # (0: no deadline). Live streams are bounded by their own write timeout instead.
+    slow_client_grace_s: float = 5.0
+    min_receive_rate: int = 16_384
+    min_send_rate: int = 16_384
+    write_deadline_s: float = 600.0
     access_log: bool = True           # one stderr line per request: tenant, method, route, status, ms
     background: bool = True          # start indexer/janitor threads (tests may turn off)
     # Under gunicorn: indexing, read-index writes and the janitor run in one maintainer process beside

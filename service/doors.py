@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from flask import Flask, current_app, make_response, request
 from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 
+from .auth import presents_a_key
 from .errors import ApiError
 
 # Routes whose body may be a batch of units (up to config.max_body_bytes); all others get max_request_bytes.
@@ -158,6 +159,8 @@ def check_request() -> None:
         raise ApiError("Send the body as JSON with 'Content-Type: application/json'.",
                        code="unsupported_media_type", status=415)
     if request.content_length is None:
+        if not presents_a_key():
+            return          # authentication before the body: the view answers 401 without reading it
         # Chunked: no length up front. werkzeug stops reading at max_content_length but hands back the
         # truncated body (a 400 "invalid JSON" instead of 413, finding 14), so read one byte more here.
         request.max_content_length = limit + 1

@@ -4,8 +4,9 @@ Timeouts are deliberate: a slow or stalled client cannot hold a worker thread fo
 and a worker that hangs is replaced. Live streams (subscriptions/listen, GET /mcp/stream) are the
 one kind of response that holds a thread for long, on purpose: at most CONTEXT_MAX_STREAMS of a
 worker's CONTEXT_THREADS (half by default; service/hub.py), so requests always find a free thread.
-The slow-client guard bounds how a request *arrives*; a stream's writes are bounded separately
-(a client that reads nothing for 30 s is dropped), and its heartbeats keep idle proxies quiet.
+The slow-client guard bounds how a request *arrives* and how slowly a response may be read; a stream's
+writes are bounded by its own timeout (a client that reads nothing for 30 s is dropped), and its
+heartbeats keep idle proxies quiet.
 """
 import os
 import sys
@@ -13,6 +14,7 @@ import tempfile
 
 from service import preflight
 from service.boot import limit_malloc_arenas
+from service.gunicorn_guard import Bounds
 from service.gunicorn_guard import install as install_guard
 
 
@@ -48,10 +50,11 @@ preload_app = False     # each worker opens its own SQLite connections and threa
 control_socket_disable = True
 
 
-# Slow clients: headers and small bodies are buffered without a thread, every request has a
-# total deadline, gunicorn's own errors are JSON (service/gunicorn_guard.py). In the master, so
+# Slow clients: requests (head and body) are buffered without a thread and authenticated before their
+# body, every request has a total deadline, a thread's waits on a client are paced and every response
+# has a write deadline, gunicorn's own errors are JSON (service/gunicorn_guard.py). In the master, so
 # every forked worker has it.
-install_guard(_config.read_timeout_s, _config.request_deadline_s)
+install_guard(Bounds.from_config(_config))
 
 # Loaded once here in the master and shared by every forked worker (copy-on-write): the service's
 # modules and the segmenter with its dictionary (about 40 MiB less private memory per
@@ -66,7 +69,17 @@ tokenizer_for(_config).tokens("预热 warm up")
 _maintainer = None
 
 
+def _refuse_open_listeners(addresses) -> None:
+    # No keys and a public address: refused whatever set the bind (-b, GUNICORN_CMD_ARGS), one line, exit 1.
+    try:
+        preflight.check_listeners(_config, addresses)
+    except preflight.Refused as e:
+        sys.exit(f"context-mode: refusing to start: {e}")
+
+
 def when_ready(server):
+    # What gunicorn really listens on (it may differ from what it was told: inherited or systemd sockets).
+    _refuse_open_listeners([listener.getsockname() for listener in server.LISTENERS])
     # Indexing, the read index and the janitor in one process beside the workers (service/maintainer.py).
     global _maintainer
     if _config.background and _config.maintenance_process:
@@ -80,6 +93,8 @@ def on_exit(server):
 
 
 def on_starting(server):
+    # The final bind (this file's, then GUNICORN_CMD_ARGS', then the command line's), before it is bound.
+    _refuse_open_listeners(server.cfg.address)
     # Request histograms from every worker are summed through this directory.
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="context-mode-metrics-")

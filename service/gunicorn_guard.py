@@ -1,33 +1,45 @@
 """Slow clients cannot hold gunicorn's worker threads (docs/design.md §9).
 
-gthread hands a connection to a worker thread as soon as it is readable, and the thread then
-reads the request's headers and body with blocking ``recv`` calls. A client that sends one
-header line every few seconds (slowloris) therefore held a thread for as long as it liked; 24
-of them starved /healthz. Installed from service/gunicorn_conf.py (in the master, before fork):
+gthread hands a connection to a worker thread as soon as it is readable, and the thread then reads
+the request with blocking ``recv`` calls and writes the response with blocking ``sendall``. A client
+that sends one header line every few seconds (slowloris), trickles a body, or reads its answer
+4 KiB at a time therefore held a thread for as long as it liked; 20 of them starved /healthz.
+Installed from service/gunicorn_conf.py (in the master, before fork):
 
-- Headers, and a body of up to ``PREBUFFER_BYTES``, are read without a thread: each time the
-  socket is readable a thread takes what has arrived (non-blocking), keeps it in the request
-  parser's buffer, and gives the connection back to the poller until the request is complete.
-- Every request has a total deadline for its headers and body (``request_deadline_s``,
-  from its first byte): past it the client gets a JSON 408 and the connection is closed.
-  Larger bodies read on a thread still stop at the deadline and at ``read_timeout_s`` of silence.
-- A dropped slow client is a debug line, not a traceback; gunicorn's own 400/414/431 answers
-  are JSON in the REST error shape instead of HTML.
+- **A request arrives without a thread** (service/guard_arrival.py): its head and its body, whatever
+  the framing (Content-Length, chunked, after "100 Continue"), are buffered as they come, and the
+  thread gets the whole request at once.
+- **Authentication before the body.** A request with a body whose Authorization header names no
+  configured key is handed over without it (and without "100 Continue"): the app answers 401 in its
+  door's shape before reading a byte of it, and the connection closes. So does a body over the
+  route's limit (413).
+- **Total deadline.** Headers and body arrive within ``request_deadline_s`` of the first byte, or the
+  client gets a JSON 408 and the connection is closed.
+- **Responses** (service/guard_socket.py): a client slower than the server has the rest of its
+  response written by the worker's poller, not a thread; a thread that does wait on a client (a
+  response over 8 MiB, a body not buffered) waits under a ``Pace``: ``slow_client_grace_s`` in all
+  beyond what the client's pace pays for at ``min_send_rate`` / ``min_receive_rate``. Every response
+  is written within ``write_deadline_s`` of its first byte. A client past a bound is reset. A live
+  stream (service/hub.py) sets its own socket timeout, which bounds it instead.
+- Connections close without lingering on the worker's main thread; a dropped slow client is a
+  debug line, not a traceback; gunicorn's own 400/414/431 answers are JSON in the REST error shape.
 """
 from __future__ import annotations
 
-import io
 import json
-import re
+import selectors
 import socket
-import time
+from concurrent import futures
+from functools import partial
 
-PREBUFFER_BYTES = 256 * 1024
-_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*(\d{1,12})[ \t]*\r\n", re.I)
-_CHUNKED = re.compile(rb"\r\ntransfer-encoding[ \t]*:[^\r\n]*chunked", re.I)
-_EXPECT = re.compile(rb"\r\nexpect[ \t]*:", re.I)     # the client waits for "100 Continue" before its body
+from .guard_arrival import Door, buffer_request, hand_over
+from .guard_socket import Bounds, DeadlineSocket, Flush, reset
+
+UNSENT_BYTES = 128 * 1024        # of a response, held unsent by the kernel per connection (TCP_NOTSENT_LOWAT)
+DRAIN_BYTES = 64 * 1024          # what a closing connection still reads of a body nobody wanted (no waiting)
 _CODES = {400: "bad_request", 403: "forbidden", 408: "request_timeout", 414: "uri_too_long",
           417: "expectation_failed", 431: "headers_too_large", 500: "internal_error", 501: "not_implemented"}
+_ORIGINAL: dict = {}             # gunicorn's own methods, called from the hooks below
 
 
 def json_error(status: int, reason: str, message: str) -> bytes:
@@ -35,101 +47,6 @@ def json_error(status: int, reason: str, message: str) -> bytes:
     head = (f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
     return head + body
-
-
-class DeadlineSocket:
-    """The connection's socket, with reads bounded by the request's deadline and by silence."""
-
-    def __init__(self, sock: socket.socket, idle_s: float):
-        self._sock = sock
-        self._idle = idle_s
-        self.armed = False                     # only while a worker thread handles a request
-        self.deadline: float | None = None
-
-    def __getattr__(self, name):
-        return getattr(self._sock, name)
-
-    def _arm(self) -> None:
-        from gunicorn.http.errors import NoMoreData
-        if not self.armed:
-            return                              # e.g. gunicorn's own lingering close: its timeouts apply
-        timeout = self._idle if self._idle > 0 else None
-        if self.deadline is not None:
-            left = self.deadline - time.monotonic()
-            if left <= 0:
-                raise NoMoreData(b"")           # an OSError: the app answers 408, gunicorn closes quietly
-            timeout = left if timeout is None else min(timeout, left)
-        self._sock.settimeout(timeout)
-
-    def recv(self, size: int, *flags):
-        from gunicorn.http.errors import NoMoreData
-        self._arm()
-        try:
-            return self._sock.recv(size, *flags)
-        except socket.timeout:
-            raise NoMoreData(b"") from None
-
-    def recv_into(self, buffer, *args):
-        from gunicorn.http.errors import NoMoreData
-        self._arm()
-        try:
-            return self._sock.recv_into(buffer, *args)
-        except socket.timeout:
-            raise NoMoreData(b"") from None
-
-
-def request_complete(data: bytes) -> bool:
-    """True when ``data`` holds a whole request head and any small fixed-length body after it."""
-    if len(data) >= PREBUFFER_BYTES:
-        return True                             # big: the parser reads the rest on a thread, under the deadline
-    end = data.find(b"\r\n\r\n")
-    if end < 0:
-        return False
-    head = data[:end + 2]
-    if _CHUNKED.search(head) or _EXPECT.search(head):
-        return True
-    m = _CONTENT_LENGTH.search(head)
-    if not m:
-        return True
-    need = end + 4 + int(m.group(1))
-    return need > PREBUFFER_BYTES or len(data) >= need
-
-
-def buffer_request(conn, request_deadline_s: float) -> str:
-    """Read what the client has sent so far into the parser's buffer without blocking: 'ready' (hand
-    it to the parser), 'wait' (back to the poller) or 'expired' (past the request deadline)."""
-    now = time.monotonic()
-    if conn.request_started is None:
-        conn.request_started = now
-    conn.init()
-    if conn.is_http2 or not hasattr(conn.parser, "unreader"):
-        return "ready"
-    unreader = conn.parser.unreader
-    pieces = [unreader.buf.getvalue()]
-    size = len(pieces[0])
-    raw = conn.sock._sock
-    eof = False
-    raw.setblocking(False)
-    try:
-        while size < PREBUFFER_BYTES:
-            data = raw.recv(65536)
-            if not data:
-                eof = True
-                break
-            pieces.append(data)
-            size += len(data)
-    except (BlockingIOError, InterruptedError):
-        pass
-    except OSError:
-        eof = True                          # reset: let the parser meet it and close quietly
-    data = b"".join(pieces)
-    unreader.buf = io.BytesIO()
-    unreader.buf.write(data)
-    if eof or request_complete(data):
-        return "ready"
-    if request_deadline_s > 0 and now - conn.request_started > request_deadline_s:
-        return "expired"
-    return "wait"
 
 
 def refuse_expired(conn) -> None:
@@ -143,52 +60,177 @@ def refuse_expired(conn) -> None:
         raw.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
+    _discard_arrival(conn)
 
 
-def install(read_timeout_s: float, request_deadline_s: float) -> None:
+def _discard_arrival(conn) -> None:
+    arrival = getattr(conn, "arrival", None)
+    if arrival is not None and arrival.spool is not None:
+        arrival.spool.close()
+    conn.arrival = None
+
+
+def close_quickly(raw: socket.socket) -> None:
+    """Close after a final answer without lingering on the worker's main thread (gunicorn's graceful close
+    waits up to 2 s for the peer there): FIN after what was sent, then read only what has already arrived."""
+    try:
+        raw.setblocking(False)
+        raw.shutdown(socket.SHUT_WR)
+        drained = 0
+        while drained < DRAIN_BYTES:
+            data = raw.recv(65536)
+            if not data:
+                break
+            drained += len(data)
+    except OSError:
+        pass
+    finally:
+        raw.close()
+
+
+# --- gunicorn's gthread worker, hooked ------------------------------------------------------------------
+def _conn_init(self, cfg, sock, client, server):
+    try:
+        # The kernel keeps at most this much of a response unsent (plus what is in flight, which a slow
+        # reader's window keeps small): the rest waits in the guard, under its pace and deadline.
+        sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, "TCP_NOTSENT_LOWAT", 25), UNSENT_BYTES)
+    except OSError:
+        pass                                     # not TCP (a unix socket), or not Linux
+    _ORIGINAL["init"](self, cfg, DeadlineSocket(sock, _ORIGINAL["bounds"]), client, server)
+    self.arrival = None
+
+
+def _conn_close(self, graceful=False):
+    if not isinstance(self.sock, DeadlineSocket):
+        return _ORIGINAL["close"](self, graceful)
+    if self.sock.spool is not None:
+        self.sock.end(None)
+    _discard_arrival(self)
+    if graceful:
+        close_quickly(self.sock._sock)
+    else:
+        self.sock._sock.close()
+
+
+def _door(worker) -> Door:
+    door = getattr(worker, "_context_door", None)
+    if door is None:
+        door = worker._context_door = Door(getattr(worker, "wsgi", None), _ORIGINAL["bounds"])
+    return door
+
+
+def _handle(self, conn):
+    """A worker thread's turn with a connection: buffer what arrived, or serve the whole request."""
+    from gunicorn.workers import gthread
+    if not isinstance(conn.sock, DeadlineSocket):
+        return _ORIGINAL["handle"](self, conn)
+    bounds = _ORIGINAL["bounds"]
+    try:
+        state = buffer_request(conn, bounds, _door(self))
+    except Exception as e:  # noqa: BLE001 - whatever the socket did, the parser reports it
+        self.log.debug("buffering a request failed: %s", e)
+        hand_over(conn)
+        state = "ready"
+    if state == "wait":
+        return gthread._DEFER
+    if state == "expired":
+        self.log.debug("closing %s: request headers and body not received within %ss",
+                       conn.client, bounds.request_deadline_s)
+        refuse_expired(conn)
+        return False
+    arrival, conn.arrival = conn.arrival, None
+    sock = conn.sock
+    deadline = None
+    if arrival is not None and bounds.request_deadline_s > 0:
+        deadline = arrival.started + bounds.request_deadline_s
+    sock.begin(deadline, arrival.spool if arrival is not None else None)
+    sock.close_after = arrival is not None and arrival.close_after
+    try:
+        keepalive = _ORIGINAL["handle"](self, conn) and not sock.close_after
+        if sock.out is not None and not sock.dropped and sock._sock.fileno() >= 0:
+            return Flush(sock, bool(keepalive))      # the poller writes the rest: this thread is free
+        return keepalive
+    finally:
+        if sock.dropped:
+            self.log.debug("dropped %s: %s", conn.client, sock.dropped)
+        sock.end(getattr(conn.parser, "unreader", None))
+
+
+def _finish_request(self, conn, fs):
+    """On the worker's main thread: a response for a slow client goes to the poller, anything else as before."""
+    flush = fs.result() if fs.done() and not fs.cancelled() and fs.exception() is None else None
+    if not isinstance(flush, Flush):
+        return _ORIGINAL["finish"](self, conn, fs)
+    flushing = self.__dict__.setdefault("_context_flushing", {})
+    try:
+        conn.sock.setblocking(False)
+        flushing[conn] = flush
+        self.poller.register(conn.sock, selectors.EVENT_WRITE, partial(_on_writable, self, conn))
+    except Exception:  # noqa: BLE001 - as gunicorn's own finish_request: the connection is closed
+        flushing.pop(conn, None)
+        flush.close()
+        self.nr_conns -= 1
+        conn.close()
+
+
+def _on_writable(worker, conn, _fileobj):
+    flush = worker._context_flushing[conn]
+    try:
+        done = flush.write(conn.sock._sock)
+        why = None if done else flush.overdue()
+    except OSError as e:
+        done, why = False, f"writing failed ({e})"
+    if done:
+        worker.poller.unregister(conn.sock)
+        del worker._context_flushing[conn]
+        fut = futures.Future()
+        fut.set_result(flush.keepalive)
+        _ORIGINAL["finish"](worker, conn, fut)        # kept alive or closed, as gunicorn decided
+    elif why:
+        _drop_flushing(worker, conn, why)
+
+
+def _drop_flushing(worker, conn, why: str) -> None:
+    worker.poller.unregister(conn.sock)
+    worker._context_flushing.pop(conn).close()
+    worker.log.debug("dropped %s: %s", conn.client, why)
+    reset(conn.sock._sock)
+    worker.nr_conns -= 1
+    conn.close()
+
+
+def _murder_pending(self):
+    """Each turn of the worker's loop (at least once a second): also drop clients that read too slowly."""
+    _ORIGINAL["murder"](self)
+    for conn, flush in list(getattr(self, "_context_flushing", {}).items()):
+        why = flush.overdue()
+        if why:
+            _drop_flushing(self, conn, why)
+
+
+def _should_close(self):
+    return _ORIGINAL["should_close"](self) or getattr(self.sock, "close_after", False)
+
+
+def _write_error(sock, status_int, reason, mesg):
     from gunicorn import util
+    util.write_nonblock(sock, json_error(status_int, reason, f"{reason}: {mesg}" if mesg else reason))
+
+
+def install(bounds: Bounds) -> None:
+    from gunicorn import util
+    from gunicorn.http import wsgi
     from gunicorn.workers import gthread
 
-    if getattr(gthread.ThreadWorker.handle, "_guarded", False):
+    if _ORIGINAL:
         return
     if not hasattr(gthread, "_DEFER") or not hasattr(gthread.TConn, "init"):
         raise RuntimeError("service/gunicorn_guard.py needs gunicorn >= 27 (gthread connection deferral)")
-    original_init = gthread.TConn.__init__
-    original_handle = gthread.ThreadWorker.handle
-
-    def conn_init(self, cfg, sock, client, server):
-        original_init(self, cfg, DeadlineSocket(sock, read_timeout_s), client, server)
-        self.request_started = None
-
-    def handle(self, conn):
-        if not isinstance(conn.sock, DeadlineSocket):
-            return original_handle(self, conn)
-        try:
-            state = buffer_request(conn, request_deadline_s)
-        except Exception as e:  # noqa: BLE001 - whatever the socket did, the parser reports it
-            self.log.debug("buffering a request failed: %s", e)
-            state = "ready"
-        if state == "wait":
-            return gthread._DEFER
-        if state == "expired":
-            self.log.debug("closing %s: request headers and body not received within %ss",
-                           conn.client, request_deadline_s)
-            refuse_expired(conn)
-            return False
-        if request_deadline_s > 0:
-            conn.sock.deadline = conn.request_started + request_deadline_s
-        conn.sock.armed = True
-        try:
-            return original_handle(self, conn)
-        finally:
-            conn.sock.armed = False
-            conn.sock.deadline = None
-            conn.request_started = None        # a kept-alive connection's next request starts afresh
-
-    def write_error(sock, status_int, reason, mesg):
-        util.write_nonblock(sock, json_error(status_int, reason, f"{reason}: {mesg}" if mesg else reason))
-
-    handle._guarded = True
-    gthread.TConn.__init__ = conn_init
-    gthread.ThreadWorker.handle = handle
-    util.write_error = write_error
+    worker, conn = gthread.ThreadWorker, gthread.TConn
+    _ORIGINAL.update(bounds=bounds, init=conn.__init__, close=conn.close, handle=worker.handle,
+                     finish=worker.finish_request, murder=worker.murder_pending,
+                     should_close=wsgi.Response.should_close)
+    conn.__init__, conn.close = _conn_init, _conn_close
+    worker.handle, worker.finish_request, worker.murder_pending = _handle, _finish_request, _murder_pending
+    wsgi.Response.should_close = _should_close
+    util.write_error = _write_error

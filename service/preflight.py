@@ -46,6 +46,43 @@ def check(environ: dict | None = None, *, wait: bool = True, log=None, **overrid
     return config
 
 
+def check_listeners(config: Config, addresses) -> None:
+    """Refused when no keys are configured and gunicorn listens on an address that is not loopback,
+    whatever named it (CONTEXT_BIND, -b, GUNICORN_CMD_ARGS="--bind ...", inherited sockets).
+    :param addresses: what gunicorn binds or has bound: (host, port[, ...]) tuples, unix socket paths, fds."""
+    from .auth import KeyRing
+    if config.allow_open or not KeyRing.from_config(config).open:
+        return
+    public = [shown for shown in map(_public_address, addresses) if shown]
+    if public:
+        raise Refused(
+            f"No API keys are configured and gunicorn listens on {', '.join(public)}, which is not loopback "
+            "(set by CONTEXT_BIND, --bind or GUNICORN_CMD_ARGS), so anyone who can reach it could read and write "
+            "everything. Configure keys (CONTEXT_API_KEYS_FILE, see `context-mode keys add`), bind 127.0.0.1, "
+            "or set CONTEXT_ALLOW_OPEN=1 if a proxy in front authenticates callers.")
+
+
+def _public_address(address) -> str | None:
+    """``host:port`` of an address that is not loopback, else None (unix sockets are local; an fd is
+    checked once gunicorn has bound it)."""
+    import ipaddress
+    if not isinstance(address, tuple) or len(address) < 2:
+        return None
+    host = str(address[0]).strip("[]").lower()
+    if host == "localhost":
+        return None
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+        if getattr(ip, "ipv4_mapped", None):
+            ip = ip.ipv4_mapped
+        if ip.is_loopback:
+            return None
+    except ValueError:
+        pass                                   # a name (or "": every interface) may be any interface
+    shown = f"[{host}]" if ":" in host else (host or "*")
+    return f"{shown}:{address[1]}"
+
+
 def wait_for_store(config: Config, *, log=None, sleep=time.sleep) -> str | None:
     """Wait up to ``config.store_wait_s`` for the primary (compose starts the database beside the
     service: waiting beats a restart loop); None once it answers, else why not."""

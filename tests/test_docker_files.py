@@ -1,9 +1,10 @@
 """Dockerfile and docker-compose.yml, checked without a Docker engine (none exists here).
 
-Run when installed (.ci/setup.d/docker-lint.sh installs both): hadolint on the Dockerfile and
+Run when installed (.ci/setup.d/docker-lint.sh installs both): hadolint on the Dockerfiles and
 Debian's docker-compose v1 `config`, which parses, interpolates and validates offline. Always:
 structural assertions, and the image's HEALTHCHECK and CMD commands run for real against a local
-gunicorn. Not run: `docker build` and starting containers.
+gunicorn; with nginx installed (.ci/setup.d/nginx.sh), the proxy's config (tools/nginx/) balancing two
+real nodes on one PostgreSQL store. Not run: `docker build` and starting containers.
 """
 import os
 import re
@@ -19,7 +20,9 @@ import pytest
 import requests
 import yaml
 
-from conftest import ROOT, free_port
+from conftest import ROOT, LiveServer, free_port
+from nginx_support import CONF as NGINX_CONF
+from nginx_support import NGINX, NO_NGINX, NODES, NODES_POSTGRES, Nginx
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 COMPOSE_PATH = ROOT / "docker-compose.yml"
@@ -55,8 +58,9 @@ def exec_form(args: str) -> list[str]:
 
 # --- validators ---------------------------------------------------------------------------------
 @pytest.mark.skipif(HADOLINT is None, reason="hadolint not installed (run .ci/setup.d/docker-lint.sh): Dockerfile not linted")
-def test_hadolint_passes():
-    rv = subprocess.run([HADOLINT, "--no-color", str(ROOT / "Dockerfile")], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "tools/nginx/Dockerfile"])
+def test_hadolint_passes(dockerfile):
+    rv = subprocess.run([HADOLINT, "--no-color", str(ROOT / dockerfile)], capture_output=True, text=True, timeout=60)
     assert rv.returncode == 0, rv.stdout + rv.stderr
 
 
@@ -89,7 +93,7 @@ def test_compose_config_validates(tmp_path):
         assert rv.returncode == 0, rv.stderr
         services = yaml.safe_load(rv.stdout)["services"]
         # (docker-compose 1.x lists a profile's services too; they start only with --profile)
-        assert [name for name, svc in services.items() if not svc.get("profiles")] == ["context-mode"]
+        assert [name for name, svc in services.items() if not svc.get("profiles")] == ["context-mode", "proxy"]
 
 
 @needs_compose
@@ -99,11 +103,14 @@ def test_the_postgres_override_is_a_primary_a_streaming_standby_and_the_service_
     env_file = tmp_path / "pg.env"
     env_file.write_text("CONTEXT_API_KEY=k_test_0123456789abcdef\n")
     config = yaml.safe_load(compose("config", env_file=env_file).stdout)
-    assert set(config["services"]) == {"context-mode"}                      # the base file alone: SQLite
+    assert set(config["services"]) == {"context-mode", "proxy"}             # the base file alone: SQLite
     assert config["services"]["context-mode"]["environment"]["CONTEXT_STORE"] == "sqlite"
     rv = compose("config", env_file=env_file, postgres=True)                # the override without its password
     assert rv.returncode != 0 and "POSTGRES_PASSWORD" in rv.stderr
     env_file.write_text(env_file.read_text() + "POSTGRES_PASSWORD=pw0123456789abcdef\n")
+    rv = compose("config", env_file=env_file, postgres=True)                # ... or the nodes' shared cursor key
+    assert rv.returncode != 0 and "CONTEXT_MCP_CURSOR_SECRET" in rv.stderr
+    env_file.write_text(env_file.read_text() + "CONTEXT_MCP_CURSOR_SECRET=cursor0123456789abcdef\n")
     services = yaml.safe_load(compose("config", env_file=env_file, postgres=True).stdout)["services"]
     svc = services["context-mode"]
     assert svc["environment"]["CONTEXT_STORE"] == "postgresql://context:pw0123456789abcdef@postgres-primary:5432/context"
@@ -122,6 +129,17 @@ def test_the_postgres_override_is_a_primary_a_streaming_standby_and_the_service_
     assert "pg_basebackup" in (ROOT / "tools" / "postgres" / "standby.sh").read_text()
     from service.config import Config
     Config.from_env(svc["environment"])                                      # every value one the service takes
+    # Two nodes on that store (issue 24): the same image and settings, a data directory each, behind the proxy.
+    node2 = services["context-mode-2"]
+    assert node2["environment"] == svc["environment"] and node2["image"] == svc["image"]
+    assert svc["environment"]["CONTEXT_MCP_CURSOR_SECRET"] == "cursor0123456789abcdef"   # cursors valid on both
+    assert [v.split(":")[1] for v in svc["volumes"]] == [v.split(":")[1] for v in node2["volumes"]] == ["/data"]
+    assert svc["volumes"][0].split(":")[0] != node2["volumes"][0].split(":")[0]
+    assert set(node2["depends_on"]) == {"postgres-primary", "postgres-standby"} and "ports" not in node2
+    proxy = services["proxy"]
+    assert set(proxy["depends_on"]) == {"context-mode", "context-mode-2"}
+    mounted = {v.split(":")[1]: v.split(":")[0] for v in proxy["volumes"]}
+    assert Path(mounted["/etc/nginx/context-mode-nodes.conf"]) == NODES_POSTGRES
     rv = compose("config", "-q", env_file=env_file, postgres=True, dify=True)
     assert rv.returncode == 0, rv.stderr                                     # both overrides together
 
@@ -239,9 +257,10 @@ def test_dockerfile_copies_only_what_exists_and_is_not_ignored():
 # --- compose structure --------------------------------------------------------------------------
 def test_compose_structure():
     services = COMPOSE["services"]
-    # the service alone; PostgreSQL's primary and standby come with docker-compose.postgres.yml
-    assert set(services) == {"context-mode"}
-    assert set(PG_OVERRIDE["services"]) == {"context-mode", "postgres-primary", "postgres-standby"}
+    # the service and its proxy; PostgreSQL's primary and standby and a second node come with docker-compose.postgres.yml
+    assert set(services) == {"context-mode", "proxy"}
+    assert set(PG_OVERRIDE["services"]) == {"context-mode", "context-mode-2", "proxy", "postgres-primary",
+                                            "postgres-standby"}
     svc = services["context-mode"]
     assert "context-data:/data" in svc["volumes"]
     hc = svc["healthcheck"]
@@ -265,6 +284,105 @@ def test_api_keys_format_matches_the_service(tmp_path):
                                                                        "push+search")
     principal = KeyRing.from_config(Config(api_keys=value)).authenticate("cms_abc-123-0123456789abcdef")
     assert principal is not None and principal.tenant == "acme" and principal.scopes == {"push", "search"}
+
+
+# --- the proxy (tools/nginx/) ------------------------------------------------------------------------
+def nginx_directives(text: str) -> dict[str, list[str]]:
+    """Each directive's values (comments dropped), in the order they appear."""
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.endswith(";"):
+            name, _, value = line[:-1].partition(" ")
+            found.setdefault(name, []).append(value.strip())
+    return found
+
+
+def nginx_size(value: str) -> int:
+    units = {"k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+    return int(value[:-1]) * units[value[-1].lower()] if value[-1].lower() in units else int(value)
+
+
+def nginx_seconds(value: str) -> float:
+    return float(value[:-1]) * {"s": 1, "m": 60}[value[-1]] if value[-1] in "sm" else float(value)
+
+
+def test_the_proxy_fronts_gunicorn_with_the_services_limits():
+    """Only the proxy is published; it buffers requests and responses, and its limits are the service's
+    defaults (service/config.py, service/gunicorn_conf.py, the guard's memory buffer)."""
+    from service.config import Config
+    from service.guard_socket import PREBUFFER_BYTES
+    services = COMPOSE["services"]
+    assert "ports" not in services["context-mode"] and services["context-mode"]["expose"] == ["5000"]
+    proxy = services["proxy"]
+    assert proxy["ports"] == ["${CONTEXT_HOST_BIND:-127.0.0.1}:${CONTEXT_PORT:-5000}:5000"]
+    assert proxy["build"] == "./tools/nginx" and proxy["depends_on"] == ["context-mode"]
+    assert proxy["healthcheck"]["test"][0] == "CMD-SHELL" and "/healthz" in proxy["healthcheck"]["test"][1]
+    d = nginx_directives(NGINX_CONF.read_text())
+    config = Config()
+    gunicorn_conf = (ROOT / "service" / "gunicorn_conf.py").read_text()
+    setting = {m[0]: int(m[1]) for m in re.findall(r"^(\w+) = (\d+)", gunicorn_conf, re.M)}
+    assert d["proxy_request_buffering"] == ["on"] and d["proxy_buffering"] == ["on"]
+    assert nginx_size(d["client_max_body_size"][0]) == config.max_body_bytes          # the largest route's (/mcp/push)
+    assert nginx_size(d["client_body_buffer_size"][0]) == PREBUFFER_BYTES
+    for name in ("client_header_timeout", "client_body_timeout", "send_timeout"):
+        assert nginx_seconds(d[name][0]) == config.read_timeout_s, name
+    count, size = d["large_client_header_buffers"][0].split()
+    assert nginx_size(size) == setting["limit_request_field_size"] >= setting["limit_request_line"]
+    assert nginx_seconds(d["keepalive_timeout"][0]) == setting["keepalive"]
+    assert nginx_seconds(d["proxy_read_timeout"][0]) > setting["timeout"]
+    assert d["proxy_set_header"][:2] == ['Connection ""', "Host $http_host"]
+    assert d["include"] == ["/etc/nginx/context-mode-nodes.conf"] and d["daemon"] == ["off"]
+    for nodes, names in ((NODES, ["context-mode:5000"]), (NODES_POSTGRES, ["context-mode:5000", "context-mode-2:5000"])):
+        upstream = nginx_directives(nodes.read_text())
+        assert upstream["server"] == names                   # the balancer lists every node of its compose file
+        assert nginx_seconds(upstream["keepalive_timeout"][0]) < setting["keepalive"]
+    image = instructions((ROOT / "tools" / "nginx" / "Dockerfile").read_text())
+    assert image[0] == ("FROM", "python:3.11-slim")           # the one base podman stands in for here
+    assert [a for w, a in image if w == "USER"] == ["33:33"]  # www-data, not root
+    copied = {a.split()[-1]: a.split()[0] for w, a in image if w == "COPY"}
+    assert copied == {"/etc/nginx/nginx.conf": "nginx.conf", "/etc/nginx/context-mode-nodes.conf": "nodes.conf"}
+    assert exec_form([a for w, a in image if w == "CMD"][-1])[0] == "nginx"
+
+
+@pytest.mark.skipif(NGINX is None, reason=NO_NGINX)
+def test_the_postgres_override_balances_two_nodes_on_one_store(tmp_path, pg_urls):
+    """tools/nginx/nodes-postgres.conf for real: two gunicorns on one PostgreSQL store behind nginx. Pushes
+    through the proxy land on both nodes, and each node finds all of them (several nodes, one store)."""
+    key = "acme-two-nodes-0123456789"
+    primary, standby = pg_urls
+    env = {"CONTEXT_STORE": primary, "CONTEXT_STORE_REPLICA": standby, "CONTEXT_MCP_CURSOR_SECRET": "s" * 32}
+    for i in (1, 2):
+        (tmp_path / f"node{i}").mkdir()
+    nodes = [LiveServer(tmp_path / f"node{i}" / "data", workers=1, keys={key: ("acme", ("push", "search"))},
+                        env=env) for i in (1, 2)]
+    nginx = None
+    try:
+        for node in nodes:
+            node.start()
+        nginx = Nginx(tmp_path / "nginx", [n.port for n in nodes], nodes=NODES_POSTGRES).start()
+        headers = {"Authorization": f"Bearer {key}"}
+        for i in range(12):
+            rv = requests.post(nginx.url + "/mcp/push", json={"type": "tool_output", "source": "two_nodes",
+                                                               "timestamp": int(time.time()), "ttl": 3600,
+                                                               "content": f"balanced unit {i}"},
+                               headers=headers, timeout=30)
+            assert rv.status_code == 200, rv.text
+        pushes = [n.log().count("route=/mcp/push status=200") for n in nodes]
+        assert all(pushes) and sum(pushes) == 12, pushes                    # both nodes took pushes
+        for url in [n.url for n in nodes] + [nginx.url] * 2:
+            rv = requests.get(url + "/mcp/units?limit=50&source=two_nodes", headers=headers, timeout=30)
+            assert len(rv.json()["units"]) == 12                            # ... into the one store
+        page = requests.get(nginx.url + "/mcp/units?limit=5&source=two_nodes", headers=headers, timeout=30).json()
+        for n in nodes:                                                     # a cursor one node made, on either
+            rv = requests.get(n.url + f"/mcp/units?limit=5&source=two_nodes&cursor={page['next_cursor']}",
+                              headers=headers, timeout=30)
+            assert rv.status_code == 200 and len(rv.json()["units"]) == 5, rv.text
+    finally:
+        if nginx:
+            nginx.stop()
+        for node in nodes:
+            node.stop()
 
 
 # --- the image's commands, run here for real -----------------------------------------------------
@@ -325,3 +443,12 @@ def test_shlex_sanity_of_cmd():
     line = exec_form([a for w, a in INSTR if w == "CMD"][-1])[-1]
     words = shlex.split(line)
     assert words[-4:] == ["gunicorn", "-c", "service/gunicorn_conf.py", "service:create_app()"]
+
+
+def test_the_nginx_setup_script_is_idempotent():
+    script = ROOT / ".ci" / "setup.d" / "nginx.sh"
+    text = script.read_text()
+    assert "set -euo pipefail" in text and "command -v nginx" in text and "apt-get install" in text
+    if NGINX:
+        rv = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120)
+        assert rv.returncode == 0 and "nginx already installed" in rv.stdout, rv.stdout + rv.stderr

@@ -202,3 +202,105 @@ def test_a_database_that_never_answers_is_one_line_after_the_wait(tmp_path):
     assert [line.split(":")[0] for line in out] == ["context-mode", "context-mode"], out   # waiting, then refused
     assert out[-1].startswith("context-mode: refusing to start: PostgreSQL at postgresql://context:***@")
     assert "(waited 2 s, CONTEXT_STORE_WAIT_S)" in out[-1] and ":pw@" not in "\n".join(out)
+
+
+# --- the addresses gunicorn really listens on (issue 25, finding 8) ----------------------------------
+GUNICORN = [str(VENV_BIN / "gunicorn"), "-c", "service/gunicorn_conf.py", "service:create_app()"]
+
+
+def assert_refused_before_any_worker(rv: subprocess.CompletedProcess, phrase: str) -> str:
+    """Exit 1, our one line last; before it at most gunicorn's own "Starting gunicorn" (it logs that before
+    any hook runs); no worker, no traceback, nothing listening."""
+    out = (rv.stdout + rv.stderr).strip()
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert rv.returncode == 1, out
+    assert lines[-1].startswith("context-mode: refusing to start: ") and phrase in lines[-1], out
+    assert all("Starting gunicorn" in line for line in lines[:-1]), out
+    assert "Booting worker" not in out and "Traceback" not in out
+    return lines[-1]
+
+
+@pytest.mark.parametrize("how, host", [("GUNICORN_CMD_ARGS", "0.0.0.0"), ("-b", "0.0.0.0"), ("-b", "[::]")])
+def test_no_keys_on_a_public_address_is_refused_whatever_named_it(tmp_path, how, host):
+    """CONTEXT_BIND stays loopback; gunicorn is told another address by its own means: refused before it binds."""
+    env, _ = environment(tmp_path, None)
+    port = free_port()
+    cmd = list(GUNICORN)
+    if how == "-b":
+        cmd[1:1] = ["-b", f"{host}:{port}"]
+    else:
+        env["GUNICORN_CMD_ARGS"] = f"--bind {host}:{port}"
+    rv = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    line = assert_refused_before_any_worker(rv, f"gunicorn listens on {host}:{port}, "
+                                                "which is not loopback")
+    assert "CONTEXT_ALLOW_OPEN=1" in line and "GUNICORN_CMD_ARGS" in line
+
+
+def test_an_inherited_public_socket_is_refused_once_bound(tmp_path):
+    """What gunicorn was handed (systemd's sockets, a re-exec's) is checked once it listens (when_ready): a test
+    configuration adds such a listener on a public address to the real ones."""
+    conf = tmp_path / "public_listener_conf.py"
+    conf.write_text(
+        "from service.gunicorn_conf import *  # noqa: F401,F403\n"
+        "from service import gunicorn_conf as base\n\n\n"
+        "class PublicListener:\n"
+        "    def getsockname(self):\n"
+        "        return ('192.0.2.10', 5000)\n\n\n"
+        "def when_ready(server):\n"
+        "    server.LISTENERS = [*server.LISTENERS, PublicListener()]\n"
+        "    base.when_ready(server)\n")
+    env, _ = environment(tmp_path, None)
+    rv = subprocess.run([str(VENV_BIN / "gunicorn"), "-c", str(conf), "service:create_app()"], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=60)
+    out = (rv.stdout + rv.stderr).strip()
+    assert rv.returncode == 1 and "Booting worker" not in out and "Traceback" not in out, out
+    assert out.splitlines()[-1].startswith("context-mode: refusing to start: No API keys are configured and gunicorn "
+                                           "listens on 192.0.2.10:5000, which is not loopback"), out
+
+
+def test_loopback_named_by_gunicorn_args_or_keys_start(tmp_path):
+    """The rule refuses only what it must: a loopback --bind without keys, and a public one with keys."""
+    from service.preflight import Refused, check_listeners
+    from service.config import Config
+    env, _ = environment(tmp_path, None)
+    port = free_port()
+    env["GUNICORN_CMD_ARGS"] = f"--bind 127.0.0.1:{port}"
+    proc = subprocess.Popen(GUNICORN, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)
+    open_config = Config.from_mapping({})
+    for local in [("127.0.0.1", 1), ("::1", 1, 0, 0), ("::ffff:127.0.0.1", 1, 0, 0), ("localhost", 1), "/tmp/s.sock", 3]:
+        check_listeners(open_config, [local])
+    for public in [("0.0.0.0", 1), ("", 1), ("::", 1, 0, 0), ("10.1.2.3", 1), ("example.internal", 1)]:
+        with pytest.raises(Refused, match="which is not loopback"):
+            check_listeners(open_config, [public])
+    check_listeners(open_config.replace(allow_open=True), [("0.0.0.0", 1)])
+    check_listeners(Config.from_mapping({"api_keys": "k-0123456789abcdef:acme:push"}), [("0.0.0.0", 1)])
+
+
+@pytest.mark.parametrize("setting", ["api_keys_file", "api_keys"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_a_keys_setting_set_but_empty_is_an_error_on_every_path(tmp_path, setting, value):
+    """Finding 13: CONTEXT_API_KEYS_FILE= (or CONTEXT_API_KEYS=) is a mistake, never "no keys": refused from the
+    environment (gunicorn, serve, doctor: above) and from a mapping or a Config (an embedding program, tests)."""
+    from service import create_app, preflight
+    from service.auth import KeyRing
+    from service.config import Config
+    name = "CONTEXT_" + setting.upper()
+    with pytest.raises(preflight.Refused, match=f"{name} is set but empty"):
+        preflight.check({name: value, "CONTEXT_DATA_DIR": str(tmp_path / "d")}, wait=False)
+    with pytest.raises(ValueError, match=f"{name} is set but empty"):
+        KeyRing.from_config(Config(**{setting: value}))
+    with pytest.raises(ValueError, match=f"{name} is set but empty"):
+        create_app({"data_dir": str(tmp_path / "d"), "background": False, setting: value})
