@@ -102,6 +102,12 @@ def pending_source(where: list[str]) -> str:
     return f"FROM units u INDEXED BY units_pending WHERE {' AND '.join(where)}"
 
 
+def pending_unseen(conn, where_source: str, args: dict) -> tuple[int, int | None]:
+    """How many of these waiting units there are, and the oldest one's push time (``where_source``: a
+    ``pending_source``)."""
+    return tuple(conn.execute(f"SELECT count(*), min(u.pushed_ms) {where_source}", args).fetchone())
+
+
 def pending_bare(conn, where: list[str], args: dict) -> list:
     """The waiting units no search has made tokens for yet: id, cid, pushed_ms."""
     return conn.execute(f"SELECT u.id, u.cid, u.pushed_ms {pending_source(where + ['u.tokens IS NULL'])}",

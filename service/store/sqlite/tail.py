@@ -142,7 +142,7 @@ class TailReader:
             hits += db.read(run, fts.score, source, dict(args), terms, bm25.for_rows(), p.top_k, now, p.operator)
         except TooCostly:
             # past search_cpu_ms: these rows are reported as not seen (the answer stays a 200)
-            n, oldest = db.read(lambda c: c.execute(f"SELECT count(*), min(u.pushed_ms) {source}", args).fetchone())
+            n, oldest = db.read(fts.pending_unseen, source, args)
             unseen.add(oldest, n)
         return best(hits, p.top_k)
 
