@@ -117,14 +117,21 @@ class PgStore(StoreApi):
         return self._on_primary(False, fn, *args)
 
     def _on_primary(self, transaction: bool, fn, *args):
-        self._not_known_down()
-        failed = False
-        try:
+        def attempt():
             with self.primary.connection() as conn:
                 if not transaction:
                     return fn(conn, *args)
                 with conn.transaction():
                     return fn(conn, *args)
+        return self._guarded(attempt)
+
+    def _guarded(self, attempt):
+        """``attempt()`` against the primary: failing fast while it is known down, its failures as 503s,
+        and whether it answered recorded (docs/postgresql.md, "Failover")."""
+        self._not_known_down()
+        failed = False
+        try:
+            return attempt()
         except ApiError:
             raise
         except psycopg.errors.QueryCanceled as e:      # (a statement timeout: the server is fine)
@@ -204,28 +211,15 @@ class PgStore(StoreApi):
         generic plans (the tail read is planned once per connection, not at every search). A connection
         broken since its last use (the primary restarted) is found by the statement itself: the read is
         tried again on the next, up to the pool's size, before the primary counts as down."""
-        self._not_known_down()
-        failed = False
-        try:
-            for attempt in range(self.search_pool.max_size + 1):
+        def attempt():
+            for i in range(self.search_pool.max_size + 1):
                 try:
                     with self.search_pool.connection() as conn:
                         return fn(conn, *args)
                 except psycopg.OperationalError:
-                    if attempt == self.search_pool.max_size or not self._primary_answers():
+                    if i == self.search_pool.max_size or not self._primary_answers():
                         raise
-        except ApiError:
-            raise
-        except psycopg.errors.QueryCanceled as e:
-            raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
-        except psycopg.OperationalError as e:
-            failed = True
-            raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
-        except PoolTimeout as e:
-            failed = not self._primary_answers()
-            raise StorageUnavailable("Storage is unavailable: no database connection") from e
-        finally:
-            self._failed() if failed else self._answered()
+        return self._guarded(attempt)
 
     @staticmethod
     def _snapshot_on(conn, fn, *args):
