@@ -209,3 +209,50 @@ def test_readiness_and_metrics_show_each_nodes_lag(nodes):
     assert 'context_read_index_behind_units{tenant="default"} 1.0' in metrics
     assert 'context_index_queue_depth{tenant="default"} 1.0' in metrics
     assert search(b, "tern")["freshness"]["index_pending"] == 1   # (read-your-writes off: not read)
+
+
+def generic_plan(conn, name: str, args: dict, types: dict) -> str:
+    """The plan PostgreSQL keeps for a named statement on the search pool's connections (prepared, generic)."""
+    import re
+
+    import psycopg.sql
+
+    from service.store.postgresql.queries import sql
+    names: list[str] = []
+
+    def number(m):
+        if m.group(1) not in names:
+            names.append(m.group(1))
+        return f"${names.index(m.group(1)) + 1}"
+    text = re.sub(r"%\((\w+)\)s", number, sql(name))
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    conn.execute(f"PREPARE p_{name}({', '.join(types[n] for n in names)}) AS {text}")
+    call = psycopg.sql.SQL("EXECUTE p_{}({})").format(psycopg.sql.SQL(name), psycopg.sql.SQL(", ").join(
+        psycopg.sql.Literal(args[n]) for n in names))      # (typed by the PREPARE)
+    return "\n".join(r[0] for r in conn.execute(psycopg.sql.SQL("EXPLAIN ") + call))
+
+
+def test_the_tail_reads_plan_one_lookup_per_unit_whatever_the_tables_hold(nodes, pg_urls):
+    """A default search's reads besides the node index run as generic plans (planned once per connection).
+    Their cost must follow the tail, not the table: each tail unit looked up in the units table on its own
+    (a nested loop, never a hash of every day's rows, which at 1M units made a default search ~150 ms) and
+    the catalog read by seq (never by the expiry index, which holds every unit)."""
+    import time
+    a, _ = nodes()
+    now = int(time.time())
+    for day in range(6):
+        push(a, *[f"plan probe {day} {i} gannet" for i in range(100)], timestamp=now - day * 86_400)
+    drain(a)
+    with psycopg.connect(pg_urls[0], autocommit=True) as c:
+        c.execute("ANALYZE")
+        last = c.execute("SELECT last_seq FROM tenants WHERE tenant = 'default'").fetchone()[0]
+        cids = [r[0] for r in c.execute("SELECT cid FROM catalog WHERE tenant = 'default' AND seq > %s",
+                                        (last - 5,))]
+        args = {"tenant": "default", "low": last - 5, "now": now, "limit": 1000, "after": 0, "changes": 100,
+                "cids": cids, "bytes": 1 << 20}
+        types = {"tenant": "text", "low": "bigint", "now": "bigint", "limit": "bigint", "after": "bigint",
+                 "changes": "bigint", "cids": "text[]", "bytes": "bigint"}
+        for name in ("node_tail", "node_tail_texts", "node_behind"):
+            plan = generic_plan(c, name, args, types)
+            assert "Hash Join" not in plan and "Merge Join" not in plan and "Nested Loop" in plan, plan
+            assert "catalog_expires" not in plan, plan

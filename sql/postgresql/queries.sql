@@ -487,11 +487,14 @@ WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s) AND c.expires_at > %(now)s
 -- no transaction): the tenant's newest seq and its oldest unit still queued for the indexer; the changes
 -- after the index's state (what must leave its answers); and the tail with each unit's mutable fields (the
 -- live units at or past the index's low-water mark, in seq order through catalog_seq, and those re-pushed
--- since the index's state). Each tail unit's row is looked up in its own day's partition (LATERAL: the
--- planner prunes to one partition per unit instead of scanning the units table's every day).
+-- since the index's state). Each tail unit's row is looked up in its own day's partition (LATERAL ...
+-- LIMIT 1: the LIMIT keeps the planner from flattening the lookup into a join, which the search pool's
+-- generic plans made a hash of every day's rows: ~150 ms at 100k units, whatever the tail). `expires_at + 0`
+-- keeps the catalog read on catalog_seq (the expiry index holds every unit). The plans' shape is pinned by
+-- tests/test_node_index.py.
 WITH t AS (
     (SELECT seq, cid, day FROM catalog
-     WHERE tenant = %(tenant)s AND seq >= %(low)s AND expires_at > %(now)s ORDER BY seq LIMIT %(limit)s)
+     WHERE tenant = %(tenant)s AND seq >= %(low)s AND expires_at + 0 > %(now)s ORDER BY seq LIMIT %(limit)s)
     UNION
     SELECT c.seq, c.cid, c.day FROM live_events e
     JOIN catalog c ON c.tenant = e.tenant AND c.cid = substr(e.uri, 17)
@@ -501,7 +504,7 @@ r AS (
     SELECT t.seq, t.cid, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid, u.pushed_ms
     FROM t CROSS JOIN LATERAL (
         SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, pushed_ms FROM units
-        WHERE tenant = %(tenant)s AND day = t.day AND cid = t.cid) u),
+        WHERE tenant = %(tenant)s AND day = t.day AND cid = t.cid LIMIT 1) u),
 ch AS (
     SELECT n, uri FROM live_events WHERE tenant = %(tenant)s AND n > %(after)s ORDER BY n LIMIT %(changes)s)
 SELECT coalesce((SELECT last_seq FROM tenants WHERE tenant = %(tenant)s), 0) AS seq,
@@ -517,16 +520,19 @@ SELECT cid, ntok, tfs, CASE WHEN tfs IS NOT NULL OR queued <= %(bytes)s THEN con
 FROM (SELECT c.cid, u.content, t.ntok, t.tfs,
              sum(CASE WHEN t.tfs IS NULL THEN octet_length(u.content) ELSE 0 END) OVER (ORDER BY c.seq) AS queued
       FROM catalog c
-      JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
+      CROSS JOIN LATERAL (SELECT content FROM units
+                          WHERE tenant = %(tenant)s AND day = c.day AND cid = c.cid LIMIT 1) u
       LEFT JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
       WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s)) AS texts;
 
 -- name: node_behind
 -- What a node's read index lacks: the live units at or past its low-water mark, and when the first was pushed.
 SELECT (SELECT count(*) FROM catalog
-        WHERE tenant = %(tenant)s AND seq >= %(low)s AND expires_at > %(now)s) AS n,
-       (SELECT u.pushed_ms FROM catalog c JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid
-        WHERE c.tenant = %(tenant)s AND c.seq >= %(low)s ORDER BY c.seq LIMIT 1) AS oldest;
+        WHERE tenant = %(tenant)s AND seq >= %(low)s AND expires_at + 0 > %(now)s) AS n,
+       (SELECT u.pushed_ms
+        FROM (SELECT day, cid FROM catalog WHERE tenant = %(tenant)s AND seq >= %(low)s ORDER BY seq LIMIT 1) c
+        CROSS JOIN LATERAL (SELECT pushed_ms FROM units
+                            WHERE tenant = %(tenant)s AND day = c.day AND cid = c.cid LIMIT 1) u) AS oldest;
 
 -- name: node_timeline
 -- The server's WAL timeline (a promotion starts a new one; a standby reports the one it receives, NULL
