@@ -57,12 +57,14 @@ def signature(path: Path):
 UNIT_FIELDS = ("cid", "type", "source", "timestamp", "ttl", "metadata", "parent_cid", "expires_at")
 
 
-def document(day: str, key: int, r) -> tantivy.Document:
+def document(day: str, key: int, r, tokens: str | None = None, unit: str | None = None) -> tantivy.Document:
+    """A unit's document: ``r``'s fields; ``tokens`` (else ``r["tokens"]``) and the JSON array of its
+    UNIT_FIELDS (``unit``, else made here) when the caller already has them."""
     doc = tantivy.Document()
-    doc.add_text("t", r["tokens"])
+    doc.add_text("t", r["tokens"] if tokens is None else tokens)
     # the unit's other public fields in UNIT_FIELDS order; metadata stays the JSON text it is stored as
     doc.add_text("content", r["content"])
-    doc.add_text("unit", json.dumps([r[name] for name in UNIT_FIELDS], ensure_ascii=False))
+    doc.add_text("unit", unit or json.dumps([r[name] for name in UNIT_FIELDS], ensure_ascii=False))
     doc.add_integer("key", key)
     doc.add_integer("exp", r["expires_at"])
     doc.add_integer("ts", r["timestamp"])

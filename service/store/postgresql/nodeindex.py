@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from tantivy import FieldType, Query
 
@@ -48,8 +49,8 @@ def key_of(cid: str) -> int:
 
 def as_document(r) -> object:
     """A unit's read-index document; its ``tokens`` (each term as often as it occurs, the order not kept)
-    come made from its term frequencies by the query (node_units)."""
-    return document(r["day"], key_of(r["cid"]), {**r, "tokens": r["tokens"] or ""})
+    and its ``unit`` fields' JSON array come made by the query (node_units)."""
+    return document(r["day"], key_of(r["cid"]), r, r["tokens"] or "", r["unit"])
 
 
 class NodeIndex:
@@ -122,22 +123,38 @@ class NodeIndex:
         return sent
 
     def _sync(self, purge: bool) -> int:
+        with ThreadPoolExecutor(1, thread_name_prefix="node-index-read") as reads:
+            return self._pages(purge, reads)
+
+    def _pages(self, purge: bool, reads: ThreadPoolExecutor) -> int:
+        """The pass's pages: while one is applied to the index (CPU in this thread), the next is read from
+        PostgreSQL in ``reads`` (waiting on the server, the GIL released): a build costs about the larger of
+        the two, not their sum."""
         sent = unsaved = 0
         after = self.watermark          # this pass's read position: past the units it has read (a unit
-        while True:                     # still queued keeps the watermark below it, not the reads)
-            pos, changes, units, changed = self.store.read_replica(self.tenant, self._read, after)
-            why = self._diverged(pos, changes)
+        ahead = None                    # still queued keeps the watermark below it, not the reads)
+        while True:
+            if ahead is None:
+                ahead = reads.submit(self.store.read_replica, self.tenant, self._read, after, self.n)
+            start, pos, changes, units, changed = ahead.result()
+            ahead = None
+            why = self._diverged(start, pos, changes)
             if why:
                 log.warning("read index of tenant %s: %s; building it again", self.tenant, why)
                 self.rebuild()
                 after = 0
                 continue
+            if self.n is None:
+                self.n = start          # a build starts here: the units it reads already show earlier changes
             if units:
                 after = units[-1]["seq"]
+            more = len(units) == PAGE or len(changes) == PAGE
+            if more:
+                ahead = reads.submit(self.store.read_replica, self.tenant, self._read, after,
+                                     changes[-1]["n"] if changes else start)
             done = self._apply(pos, changes, units, changed)
             sent += done
             unsaved += done
-            more = len(units) == PAGE or len(changes) == PAGE
             if purge and not more:
                 self._purge_expired()
                 unsaved += 1
@@ -150,21 +167,21 @@ class NodeIndex:
             if not more:
                 return sent
 
-    def _read(self, conn, after: int) -> tuple:
-        """Positions, changes and the units after ``after`` in one snapshot."""
+    def _read(self, conn, after: int, n: int | None) -> tuple:
+        """The change-log position the changes are read after (``n``, or with None the newest: a build),
+        positions, changes and the units after ``after``, in one snapshot."""
         args = {"tenant": self.tenant, "now": int(time.time()), "limit": PAGE}
         pos = {**conn.execute(sql("node_positions"), args).fetchone(),
                **conn.execute(sql("node_timeline")).fetchone()}
-        if self.n is None:
-            self.n = pos["n"]           # a build starts here: the units it reads already show earlier changes
-        changes = conn.execute(sql("live_events_since"), {**args, "after": self.n}).fetchall()
+        start = pos["n"] if n is None else n
+        changes = conn.execute(sql("live_events_since"), {**args, "after": start}).fetchall()
         units = conn.execute(sql("node_units"), {**args, "after": after}).fetchall()
         touched = [c["uri"][len(UNIT_PREFIX):] for c in changes
                    if c["uri"].startswith(UNIT_PREFIX) and c["kind"] == "changed"]
         changed = conn.execute(sql("node_units_by_cid"), {**args, "cids": touched}).fetchall() if touched else []
-        return pos, changes, units, changed
+        return start, pos, changes, units, changed
 
-    def _diverged(self, pos, changes) -> str | None:
+    def _diverged(self, start: int, pos, changes) -> str | None:
         """Why the index no longer follows PostgreSQL's history, if it does not: the change log lost rows this
         node has not applied (pruned while it was away), the server is on another WAL timeline (a standby
         was promoted: what the index read from the old primary may never have reached it), or its seqs went
@@ -173,7 +190,7 @@ class NodeIndex:
             if self.tli is not None and pos["tli"] != self.tli:
                 return f"PostgreSQL moved from WAL timeline {self.tli} to {pos['tli']} (a failover)"
             self.tli = pos["tli"]
-        if (changes[0]["n"] != self.n + 1) if changes else pos["n"] > self.n:
+        if (changes[0]["n"] != start + 1) if changes else pos["n"] > start:
             return "it missed changes the janitor pruned"
         if pos["seq"] < self.watermark:
             return "the tenant's newest seq is below the index's watermark (the database was restored or reset)"
