@@ -226,6 +226,23 @@ def test_pending_units_past_the_time_budget_are_reported(make_app):
     assert len(body["results"]) + body["freshness"]["index_pending"] >= 20
 
 
+
+def test_the_unit_just_pushed_is_read_first_when_the_budget_is_short(make_app):
+    """Behind a queue longer than read_your_writes_ms can tokenize, the search reads the queue newest first:
+    the unit the caller just pushed is found at once, the older ones wait for the indexer (which takes the
+    queue oldest first) and are said to be pending. (Oldest first, the budget ran out long before it.)"""
+    app = make_app(**INDEX_NOW, read_your_writes_ms=300)
+    client = app.test_client()
+    push(client, "an indexed gannet note")
+    sent_to_index(app)
+    filler = ("gannet cliff colony 海鸟 " * 10_000)[:200_000]
+    batch = [make_unit(f"gannet {i} " + filler) for i in range(30)]        # ~6 MB queued: seconds of tokenizing
+    assert client.post("/mcp/push", json={"units": batch}).status_code == 200
+    newest = push(client, "the kittiwake nests below the gannets")
+    body = search(client, "kittiwake")
+    assert cids(body) == [newest]
+    assert body["freshness"]["index_pending"] > 0                           # the rest: said, not hidden
+
 def test_token_cache_is_bounded():
     from service.ranking.tail import TokenCache
     cache = TokenCache(max_bytes=100)

@@ -524,11 +524,12 @@ SELECT coalesce((SELECT last_seq FROM tenants WHERE tenant = %(tenant)s), 0) AS 
 
 -- name: node_tail_texts
 -- What tail units hold, for the ones this process has not seen: their content, and their terms once indexed.
--- A queued unit's content (tokenized by the search) only while the queued ones so far, oldest first, hold at
--- most %(bytes)s bytes (octet_length reads the stored size, not the text): the rest stay unseen.
+-- A queued unit's content (tokenized by the search) only while the queued ones so far, newest first, hold at
+-- most %(bytes)s bytes (octet_length reads the stored size, not the text): the rest stay unseen. Newest
+-- first: the unit a caller just pushed is read at once, and the indexer takes the queue oldest first.
 SELECT cid, ntok, tfs, CASE WHEN tfs IS NOT NULL OR queued <= %(bytes)s THEN content END AS content
 FROM (SELECT c.cid, u.content, t.ntok, t.tfs,
-             sum(CASE WHEN t.tfs IS NULL THEN octet_length(u.content) ELSE 0 END) OVER (ORDER BY c.seq) AS queued
+             sum(CASE WHEN t.tfs IS NULL THEN octet_length(u.content) ELSE 0 END) OVER (ORDER BY c.seq DESC) AS queued
       FROM catalog c
       CROSS JOIN LATERAL (SELECT content FROM units
                           WHERE tenant = %(tenant)s AND day = c.day AND cid = c.cid LIMIT 1) u

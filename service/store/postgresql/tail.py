@@ -94,11 +94,11 @@ class NodeTail:
     def top(self, tenant: str, read: TailRead, p, terms: list[str], bm25: Bm25, now: int,
             unseen: Unseen) -> list[Ranked]:
         """The best k tail units, scored like the index's documents with its statistics, within
-        read_your_writes_ms and search_cpu_ms (``TailBudget``, unit by unit by their size); queued ones not
-        tokenized are ``unseen``."""
+        read_your_writes_ms and search_cpu_ms (``TailBudget``, unit by unit by their size, newest first: the
+        indexer takes the queue oldest first); queued ones not tokenized are ``unseen``."""
         ryw = TailBudget(self.config.read_your_writes_ms, cpu_ms=self.config.search_cpu_ms)
         hits = []
-        for r in read.rows:
+        for r in reversed(read.rows):
             if not passes(r, p, now):
                 continue
             entry = self.texts.get(tenant, r["cid"])

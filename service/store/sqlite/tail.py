@@ -87,7 +87,7 @@ class TailReader:
         live = [term for term, w in zip(terms, bm25.weights) if w]
         found = []
         ryw = TailBudget(self.config.read_your_writes_ms, budget)
-        for day, n in tail.days.items():
+        for day, n in sorted(tail.days.items(), reverse=True):     # newest first, as _tokens
             db = t.shard(day, create=False)
             if db is None or not live:
                 continue
@@ -148,9 +148,10 @@ class TailReader:
 
     def _tokens(self, t, db, day: str, bare: list, ryw: TailBudget, unseen: Unseen) -> dict:
         """rowid -> (padded tokens, length) of these waiting units: cached, or made now one by one while
-        ``ryw`` admits each by its size (and offered to the row); those left are ``unseen``."""
+        ``ryw`` admits each by its size (and offered to the row); those left are ``unseen``. Newest first:
+        the unit a caller just pushed is read at once, and the indexer takes the queue oldest first."""
         known = {r["id"]: self.tokens.get(t.name, day, r["id"], r["cid"]) for r in bare}
-        missing = [r for r in bare if known[r["id"]] is None]
+        missing = sorted((r for r in bare if known[r["id"]] is None), key=lambda r: r["id"], reverse=True)
         made = []
         for i, r in enumerate(missing):
             if ryw.expired():
