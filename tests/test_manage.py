@@ -127,6 +127,23 @@ def test_a_selective_filter_answers_short_pages_that_still_reach_every_match(cli
     assert [u["cid"] for u in units] == [world["root"]] and pages > 3
 
 
+
+def test_large_units_are_listed_and_exported_a_bounded_number_of_bytes_at_a_time(client, monkeypatch):
+    """A listing page ends once its contents pass PAGE_BYTES (a shorter page, with a cursor), and units are
+    read a few at a time: a worker never holds a whole page (or export page) of large units (issue 25)."""
+    from service.store.postgresql import manage as pg_manage
+    from service.store.sqlite import manage as sqlite_manage
+    for module in (sqlite_manage, pg_manage):
+        monkeypatch.setattr(module, "PAGE_BYTES", 2500)
+    monkeypatch.setattr(sqlite_manage, "FETCH_ROWS", 2)
+    pushed = [push(client, f"large unit {i} " + "x" * 1000) for i in range(8)]
+    first = client.get("/mcp/units", query_string={"limit": 200}, headers=auth(ADMIN)).get_json()
+    assert [u["cid"] for u in first["units"]] == pushed[::-1][:3] and first["next_cursor"]     # 3 x ~1 kB
+    units, pages = listing(client, limit=200)
+    assert [u["cid"] for u in units] == pushed[::-1] and pages == 3                          # all, once each
+    lines = client.get("/mcp/export", headers=auth(ADMIN)).get_data(as_text=True).splitlines()
+    assert [json.loads(x)["cid"] for x in lines] == pushed
+
 @pytest.mark.parametrize("query,code", [
     ({"limit": 0}, "invalid_field"), ({"limit": 201}, "invalid_field"), ({"limit": "x"}, "invalid_field"),
     ({"types": "nope"}, "invalid_type"), ({"since": "yesterday"}, "invalid_field"),

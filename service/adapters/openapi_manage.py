@@ -65,7 +65,8 @@ def paths(config) -> dict:
         "/mcp/units": {"get": {
             "operationId": "listUnits", "summary": "List context units",
             "description": "Live context units, newest first, with the search filters; page on with `cursor`. "
-                           "A page may be short when few units match: follow `next_cursor` until it is null.",
+                           "A page may be short when few units match or its units are large (a page ends once its "
+                           "contents pass 8 MiB): follow `next_cursor` until it is null.",
             "parameters": filters + [
                 {"name": "limit", "in": "query", "required": False, "description": f"Units per page (default "
                  f"{DEFAULT_LIMIT}).", "schema": {"type": "integer", "minimum": 1, "maximum": LIST_MAX}},

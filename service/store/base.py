@@ -28,6 +28,11 @@ from ..units import Unit, validate_unit
 MAX_LINEAGE_DEPTH = 1000
 LIST_MAX = 200                 # GET /mcp/units: at most this many units per page
 PAGE_ROWS = 1000               # rows read per round (export, filtered lists)
+# Units in memory at once for a listing or an export, whatever their size (docs/configuration.md's bounds):
+# a listing page ends once its contents pass PAGE_BYTES (at least one unit: a shorter page, with a
+# cursor), and content is read FETCH_ROWS units at a time.
+PAGE_BYTES = 8 << 20
+FETCH_ROWS = 32
 FORGET_CHUNK = 500             # units per removal transaction: a push to the tenant waits at most one chunk
 SAMPLE = 10                    # units a forget dry run shows
 

@@ -13,7 +13,7 @@ import time
 
 from ...ranking.results import MAX_QUERY_TERMS
 from ...units import day_of, export_fields, unit_dict
-from ..base import FORGET_CHUNK, PAGE_ROWS
+from ..base import FORGET_CHUNK, PAGE_BYTES, PAGE_ROWS
 from .maintenance import catch_up
 from .queries import sql
 from .rows import remove_units
@@ -23,26 +23,35 @@ UNIT_COLUMNS = ("u.cid, u.seq, u.type, u.source, u.timestamp, u.ttl, u.expires_a
                 "u.parent_cid, u.day::text AS day")
 
 
-def _page(store, tenant: str, p, pos: int, descending: bool, n: int, max_seq: int | None = None) -> list:
-    """Live units past ``pos`` in seq order that pass every filter."""
-    args: dict = {"tenant": tenant, "now": int(time.time()), "pos": pos, "n": n}
+def _page(store, tenant: str, p, pos: int, descending: bool, n: int, max_seq: int | None = None) -> tuple[list, bool]:
+    """Live units past ``pos`` in seq order that pass every filter: at most ``n``, and only while their
+    contents so far hold less than PAGE_BYTES (at least one; octet_length reads the stored size, not the
+    text); and whether the byte bound cut the page short."""
+    args: dict = {"tenant": tenant, "now": int(time.time()), "pos": pos, "n": n, "bytes": PAGE_BYTES}
     where = ["c.tenant = %(tenant)s", "c.expires_at > %(now)s",
              "c.seq < %(pos)s" if descending else "c.seq > %(pos)s"] + pg_filters(p, args)
     if max_seq is not None:
         args["max_seq"] = max_seq
         where.append("c.seq <= %(max_seq)s")
-    query = (f"SELECT {UNIT_COLUMNS} FROM catalog c JOIN units u ON u.tenant = c.tenant AND u.day = c.day "
-             f"AND u.cid = c.cid WHERE {' AND '.join(where)} ORDER BY c.seq {'DESC' if descending else 'ASC'} "
-             "LIMIT %(n)s")
-    return store.read(lambda conn: conn.execute(query, args).fetchall())
+    order = f"c.seq {'DESC' if descending else 'ASC'}"
+    within = f"seq {'DESC' if descending else 'ASC'}"
+    query = (f"SELECT * FROM (SELECT page.*, count(*) OVER () AS page_rows, "
+             f"sum(size) OVER (ORDER BY {within}) - size AS bytes_before FROM ("
+             f"SELECT {UNIT_COLUMNS}, octet_length(u.content) AS size "
+             f"FROM catalog c JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid "
+             f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT %(n)s) AS page) AS sized "
+             f"WHERE bytes_before < %(bytes)s ORDER BY {within}")
+    rows = store.read(lambda conn: conn.execute(query, args).fetchall())
+    return rows, bool(rows) and len(rows) < rows[0]["page_rows"]
 
 
 def list_units(store, tenant: str, p, limit: int, before: int | None = None) -> tuple[list[dict], int | None]:
     """Live units newest (highest seq) first, below ``before``; and where the next page starts (None:
-    nothing older). One statement per page: the filters run in PostgreSQL."""
-    rows = _page(store, tenant, p, before if before is not None else 2 ** 62, True, limit + 1)
+    nothing older). One statement per page: the filters run in PostgreSQL. A page ends once its contents
+    pass PAGE_BYTES (large units: a shorter page, never a worker's memory)."""
+    rows, cut = _page(store, tenant, p, before if before is not None else 2 ** 62, True, limit + 1)
     units = [unit_dict(r) for r in rows[:limit]]
-    return units, units[-1]["seq"] if len(rows) > limit else None
+    return units, units[-1]["seq"] if len(rows) > limit or cut else None
 
 
 def export_units(store, tenant: str, p):
@@ -51,10 +60,10 @@ def export_units(store, tenant: str, p):
     max_seq = store.max_seq(tenant)
     pos = 0
     while True:
-        rows = _page(store, tenant, p, pos, False, PAGE_ROWS, max_seq)
+        rows, cut = _page(store, tenant, p, pos, False, PAGE_ROWS, max_seq)
         for r in rows:
             yield export_fields(unit_dict(r))
-        if len(rows) < PAGE_ROWS:
+        if len(rows) < PAGE_ROWS and not cut:
             return
         pos = rows[-1]["seq"]
 

@@ -27,7 +27,7 @@ from dataclasses import replace
 from ...params import SearchParams
 from ...ranking.results import MAX_QUERY_TERMS
 from ...units import day_of, export_fields, unit_dict
-from ..base import FORGET_CHUNK, PAGE_ROWS
+from ..base import FETCH_ROWS, FORGET_CHUNK, PAGE_BYTES, PAGE_ROWS
 from ..filters import filters
 from .fts import fts_query
 from .indexer import catch_up
@@ -76,26 +76,35 @@ def _fetch(t, p: SearchParams, rows, now: int) -> dict[str, dict]:
     return out
 
 
+def _units_of(t, p: SearchParams, rows, now: int):
+    """(catalog row, its unit or None) in the rows' order, the units read FETCH_ROWS at a time."""
+    for i in range(0, len(rows), FETCH_ROWS):
+        part = rows[i:i + FETCH_ROWS]
+        units = _fetch(t, p, part, now)
+        for r in part:
+            yield r, units.get(r["cid"])
+
+
 def list_units(store, tenant: str, p: SearchParams, limit: int, before: int | None = None) -> tuple[list[dict], int | None]:
     """Live units newest (highest seq) first, below ``before``; and where the next page starts
     (None: nothing older). A page looks at most SCAN_BUDGET catalog rows, so a filter that
-    matches rarely answers a short (even empty) page with a position to go on from."""
+    matches rarely answers a short (even empty) page with a position to go on from; and it ends once
+    its contents pass PAGE_BYTES (large units: a shorter page, never a worker's memory)."""
     t = store.tenant(tenant)
     now = int(time.time())
     pos = before if before is not None else 2 ** 62
     out: list[dict] = []
-    scanned = 0
+    scanned = size = 0
     while True:
         want = limit - len(out)
         n = PAGE_ROWS if p.types else min(PAGE_ROWS, want + 8)
         rows = _catalog_page(t, p, pos, True, n, now)
         scanned += len(rows)
-        units = _fetch(t, p, rows, now) if rows else {}
-        for i, r in enumerate(rows):
-            u = units.get(r["cid"])
+        for i, (r, u) in enumerate(_units_of(t, p, rows, now)):
             if u is not None:
                 out.append(u)
-                if len(out) == limit:
+                size += len(u["content"])
+                if len(out) == limit or size >= PAGE_BYTES:
                     # no cursor when the catalog has nothing past this unit (rows after it may still
                     # fail the type filter: then the next page is empty)
                     more = i < len(rows) - 1 or len(rows) == n
@@ -118,9 +127,7 @@ def export_units(store, tenant: str, p: SearchParams):
         rows = _catalog_page(t, p, pos, False, PAGE_ROWS, now, max_seq)
         if not rows:
             return
-        units = _fetch(t, p, rows, now)
-        for r in rows:
-            u = units.get(r["cid"])
+        for _, u in _units_of(t, p, rows, now):
             if u is not None:
                 yield export_fields(u)
         pos = rows[-1]["seq"]
