@@ -698,6 +698,16 @@ def test_a_long_integer_is_said_to_be_too_long(client):
     rv = client.post("/mcp/search", data=b'{"query": "x", "top_k": ' + b"9" * 5000 + b"}",
                      content_type="application/json")
     assert_error(rv, 400, "invalid_number")
+    # the MCP and Dify doors say the same in their own shapes (they said "not UTF-8 JSON")
+    rv = client.post("/mcp", data=b'{"jsonrpc": "2.0", "method": "ping", "id": ' + b"9" * 5000 + b"}",
+                     content_type="application/json", headers={"Accept": "application/json, text/event-stream",
+                                                               "MCP-Protocol-Version": "2025-11-25"})
+    assert rv.status_code == 400 and rv.get_json()["error"]["code"] == -32700
+    assert "4300 digits" in rv.get_json()["error"]["message"]
+    rv = client.post("/retrieval", data=b'{"knowledge_id": "default", "query": "x", "retrieval_setting": '
+                     b'{"top_k": ' + b"9" * 5000 + b', "score_threshold": 0}}', content_type="application/json")
+    assert rv.status_code == 400 and rv.get_json()["error_code"] == 3001
+    assert "4300 digits" in rv.get_json()["error_msg"]
 
 
 def test_a_32_mib_push_grows_a_real_worker_by_a_bounded_amount(live_server_factory):

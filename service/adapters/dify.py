@@ -13,7 +13,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from ..api import parse_json
 from ..auth import DEFAULT_TENANT, bearer_token
-from ..errors import ApiError
+from ..errors import ApiError, invalid_json
 from ..params import MAX_QUERY_CHARS, parse_search
 from .conditions import ConditionError, parse_metadata_condition
 
@@ -71,8 +71,8 @@ def _body():
         return _PROBE
     try:
         return parse_json(raw)       # the strict decoder of every door: UTF-8, no NaN/Infinity
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise DifyError(400, INVALID_REQUEST, "The request body is not valid UTF-8 JSON.") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise DifyError(400, INVALID_REQUEST, invalid_json(e).message) from None
 
 
 def _bad(msg: str) -> DifyError:

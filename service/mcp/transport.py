@@ -16,7 +16,7 @@ from flask import Blueprint, Response, current_app, request
 
 from ..api import parse_json
 from ..auth import current_principal
-from ..errors import ApiError, Unauthorized, error_body, storage_error
+from ..errors import ApiError, Unauthorized, error_body, invalid_json, storage_error
 from ..tokens import cursor_key
 from . import protocol as p
 from .context import Call
@@ -132,8 +132,9 @@ def endpoint():
         doc = parse_json(raw)
         # Lone surrogates parse but can never be stored or echoed as UTF-8.
         json.dumps(doc, ensure_ascii=False).encode("utf-8")
-    except (UnicodeError, ValueError, RecursionError):
-        return _rpc_response(None, 400, error=p.RpcError(p.PARSE_ERROR, "Parse error: the body is not UTF-8 JSON."))
+    except (UnicodeError, ValueError, RecursionError) as e:
+        # (what the REST doors say of it: a syntax error's position, an over-long integer as such)
+        return _rpc_response(None, 400, error=p.RpcError(p.PARSE_ERROR, f"Parse error: {invalid_json(e).message}"))
 
     era = None
     msg = None
