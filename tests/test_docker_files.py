@@ -154,8 +154,11 @@ def test_without_the_override_nothing_refers_to_difys_network(tmp_path):
     joined = yaml.safe_load(compose("config", env={"CONTEXT_API_KEY": "k_test", "DIFY_NETWORK": "dify_net"},
                                     env_file=empty, dify=True).stdout)
     assert joined["networks"]["dify"]["external"] is True and joined["networks"]["dify"]["name"] == "dify_net"
+    # Dify reaches the service through the proxy (issue 25: not gunicorn directly), by the name it documents
+    proxy = joined["services"]["proxy"]
+    assert proxy["networks"]["dify"]["aliases"] == ["context-mode"] and "default" in proxy["networks"]
+    assert "dify" not in (joined["services"]["context-mode"].get("networks") or {})
     svc = joined["services"]["context-mode"]
-    assert svc["networks"]["dify"]["aliases"] == ["context-mode"] and "default" in svc["networks"]
     assert svc["volumes"] and svc["healthcheck"]["test"][0] == "CMD-SHELL"
 
 
@@ -269,7 +272,7 @@ def test_compose_structure():
     assert svc["environment"]["CONTEXT_DATA_DIR"] == "/data"
     assert "context-data" in COMPOSE["volumes"]                           # a named volume, not a bind mount
     assert "profiles" not in svc and "networks" not in COMPOSE
-    joined = DIFY_OVERRIDE["services"]["context-mode"]
+    joined = DIFY_OVERRIDE["services"]["proxy"]            # Dify reaches the proxy, not gunicorn
     assert joined["networks"]["dify"]["aliases"] == ["context-mode"]
     assert DIFY_OVERRIDE["networks"]["dify"]["external"] is True
 
