@@ -43,11 +43,14 @@ log = logging.getLogger(__name__)
 CATCH_UP_WAIT_MS = 50      # how long a read-index pass waits for the standby to replay the tenant's changes
 # The search pool's connections: plans made once per statement and connection (prepared at first use and
 # generic), where each search would otherwise plan its statement again over the units table's partitions.
+# No JIT: a generic plan's estimate grows with the tables (at 1M units node_tail's passed jit_above_cost,
+# and compiling it took 175 ms of every default search, whose execution takes 0.2 ms).
 GENERIC_PLANS = {"prepare_threshold": 0}
 
 
 def generic_plans(conn) -> None:
     conn.execute("SET plan_cache_mode = force_generic_plan")
+    conn.execute("SET jit = off")
 PRIMARY_RETRY_S = 1.0      # after a failure, how long requests fail at once before one tries the primary again
 
 class PartitionGone(Exception):
