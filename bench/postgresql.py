@@ -6,6 +6,8 @@
 - search in-process: 2-4-term queries from held-back text, p50/p99, ``default`` (both: the read index plus
   the tail) and ``strong`` (SQLite: the day files; PostgreSQL: the primary's tables), tantivy alone over the
   same tokens as the limit, and whether both stores return the same top 10 (CIDs in order) per query;
+  both stores' searches run after both builds, interleaved query by query (the machine's noise falls
+  on both alike);
 - HTTP per node: wrk on /mcp/search and /healthz at --conns connections, one SQLite service vs one of two
   PostgreSQL nodes (2 workers each), peak RSS per process;
 - freshness across nodes: under --rate units/s pushed to one PostgreSQL node, a probe pushed to that node
@@ -89,20 +91,31 @@ def node_build(cluster, units: int) -> dict:
 
 
 def searches(app, qs: list[str], max_s: float, **extra) -> tuple[dict, list]:
+    """One app's searches: (summary, tops)."""
+    lat, tops = searches_side_by_side({"app": app}, qs, max_s, **extra)
+    return lat["app"], tops["app"]
+
+
+def searches_side_by_side(apps: dict, qs: list[str], max_s: float, **extra) -> tuple[dict, dict]:
+    """``searches`` on every app, one query at a time on each in turn (so that the machine's noise falls
+    on both alike): {name: summary}, {name: tops}."""
     from service.params import parse_search
-    store, config = app.extensions["context_store"], app.config["CONTEXT"]
-    for q in qs[:20]:
-        store.search("default", parse_search({"query": q, "top_k": 10, **extra}, config))
-    lat, tops = [], []
-    deadline = time.perf_counter() + max_s
+    runs = {name: (app.extensions["context_store"], app.config["CONTEXT"]) for name, app in apps.items()}
+    for store, config in runs.values():
+        for q in qs[:20]:
+            store.search("default", parse_search({"query": q, "top_k": 10, **extra}, config))
+    lat: dict = {name: [] for name in runs}
+    tops: dict = {name: [] for name in runs}
+    deadline = time.perf_counter() + max_s * len(runs)
     for q in qs:
-        t0 = time.perf_counter()
-        body = store.search("default", parse_search({"query": q, "top_k": 10, **extra}, config))
-        lat.append((time.perf_counter() - t0) * 1000)
-        tops.append([(r["cid"], r["bm25_score"]) for r in body["results"]])
+        for name, (store, config) in runs.items():
+            t0 = time.perf_counter()
+            body = store.search("default", parse_search({"query": q, "top_k": 10, **extra}, config))
+            lat[name].append((time.perf_counter() - t0) * 1000)
+            tops[name].append([(r["cid"], r["bm25_score"]) for r in body["results"]])
         if time.perf_counter() > deadline:
             break
-    return summary(lat), tops
+    return {name: summary(v) for name, v in lat.items()}, tops
 
 
 def tantivy_alone(sqlite_dir, qs: list[str], tokenizer) -> dict:
@@ -257,12 +270,15 @@ def main(argv=None) -> None:
                 import psycopg
                 with psycopg.connect(cluster.primary_url, autocommit=True) as c:
                     c.execute("VACUUM ANALYZE")
+                    c.execute("CHECKPOINT")     # (the load's dirty pages written before the searches)
                 res["ingest_inprocess"]["read_index_s"] = round(drain_node_index(app), 1)
                 time.sleep(2)            # the standby replays the build
-            res["search_default"], tops["default"][name] = searches(app, qs, a.max_seconds)
-            res["search_strong"], tops["strong"][name] = searches(app, qs, a.max_seconds, consistency="strong")
-            print(f"   search default {json.dumps(res['search_default'])}\n"
-                  f"   search strong  {json.dumps(res['search_strong'])}", flush=True)
+        # the searches of both stores interleaved query by query, after both builds
+        for kind, extra in (("default", {}), ("strong", {"consistency": "strong"})):
+            lat, tops[kind] = searches_side_by_side(apps, qs, a.max_seconds, **extra)
+            for name in apps:
+                out[name][f"search_{kind}"] = lat[name]
+                print(f"   {name} search {kind} {json.dumps(lat[name])}", flush=True)
         reads = apps["postgresql"].extensions["context_store"].searcher.reads
         out["postgresql"]["searches_read"] = dict(reads)
         for kind in ("default", "strong"):
