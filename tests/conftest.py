@@ -291,6 +291,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(proc: subprocess.Popen, url: str, timeout: float = 60, log=lambda: "") -> None:
+    """Until ``url``/healthz answers 200; RuntimeError (with ``log()``) if ``proc`` exits first or
+    ``timeout`` passes. Workers may still be importing (jieba's dictionary) on a loaded machine: patient."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited early:\n{log()}")
+        try:
+            if requests.get(url + "/healthz", timeout=5).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not serve /healthz within {timeout:.0f} s:\n{log()}")
+        time.sleep(0.2)
+
+
 class LiveServer:
     """A real gunicorn (``service:create_app()``) on a free loopback port."""
 
@@ -322,18 +339,8 @@ class LiveServer:
         self.proc = subprocess.Popen(
             [str(VENV_BIN / "gunicorn"), "-c", str(self.conf), "service:create_app()"],
             cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gunicorn exited early:\n{self.log()}")
-            try:
-                # Workers may still be importing (jieba's dictionary) on a loaded machine: be patient.
-                if requests.get(self.url + "/healthz", timeout=5).status_code == 200:
-                    return self
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"gunicorn did not become healthy:\n{self.log()}")
+        wait_healthy(self.proc, self.url, timeout, self.log)
+        return self
 
     def log(self) -> str:
         try:

@@ -20,7 +20,7 @@ import pytest
 import requests
 import yaml
 
-from conftest import ROOT, LiveServer, free_port
+from conftest import ROOT, LiveServer, free_port, wait_healthy
 from nginx_support import CONF as NGINX_CONF
 from nginx_support import NGINX, NO_NGINX, NODES, NODES_POSTGRES, Nginx
 
@@ -402,16 +402,7 @@ def test_cmd_execs_gunicorn_and_healthcheck_works(tmp_path):
     log = open(tmp_path / "cmd.log", "wb")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, (tmp_path / "cmd.log").read_text()
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                time.sleep(0.2)
-        else:
-            pytest.fail("the CMD did not serve /healthz: " + (tmp_path / "cmd.log").read_text()[-2000:])
+        wait_healthy(proc, f"http://127.0.0.1:{port}", 60, lambda: (tmp_path / "cmd.log").read_text()[-2000:])
         # exec replaced the shell: the PID the container would start is gunicorn's master.
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
         assert any(b"gunicorn" in part for part in cmdline), cmdline

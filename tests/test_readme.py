@@ -11,13 +11,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import ROOT, free_port
+from conftest import ROOT, free_port, wait_healthy
 
 VENV = Path(sys.executable).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -39,17 +38,8 @@ def make_run(tmp_path_factory):
     proc = subprocess.Popen(["make", "--no-print-directory", "-o", f"{VENV}/.installed", f"VENV={VENV}", "run"],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
     try:
-        while True:
-            assert proc.poll() is None, (base / "make-run.log").read_text()
-            try:
-                if requests.get(url + "/healthz", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, (base / "make-run.log").read_text()
-            time.sleep(0.2)
+        wait_healthy(proc, url, 120, lambda: (base / "make-run.log").read_text())
         yield {"url": url, "port": port, "log": base / "make-run.log"}
     finally:
         if proc.poll() is None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import ROOT, VENV_BIN, free_port
+from conftest import ROOT, VENV_BIN, free_port, wait_healthy
 
 CLI = Path(sys.executable).parent / "context-mode"
 
@@ -177,14 +177,7 @@ def test_gunicorn_waits_for_a_database_that_answers_late(tmp_path, pg_urls):
         time.sleep(1.5)
         assert server.proc.poll() is None and "Booting worker" not in server.log()     # still waiting, no restarts
         late.open()
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.proc.poll() is None and time.monotonic() < deadline, server.log()
-            try:
-                if requests.get(server.url + "/healthz", timeout=5).status_code == 200:
-                    break
-            except requests.RequestException:
-                time.sleep(0.2)
+        wait_healthy(server.proc, server.url, 60, server.log)
         assert server.log_path.read_text(errors="replace").count("waiting up to") == 1   # (the whole log)
     finally:
         server.stop()
@@ -268,14 +261,7 @@ def test_loopback_named_by_gunicorn_args_or_keys_start(tmp_path):
     proc = subprocess.Popen(GUNICORN, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                time.sleep(0.2)
+        wait_healthy(proc, f"http://127.0.0.1:{port}", 60)
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=30)
