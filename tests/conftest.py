@@ -291,6 +291,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+    """Stop a process started with ``start_new_session``: ``sig`` to its whole group, then SIGKILL if it
+    has not ended within ``timeout``."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
 def wait_healthy(proc: subprocess.Popen, url: str, timeout: float = 60, log=lambda: "") -> None:
     """Until ``url``/healthz answers 200; RuntimeError (with ``log()``) if ``proc`` exits first or
     ``timeout`` passes. Workers may still be importing (jieba's dictionary) on a loaded machine: patient."""
@@ -358,13 +371,8 @@ class LiveServer:
             self.proc.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        if self.proc is not None:
+            stop_group(self.proc)
         if getattr(self, "_log", None):
             self._log.close()
 

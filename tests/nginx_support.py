@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import ROOT, free_port
+from conftest import ROOT, free_port, stop_group
 
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
 NO_NGINX = "nginx is not installed (run .ci/setup.d/nginx.sh): the attacks through the compose file's proxy are not run"
@@ -77,12 +77,7 @@ class Nginx:
         return (self.directory / "nginx.log").read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGQUIT)         # graceful: workers finish what they hold
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        if self.proc is not None:
+            stop_group(self.proc, signal.SIGQUIT, 10)        # graceful: workers finish what they hold
         if getattr(self, "_log", None):
             self._log.close()

@@ -10,7 +10,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import pytest
 import requests
 import yaml
 
-from conftest import ROOT, LiveServer, free_port, wait_healthy
+from conftest import ROOT, LiveServer, free_port, stop_group, wait_healthy
 from nginx_support import CONF as NGINX_CONF
 from nginx_support import NGINX, NO_NGINX, NODES, NODES_POSTGRES, Nginx
 
@@ -412,12 +411,7 @@ def test_cmd_execs_gunicorn_and_healthcheck_works(tmp_path):
         dead = dict(env, CONTEXT_BIND=f"127.0.0.1:{free_port()}")
         assert subprocess.run(health_cmd, env=dead, capture_output=True, timeout=30).returncode != 0
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        stop_group(proc)
         log.close()
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import ROOT, free_port, wait_healthy
+from conftest import ROOT, free_port, stop_group, wait_healthy
 
 VENV = Path(sys.executable).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -42,9 +41,7 @@ def make_run(tmp_path_factory):
         wait_healthy(proc, url, 120, lambda: (base / "make-run.log").read_text())
         yield {"url": url, "port": port, "log": base / "make-run.log"}
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
+        stop_group(proc, timeout=30)
         log.close()
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import ROOT, VENV_BIN, free_port, wait_healthy
+from conftest import ROOT, VENV_BIN, free_port, stop_group, wait_healthy
 
 CLI = Path(sys.executable).parent / "context-mode"
 
@@ -263,8 +263,7 @@ def test_loopback_named_by_gunicorn_args_or_keys_start(tmp_path):
     try:
         wait_healthy(proc, f"http://127.0.0.1:{port}", 60)
     finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(timeout=30)
+        stop_group(proc, timeout=30)
     open_config = Config.from_mapping({})
     for local in [("127.0.0.1", 1), ("::1", 1, 0, 0), ("::ffff:127.0.0.1", 1, 0, 0), ("localhost", 1), "/tmp/s.sock", 3]:
         check_listeners(open_config, [local])
