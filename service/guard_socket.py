@@ -19,7 +19,7 @@ import socket
 import struct
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 PREBUFFER_BYTES = 256 * 1024     # of a request or response, kept in memory; the rest goes to an unlinked temporary file
 RESPONSE_SPOOL_BYTES = 8 * 1024 * 1024   # a response kept for a slow client; a larger one's thread writes it, paced
@@ -30,18 +30,23 @@ SPOOL_AFTER_S = 0.05             # a client that has not made room in a response
 class Bounds:
     """The guard's settings (service/config.py's read_timeout_s, request_deadline_s, slow_client_grace_s,
     min_receive_rate, min_send_rate, write_deadline_s); 0 turns one off."""
-    read_timeout_s: float = 10.0
-    request_deadline_s: float = 30.0
-    grace_s: float = 5.0
-    min_receive_rate: int = 16_384
-    min_send_rate: int = 16_384
-    write_deadline_s: float = 600.0
-    max_body_bytes: int = 32 * 1024 * 1024    # the body cap where the app's own limits are unknown
+    read_timeout_s: float
+    request_deadline_s: float
+    grace_s: float
+    min_receive_rate: int
+    min_send_rate: int
+    write_deadline_s: float
+    max_body_bytes: int             # the body cap where the app's own limits are unknown
 
     @classmethod
-    def from_config(cls, config) -> "Bounds":
-        return cls(config.read_timeout_s, config.request_deadline_s, config.slow_client_grace_s,
-                   config.min_receive_rate, config.min_send_rate, config.write_deadline_s, config.max_body_bytes)
+    def from_config(cls, config=None, **overrides) -> "Bounds":
+        """``config``'s bounds (without one, the settings' defaults), with ``overrides``."""
+        if config is None:
+            from .config import Config
+            config = Config()
+        return replace(cls(config.read_timeout_s, config.request_deadline_s, config.slow_client_grace_s,
+                           config.min_receive_rate, config.min_send_rate, config.write_deadline_s,
+                           config.max_body_bytes), **overrides)
 
 
 class Pace:

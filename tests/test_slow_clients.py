@@ -278,7 +278,7 @@ def test_a_thread_reading_a_trickled_body_waits_only_its_grace():
 
     from service.guard_socket import Bounds, DeadlineSocket
     a, b = socket.socketpair()
-    sock = DeadlineSocket(a, Bounds(read_timeout_s=10, grace_s=1, min_receive_rate=16384))
+    sock = DeadlineSocket(a, Bounds.from_config(read_timeout_s=10, grace_s=1, min_receive_rate=16384))
     sock.begin(None, None)
     with every(0.2, lambda: b.send(b"x")):
         started = time.monotonic()
@@ -294,7 +294,7 @@ def test_a_thread_writing_a_large_response_to_a_stalled_reader_is_freed(monkeypa
     from service import guard_socket
     monkeypatch.setattr(guard_socket, "RESPONSE_SPOOL_BYTES", 256 * 1024)
     a, b = socket.socketpair()
-    sock = guard_socket.DeadlineSocket(a, guard_socket.Bounds(grace_s=1))
+    sock = guard_socket.DeadlineSocket(a, guard_socket.Bounds.from_config(grace_s=1))
     sock.begin(None, None)
     started = time.monotonic()
     with pytest.raises(guard_socket.Dropped):
@@ -308,7 +308,7 @@ def test_a_thread_writing_a_large_response_to_a_stalled_reader_is_freed(monkeypa
 def test_a_client_that_keeps_up_is_never_dropped():
     from service.guard_socket import Bounds, DeadlineSocket, Flush
     a, b = socket.socketpair()
-    sock = DeadlineSocket(a, Bounds(grace_s=0.5, min_send_rate=1_000_000))
+    sock = DeadlineSocket(a, Bounds.from_config(grace_s=0.5, min_send_rate=1_000_000))
     sock.begin(None, None)
     got = []
     reader = threading.Thread(target=lambda: got.extend(iter(lambda: b.recv(1 << 20), b"")), daemon=True)
