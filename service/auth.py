@@ -78,6 +78,14 @@ class KeyRing:
                 found = Principal(tenant, scopes, key_hash[:12])
         return found
 
+    def accepts(self, header: str | None) -> bool:
+        """Whether an Authorization header names one of these keys (always, without keys): the slow-client
+        guard asks it before a body is read, outside any request (current_principal says why not)."""
+        if self.open:
+            return True
+        token, problem = bearer_token(header)
+        return problem is None and self.authenticate(token) is not None
+
 
 ENTRY_FIELDS = {"key", "key_sha256", "tenant", "scopes", "label", "created_at"}
 MIN_KEY_CHARS = 16
