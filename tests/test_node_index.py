@@ -248,11 +248,16 @@ def test_the_tail_reads_plan_one_lookup_per_unit_whatever_the_tables_hold(nodes,
         last = c.execute("SELECT last_seq FROM tenants WHERE tenant = 'default'").fetchone()[0]
         cids = [r[0] for r in c.execute("SELECT cid FROM catalog WHERE tenant = 'default' AND seq > %s",
                                         (last - 5,))]
+        seqs, days = zip(*c.execute("SELECT seq, day::text FROM catalog WHERE tenant = 'default' AND cid = ANY(%s) "
+                                    "ORDER BY seq", (cids,)).fetchall())
         args = {"tenant": "default", "low": last - 5, "now": now, "limit": 1000, "after": 0, "changes": 100,
-                "cids": cids, "bytes": 1 << 20}
+                "cids": cids, "bytes": 1 << 20, "seqs": list(seqs), "days": list(days)}
         types = {"tenant": "text", "low": "bigint", "now": "bigint", "limit": "bigint", "after": "bigint",
-                 "changes": "bigint", "cids": "text[]", "bytes": "bigint"}
-        for name in ("node_tail", "node_tail_texts", "node_behind"):
+                 "changes": "bigint", "cids": "text[]", "bytes": "bigint", "seqs": "bigint[]", "days": "text[]"}
+        # (node_tail reads no units row: where the tail is, from the catalog's seq index)
+        plan = generic_plan(c, "node_tail", args, types)
+        assert " on units" not in plan.lower() and "catalog_expires" not in plan and "Hash Join" not in plan, plan
+        for name in ("node_tail_rows", "node_tail_texts", "node_behind"):
             plan = generic_plan(c, name, args, types)
             assert "Hash Join" not in plan and "Merge Join" not in plan and "Nested Loop" in plan, plan
             assert "catalog_expires" not in plan, plan

@@ -495,13 +495,13 @@ WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s) AND c.expires_at > %(now)s
 -- name: node_tail
 -- A default search's reads besides the node's read index, as one statement (one snapshot, one round trip,
 -- no transaction): the tenant's newest seq and its oldest unit still queued for the indexer; the changes
--- after the index's state (what must leave its answers); and the tail with each unit's mutable fields (the
--- live units at or past the index's low-water mark, in seq order through catalog_seq, and those re-pushed
--- since the index's state). Each tail unit's row is looked up in its own day's partition (LATERAL ...
--- LIMIT 1: the LIMIT keeps the planner from flattening the lookup into a join, which the search pool's
--- generic plans made a hash of every day's rows: ~150 ms at 100k units, whatever the tail). `expires_at + 0`
--- keeps the catalog read on catalog_seq (the expiry index holds every unit). The plans' shape is pinned by
--- tests/test_node_index.py.
+-- after the index's state (what must leave its answers); and where the tail's units are (the live units at
+-- or past the index's low-water mark, in seq order through catalog_seq, and those re-pushed since the
+-- index's state). Their rows are read by node_tail_rows, only when there are any: a statement that reads
+-- the units table, even for no row, opens its every day's partition and index (a generic plan cannot
+-- prune partitions by a day it reads from another table): about half this statement's cost, and paid by
+-- every search of an index that lacks nothing. `expires_at + 0` keeps the catalog read on catalog_seq (the
+-- expiry index holds every unit). The plans' shape is pinned by tests/test_node_index.py.
 WITH t AS (
     (SELECT seq, cid, day FROM catalog
      WHERE tenant = %(tenant)s AND seq >= %(low)s AND expires_at + 0 > %(now)s ORDER BY seq LIMIT %(limit)s)
@@ -510,17 +510,24 @@ WITH t AS (
     JOIN catalog c ON c.tenant = e.tenant AND c.cid = substr(e.uri, 17)
     WHERE e.tenant = %(tenant)s AND e.n > %(after)s AND e.kind = 'changed' AND starts_with(e.uri, 'context://units/')
       AND c.expires_at > %(now)s),
-r AS (
-    SELECT t.seq, t.cid, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid, u.pushed_ms
-    FROM t CROSS JOIN LATERAL (
-        SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, pushed_ms FROM units
-        WHERE tenant = %(tenant)s AND day = t.day AND cid = t.cid LIMIT 1) u),
 ch AS (
     SELECT n, uri FROM live_events WHERE tenant = %(tenant)s AND n > %(after)s ORDER BY n LIMIT %(changes)s)
 SELECT coalesce((SELECT last_seq FROM tenants WHERE tenant = %(tenant)s), 0) AS seq,
        (SELECT pushed_ms FROM pending WHERE tenant = %(tenant)s ORDER BY seq LIMIT 1) AS queued_ms,
        (SELECT coalesce(json_agg(uri ORDER BY n), '[]') FROM ch) AS changes,
-       (SELECT coalesce(json_agg(r ORDER BY r.seq), '[]') FROM r) AS rows;
+       (SELECT coalesce(json_agg(json_build_array(t.seq, t.cid, t.day) ORDER BY t.seq), '[]') FROM t) AS at;
+
+-- name: node_tail_rows
+-- The tail units' mutable fields (node_tail says where they are: seq, cid, day), in seq order, each looked
+-- up in its own day's partition (LATERAL ... LIMIT 1: the LIMIT keeps the planner from flattening the lookup
+-- into a join, which the search pool's generic plans made a hash of every day's rows: ~150 ms at 100k
+-- units, whatever the tail). A unit deleted since node_tail read it has no row: it is gone.
+SELECT p.seq, p.cid, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid, u.pushed_ms
+FROM unnest(%(seqs)s::bigint[], %(cids)s::text[], %(days)s::date[]) AS p(seq, cid, day)
+CROSS JOIN LATERAL (
+    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, pushed_ms FROM units
+    WHERE tenant = %(tenant)s AND day = p.day AND cid = p.cid LIMIT 1) u
+ORDER BY p.seq;
 
 -- name: node_tail_texts
 -- What tail units hold, for the ones this process has not seen: their content, and their terms once indexed.
