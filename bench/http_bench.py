@@ -216,6 +216,37 @@ def wrk(script: Path, port: int, conns: int, duration: float) -> dict:
     return data
 
 
+def cpu_seconds(trees: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by every process on the machine, by who it is: each named
+    process tree (``trees``: name -> root pid, e.g. a service node) by role (its workers, maintainer...),
+    PostgreSQL's processes, wrk, and the rest. Two readings around a load say where its CPU went."""
+    import psutil
+    of_tree: dict[int, str] = {}
+    for name, pid in trees.items():
+        try:
+            root = psutil.Process(pid)
+            for p in [root] + root.children(recursive=True):
+                of_tree[p.pid] = f"{name} {role_of(p.pid, pid)}"
+        except psutil.Error:
+            pass
+    out: dict[str, float] = {}
+    for p in psutil.process_iter(["name"]):
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        who = of_tree.get(p.pid) or ("postgresql" if (p.info["name"] or "").startswith("postgres")
+                                     else "wrk" if p.info["name"] == "wrk" else "other")
+        out[who] = out.get(who, 0.0) + t.user + t.system
+    return out
+
+
+def cpu_ms_per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
+    """What each process kind spent per request between two ``cpu_seconds`` readings, in CPU ms."""
+    return {who: round((after.get(who, 0.0) - before.get(who, 0.0)) * 1000 / max(1, requests), 3)
+            for who in sorted(set(before) | set(after))}
+
+
 def wait_idle(pid: int, limit_s: float = 90) -> float:
     """After a cell, wait until the server has finished the requests wrk abandoned (CPU < 5 % for 1 s),
     so one cell's backlog does not spill into the next. Returns the seconds waited."""

@@ -141,8 +141,29 @@ def agreement(a: list, b: list) -> dict:
     tied = sum(1 for x, y in zip(a, b) if [c for c, _ in x] != [c for c, _ in y]
                and sorted(x) == sorted(y))
     diff = max((abs(s - t) for x, y in zip(a, b) for (_, s), (_, t) in zip(x, y)), default=0.0)
+    # the same score at every place (other CIDs only where units tie exactly: which of the tied units
+    # fill the last places is each index's document order, see tied_at_tenth)
+    scores = sum(1 for x, y in zip(a, b) if [s for _, s in x] == [s for _, s in y])
     return {"queries": min(len(a), len(b)), "same_top10": same, "same_set_other_order": tied,
-            "max_bm25_diff": diff}
+            "same_scores": scores, "max_bm25_diff": diff}
+
+
+def tied_at_tenth(app, qs: list[str], a: list, b: list) -> list[int]:
+    """For each query whose top 10 differs between the stores, how many units of the read index score
+    exactly what its 10th does (tantivy's score): ties no candidate list of a bounded size breaks alike."""
+    from tantivy import Occur, Query
+    store = app.extensions["context_store"]
+    view = store.searcher.readers.view("default")
+    out = []
+    for q, x, y in zip(qs, a, b):
+        if [c for c, _ in x] == [c for c, _ in y] or len(x) < 10:
+            continue
+        terms = store.tokenizer.query_terms(q)
+        query = Query.boolean_query([(Occur.Should, Query.term_query(view.schema, "t", t)) for t in terms])
+        hits = view.searcher.search(query, 20_000, count=False).hits
+        tenth = hits[9][0] if len(hits) >= 10 else None
+        out.append(sum(1 for s, _ in hits if s == tenth))
+    return sorted(out)
 
 
 def start_node(hb, src, data_dir, port: int, env: dict):
@@ -196,8 +217,13 @@ def run_http(hb, src, a, sqlite_dir, pg_env: dict, load_units: list[dict]) -> di
             sampler.start()
             for workload in ("search", "healthz"):
                 hb.wait_idle(procs[0].pid)
+                trees = {f"node{i}": proc.pid for i, proc in enumerate(procs)}
+                before = hb.cpu_seconds(trees)
                 run = hb.wrk(scripts[workload], ports[0], a.conns, a.http_seconds)
                 res[f"{workload}@{a.conns}"] = {k: run[k] for k in ("rps", "errors", "p50", "p99")}
+                # where a request's CPU went (node0 answers; on PostgreSQL also its server and node1)
+                res[f"{workload}@{a.conns}"]["cpu_ms_per_request"] = hb.cpu_ms_per_request(
+                    before, hb.cpu_seconds(trees), run["requests"])
                 print(f"== {name}: HTTP {workload} @{a.conns} {json.dumps(res[f'{workload}@{a.conns}'])}", flush=True)
             sampler.stop.set()
             sampler.join()
@@ -288,6 +314,9 @@ def main(argv=None) -> None:
         out["postgresql"]["searches_read"] = dict(reads)
         for kind in ("default", "strong"):
             out[f"agreement_{kind}_top10"] = agreement(tops[kind]["sqlite"], tops[kind]["postgresql"])
+            if kind == "default":
+                out["agreement_default_top10"]["tied_at_tenth"] = tied_at_tenth(
+                    apps["sqlite"], qs, tops[kind]["sqlite"], tops[kind]["postgresql"])
             print(f"== same top 10 on both ({kind}): {json.dumps(out[f'agreement_{kind}_top10'])}", flush=True)
         tokenizer = apps["sqlite"].extensions["context_store"].tokenizer
         for app in apps.values():
