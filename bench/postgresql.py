@@ -9,7 +9,8 @@
   both stores' searches run after both builds, interleaved query by query (the machine's noise falls
   on both alike);
 - HTTP per node: wrk on /mcp/search and /healthz at --conns connections, one SQLite service vs one of two
-  PostgreSQL nodes (2 workers each), peak RSS per process;
+  PostgreSQL nodes (2 workers each), all up at once, the stores' cells alternating; CPU per request by
+  process kind, peak RSS per process;
 - freshness across nodes: under --rate units/s pushed to one PostgreSQL node, a probe pushed to that node
   is searched (default) on the other until found; SQLite, one node, for comparison.
 
@@ -17,7 +18,7 @@ PostgreSQL runs from tools/pg_cluster.py (a primary and a standby on loopback, f
 shared buffers each); after the bulk load the script runs VACUUM ANALYZE, as autovacuum would within a
 minute or two. The machine is shared: runs are bounded, ratios matter more than absolutes.
 
-    .venv/bin/python bench/postgresql.py [--size 100000] [--queries 300] [--http-seconds 15]
+    .venv/bin/python bench/postgresql.py [--size 100000] [--queries 300] [--http-seconds 15] [--http-rounds 2]
         [--lag-seconds 20] [--rate 1000] [--conns 64] [--reuse-sqlite]
 """
 from __future__ import annotations
@@ -197,46 +198,64 @@ def rss_of(sampler, pid: int) -> dict:
 
 def run_http(hb, src, a, sqlite_dir, pg_env: dict, load_units: list[dict]) -> dict:
     """Per node: HTTP search and /healthz throughput at --conns, peak RSS; then freshness under load (on
-    PostgreSQL pushed to one node and searched on the other)."""
+    PostgreSQL pushed to one node and searched on the other). Every node is up at once and the stores'
+    cells alternate, --http-rounds of each (the machine's noise falls on both alike; one store's cells a
+    minute after the other's differed by a quarter between runs); a store's figure is its cells' median."""
+    import statistics
     scripts = hb.write_inputs(a.seed, "pg")
     out: dict = {}
-    for name in ("sqlite", "postgresql"):
-        ports = [hb.free_port()] + ([hb.free_port()] if name == "postgresql" else [])
-        dirs = [TMP / "pg-bench-sqlite-http"] if name == "sqlite" else [TMP / f"pg-node{i}" for i in range(2)]
-        for d in dirs:
-            shutil.rmtree(d, ignore_errors=True)
-        if name == "sqlite":        # a copy: the load below must not change the build --reuse-sqlite reuses
-            shutil.copytree(sqlite_dir, dirs[0])
-        procs = [start_node(hb, src, d, port, {} if name == "sqlite" else pg_env) for d, port in zip(dirs, ports)]
-        try:
-            res: dict = {}
+    nodes: dict = {}
+    try:
+        for name in ("sqlite", "postgresql"):
+            ports = [hb.free_port()] + ([hb.free_port()] if name == "postgresql" else [])
+            dirs = [TMP / "pg-bench-sqlite-http"] if name == "sqlite" else [TMP / f"pg-node{i}" for i in range(2)]
+            for d in dirs:
+                shutil.rmtree(d, ignore_errors=True)
+            if name == "sqlite":        # a copy: the load below must not change the build --reuse-sqlite reuses
+                shutil.copytree(sqlite_dir, dirs[0])
+            nodes[name] = (ports, [start_node(hb, src, d, port, {} if name == "sqlite" else pg_env)
+                                   for d, port in zip(dirs, ports)])
+        for name, (ports, _procs) in nodes.items():
             for port in ports:
                 hb.wait_ready(port, 180)
-            res["node_ready_s"] = [wait_index(port, 1800) for port in ports]
-            sampler = hb.RssSampler(procs[0].pid)
+            out[name] = {"node_ready_s": [wait_index(port, 1800) for port in ports]}
+        samplers = {name: hb.RssSampler(procs[0].pid) for name, (_, procs) in nodes.items()}
+        for sampler in samplers.values():
             sampler.start()
-            for workload in ("search", "healthz"):
-                hb.wait_idle(procs[0].pid)
-                trees = {f"node{i}": proc.pid for i, proc in enumerate(procs)}
-                before = hb.cpu_seconds(trees)
-                run = hb.wrk(scripts[workload], ports[0], a.conns, a.http_seconds)
-                res[f"{workload}@{a.conns}"] = {k: run[k] for k in ("rps", "errors", "p50", "p99")}
-                # where a request's CPU went (node0 answers; on PostgreSQL also its server and node1)
-                res[f"{workload}@{a.conns}"]["cpu_ms_per_request"] = hb.cpu_ms_per_request(
-                    before, hb.cpu_seconds(trees), run["requests"])
-                print(f"== {name}: HTTP {workload} @{a.conns} {json.dumps(res[f'{workload}@{a.conns}'])}", flush=True)
+        for workload in ("search", "healthz"):
+            cells: dict = {name: [] for name in nodes}
+            for _ in range(a.http_rounds):
+                for name, (ports, procs) in nodes.items():
+                    for proc in (p for _, ps in nodes.values() for p in ps):
+                        hb.wait_idle(proc.pid)
+                    trees = {f"node{i}": proc.pid for i, proc in enumerate(procs)}
+                    before = hb.cpu_seconds(trees)
+                    run = hb.wrk(scripts[workload], ports[0], a.conns, a.http_seconds)
+                    cell = {k: run[k] for k in ("rps", "errors", "p50", "p99")}
+                    # where a request's CPU went (node0 answers; on PostgreSQL also its server and node1)
+                    cell["cpu_ms_per_request"] = hb.cpu_ms_per_request(before, hb.cpu_seconds(trees), run["requests"])
+                    cells[name].append(cell)
+                    print(f"   {name}: HTTP {workload} @{a.conns} {json.dumps(cell)}", flush=True)
+            for name in nodes:
+                out[name][f"{workload}@{a.conns}"] = {
+                    "rps": statistics.median(c["rps"] for c in cells[name]),
+                    "errors": sum(c["errors"] for c in cells[name]), "cells": cells[name]}
+                print(f"== {name}: HTTP {workload} @{a.conns} median of {len(cells[name])} cells: "
+                      f"{out[name][f'{workload}@{a.conns}']['rps']} req/s", flush=True)
+        for name, sampler in samplers.items():
             sampler.stop.set()
             sampler.join()
-            res["peak_rss_mb"] = rss_of(sampler, procs[0].pid)
-            for proc in procs:
+            out[name]["peak_rss_mb"] = rss_of(sampler, nodes[name][1][0].pid)
+        for name, (ports, _procs) in nodes.items():
+            for proc in (p for _, ps in nodes.values() for p in ps):
                 hb.wait_idle(proc.pid)
             lag = index_lag(ports[0], load_units, a.rate, a.lag_seconds, search_port=ports[-1])
             lag.pop("raw_ms", None)
-            res["freshness_under_load"] = lag
+            out[name]["freshness_under_load"] = lag
             print(f"   under {a.rate:.0f} units/s pushed to one node, found on {'the other' if len(ports) > 1 else 'it'}: "
                   f"{json.dumps(lag)}", flush=True)
-            out[name] = res
-        finally:
+    finally:
+        for _, procs in nodes.values():
             for proc in procs:
                 hb.stop(proc)
     return out
@@ -249,6 +268,7 @@ def main(argv=None) -> None:
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--max-seconds", type=float, default=60, help="per search kind and backend")
     ap.add_argument("--http-seconds", type=float, default=15)
+    ap.add_argument("--http-rounds", type=int, default=2, help="cells of each workload per store, alternating")
     ap.add_argument("--conns", type=int, default=64)
     ap.add_argument("--lag-seconds", type=float, default=20)
     ap.add_argument("--rate", type=float, default=1000, help="units/s pushed during the freshness run")
