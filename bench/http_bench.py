@@ -216,10 +216,11 @@ def wrk(script: Path, port: int, conns: int, duration: float) -> dict:
     return data
 
 
-def cpu_seconds(trees: dict[str, int]) -> dict[str, float]:
-    """CPU seconds (user + system) used so far by every process on the machine, by who it is: each named
-    process tree (``trees``: name -> root pid, e.g. a service node) by role (its workers, maintainer...),
-    PostgreSQL's processes, wrk, and the rest. Two readings around a load say where its CPU went."""
+def cpu_seconds(trees: dict[str, int]) -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) used so far by every process on the machine, by pid, with who it is:
+    each named process tree (``trees``: name -> root pid, e.g. a service node) by role (its workers,
+    maintainer...), PostgreSQL's processes, wrk, or other. Two readings around a load say where its CPU
+    went (``cpu_used``)."""
     import psutil
     of_tree: dict[int, str] = {}
     for name, pid in trees.items():
@@ -229,7 +230,7 @@ def cpu_seconds(trees: dict[str, int]) -> dict[str, float]:
                 of_tree[p.pid] = f"{name} {role_of(p.pid, pid)}"
         except psutil.Error:
             pass
-    out: dict[str, float] = {}
+    out: dict[int, tuple[str, float]] = {}
     for p in psutil.process_iter(["name"]):
         try:
             t = p.cpu_times()
@@ -237,14 +238,22 @@ def cpu_seconds(trees: dict[str, int]) -> dict[str, float]:
             continue
         who = of_tree.get(p.pid) or ("postgresql" if (p.info["name"] or "").startswith("postgres")
                                      else "wrk" if p.info["name"] == "wrk" else "other")
-        out[who] = out.get(who, 0.0) + t.user + t.system
+        out[p.pid] = (who, t.user + t.system)
     return out
 
 
-def cpu_ms_per_request(before: dict[str, float], after: dict[str, float], requests: int) -> dict[str, float]:
+def cpu_used(before: dict, after: dict) -> dict[str, float]:
+    """CPU seconds each kind of process used between two ``cpu_seconds`` readings (a process that started
+    in between counts from zero; one that ended in between is not seen)."""
+    used: dict[str, float] = {}
+    for pid, (who, seconds) in after.items():
+        used[who] = used.get(who, 0.0) + seconds - (before[pid][1] if pid in before else 0.0)
+    return used
+
+
+def cpu_ms_per_request(before: dict, after: dict, requests: int) -> dict[str, float]:
     """What each process kind spent per request between two ``cpu_seconds`` readings, in CPU ms."""
-    return {who: round((after.get(who, 0.0) - before.get(who, 0.0)) * 1000 / max(1, requests), 3)
-            for who in sorted(set(before) | set(after))}
+    return {who: round(s * 1000 / max(1, requests), 3) for who, s in sorted(cpu_used(before, after).items())}
 
 
 def wait_idle(pid: int, limit_s: float = 90) -> float:

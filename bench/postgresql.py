@@ -270,7 +270,7 @@ def run_http(hb, src, a, sqlite_dir, pg_env: dict, load_units: list[dict]) -> di
             lag.pop("raw_ms", None)
             # how busy the machine was (2 cores: 2.0 is all of it; a rate short of the target while
             # near 2.0 is the machine's limit, not the service's) and who used it, in cores
-            used = {k: v - before.get(k, 0.0) for k, v in hb.cpu_seconds(trees).items()}
+            used = hb.cpu_used(before, hb.cpu_seconds(trees))
             lag["cores_busy"] = {k: round(v / (time.perf_counter() - t0), 2) for k, v in used.items() if v > 0.05}
             lag["cores_busy"]["total"] = round(sum(used.values()) / (time.perf_counter() - t0), 2)
             out[name]["freshness_under_load"] = lag

@@ -120,6 +120,35 @@ def test_a_re_pushed_unit_answers_with_its_new_fields_on_every_node(nodes):
     assert r["metadata"] == {"v": 2} and index_docs(b) == 1
 
 
+def test_a_tail_unit_deleted_between_the_tails_two_reads_leaves_every_answer(nodes, monkeypatch):
+    """node_tail says where the tail is; node_tail_rows reads its rows in a later statement. A re-pushed unit
+    (in the tail, and in the index with its old fields) deleted between the two has no row any more: it
+    leaves the tail and the index's answers alike, and the statements before and after it answer as usual."""
+    from service.store.postgresql import tail as tail_module
+    a, b = nodes()
+    unit = make_unit("petrel one", metadata={"v": 1})
+    rv = a.test_client().post("/mcp/push", json={"units": [unit, make_unit("petrel two")]})
+    doomed, kept = (r["cid"] for r in rv.get_json()["results"])
+    drain(a)
+    drain(b)
+    again = dict(unit, metadata={"v": 2})
+    assert a.test_client().post("/mcp/push", json=again).get_json()["status"] == "duplicate"
+    real_sql, deleted = tail_module.sql, []
+
+    def sql(name):
+        if name == "node_tail_rows" and not deleted:     # the delete commits between the tail's two reads
+            assert a.test_client().delete(f"/mcp/units/{doomed}").status_code == 200
+            deleted.append(doomed)
+        return real_sql(name)
+    monkeypatch.setattr(tail_module, "sql", sql)
+    assert cids(search(b, "petrel")) == [kept]
+    assert deleted == [doomed]          # (the race happened: the tail held the re-pushed unit)
+    monkeypatch.undo()
+    assert cids(search(b, "petrel")) == [kept] and index_docs(b) == 2
+    drain(b)
+    assert cids(search(b, "petrel")) == [kept] and index_docs(b) == 1
+
+
 def test_a_missing_or_damaged_index_is_built_again_and_the_tables_answer_meanwhile(nodes):
     a, b = nodes()
     pushed = push(a, *[f"cormorant {i}" for i in range(30)])
