@@ -499,7 +499,7 @@ WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s) AND c.expires_at > %(now)s
 -- or past the index's low-water mark, in seq order through catalog_seq, and those re-pushed since the
 -- index's state). Their rows are read by node_tail_rows, only when there are any: a statement that reads
 -- the units table, even for no row, opens its every day's partition and index (a generic plan cannot
--- prune partitions by a day it reads from another table): about half this statement's cost, and paid by
+-- prune partitions by a day it reads from another table): two thirds of this statement's cost, and paid by
 -- every search of an index that lacks nothing. `expires_at + 0` keeps the catalog read on catalog_seq (the
 -- expiry index holds every unit). The plans' shape is pinned by tests/test_node_index.py.
 WITH t AS (
