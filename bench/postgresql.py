@@ -168,17 +168,18 @@ def tied_at_tenth(app, qs: list[str], a: list, b: list) -> list[int]:
     """For each query whose top 10 differs between the stores, how many units of the read index score
     exactly what its 10th does (tantivy's score): ties no candidate list of a bounded size breaks alike."""
     from tantivy import Occur, Query
+
+    from service.ranking.results import MAX_QUERY_TERMS
     store = app.extensions["context_store"]
     view = store.searcher.readers.view("default")
     out = []
     for q, x, y in zip(qs, a, b):
         if [c for c, _ in x] == [c for c, _ in y] or len(x) < 10:
             continue
-        terms = store.tokenizer.query_terms(q)
+        terms = store.tokenizer.query_terms(q)[:MAX_QUERY_TERMS]      # (the terms the search used)
         query = Query.boolean_query([(Occur.Should, Query.term_query(view.schema, "t", t)) for t in terms])
         hits = view.searcher.search(query, 20_000, count=False).hits
-        tenth = hits[9][0] if len(hits) >= 10 else None
-        out.append(sum(1 for s, _ in hits if s == tenth))
+        out.append(sum(1 for s, _ in hits if s == hits[9][0]) if len(hits) >= 10 else 0)
     return sorted(out)
 
 
@@ -219,7 +220,15 @@ def run_http(hb, src, a, sqlite_dir, pg_env: dict, load_units: list[dict]) -> di
     import statistics
     scripts = hb.write_inputs(a.seed, "pg")
     out: dict = {}
-    nodes: dict = {}
+    nodes: dict = {}        # store -> (ports, processes); node0 answers, node1 (PostgreSQL) is the other node
+
+    def trees(name: str) -> dict:
+        return {f"node{i}": proc.pid for i, proc in enumerate(nodes[name][1])}
+
+    def wait_all_idle() -> None:
+        for _, procs in nodes.values():
+            for proc in procs:
+                hb.wait_idle(proc.pid)
     try:
         for name in ("sqlite", "postgresql"):
             ports = [hb.free_port()] + ([hb.free_port()] if name == "postgresql" else [])
@@ -240,15 +249,14 @@ def run_http(hb, src, a, sqlite_dir, pg_env: dict, load_units: list[dict]) -> di
         for workload in ("search", "healthz"):
             cells: dict = {name: [] for name in nodes}
             for _ in range(a.http_rounds):
-                for name, (ports, procs) in nodes.items():
-                    for proc in (p for _, ps in nodes.values() for p in ps):
-                        hb.wait_idle(proc.pid)
-                    trees = {f"node{i}": proc.pid for i, proc in enumerate(procs)}
-                    before = hb.cpu_seconds(trees)
+                for name, (ports, _procs) in nodes.items():
+                    wait_all_idle()
+                    before = hb.cpu_seconds(trees(name))
                     run = hb.wrk(scripts[workload], ports[0], a.conns, a.http_seconds)
                     cell = {k: run[k] for k in ("rps", "errors", "p50", "p99")}
                     # where a request's CPU went (node0 answers; on PostgreSQL also its server and node1)
-                    cell["cpu_ms_per_request"] = hb.cpu_ms_per_request(before, hb.cpu_seconds(trees), run["requests"])
+                    cell["cpu_ms_per_request"] = hb.cpu_ms_per_request(before, hb.cpu_seconds(trees(name)),
+                                                                       run["requests"])
                     cells[name].append(cell)
                     print(f"   {name}: HTTP {workload} @{a.conns} {json.dumps(cell)}", flush=True)
             for name in nodes:
@@ -262,17 +270,15 @@ def run_http(hb, src, a, sqlite_dir, pg_env: dict, load_units: list[dict]) -> di
             sampler.join()
             out[name]["peak_rss_mb"] = rss_of(sampler, nodes[name][1][0].pid)
         for name, (ports, _procs) in nodes.items():
-            for proc in (p for _, ps in nodes.values() for p in ps):
-                hb.wait_idle(proc.pid)
-            trees = {f"node{i}": proc.pid for i, proc in enumerate(nodes[name][1])}
-            before, t0 = hb.cpu_seconds(trees), time.perf_counter()
+            wait_all_idle()
+            before, t0 = hb.cpu_seconds(trees(name)), time.perf_counter()
             lag = index_lag(ports[0], load_units, a.rate, a.lag_seconds, search_port=ports[-1])
             lag.pop("raw_ms", None)
             # how busy the machine was (2 cores: 2.0 is all of it; a rate short of the target while
             # near 2.0 is the machine's limit, not the service's) and who used it, in cores
-            used = hb.cpu_used(before, hb.cpu_seconds(trees))
-            lag["cores_busy"] = {k: round(v / (time.perf_counter() - t0), 2) for k, v in used.items() if v > 0.05}
-            lag["cores_busy"]["total"] = round(sum(used.values()) / (time.perf_counter() - t0), 2)
+            used, elapsed = hb.cpu_used(before, hb.cpu_seconds(trees(name))), time.perf_counter() - t0
+            lag["cores_busy"] = {k: round(v / elapsed, 2) for k, v in used.items() if v > 0.05}
+            lag["cores_busy"]["total"] = round(sum(used.values()) / elapsed, 2)
             out[name]["freshness_under_load"] = lag
             print(f"   under {a.rate:.0f} units/s pushed to one node, found on {'the other' if len(ports) > 1 else 'it'}: "
                   f"{json.dumps(lag)}", flush=True)
