@@ -119,6 +119,59 @@ def test_explain_terms_add_up_to_the_score(app):
         assert sum(t["score"] for t in e["terms"]) == pytest.approx(r["bm25_score"], rel=1e-5)
 
 
+class CountingSearcher:
+    """A tantivy searcher that counts the calls made into it."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, collections.Counter()
+
+    def __getattr__(self, name):
+        f = getattr(self.inner, name)
+
+        def call(*args, **kwargs):
+            self.calls[name] += 1
+            return f(*args, **kwargs)
+        return call if callable(f) else f
+
+
+def test_a_long_question_costs_the_engine_what_a_short_one_does_and_scores_exactly(app):
+    """Rescoring with exact lengths counts the query terms in the candidates' stored tokens: a question of
+    40 terms makes as many searches into tantivy as one of 2 (one per round of candidates, none per term),
+    one stored-document read per candidate, and scores exactly as the primaries do (issue 28)."""
+    import dataclasses
+    import random
+
+    from service.params import parse_search
+    from service.ranking.bm25 import K1
+    from service.readindex import searcher as index
+    client = app.test_client()
+    rng = random.Random(7)
+    words = [f"w{i:02d}" for i in range(60)]
+    for i in range(120):
+        n = rng.randint(20, 200)           # past 40 tokens tantivy's one-byte length is not exact
+        vocab = words[:12 + i % 48]
+        client.post("/mcp/push", json=make_unit(" ".join(rng.choice(vocab) for _ in range(n)) + f" d{i}"))
+    drain(app)
+    store, cfg = app.extensions["context_store"], app.config["CONTEXT"]
+    view = store.searcher.view(store.tenant("default"))
+    calls = {}
+    for name, question in (("short", "w03 w41"), ("long", " ".join(words[10:50]))):
+        p = parse_search({"query": question, "top_k": 10}, cfg)
+        terms = store.tokenizer.query_terms(question)
+        index.mean_length(view, terms)     # as the search does first (tantivy's own explain needs its searcher)
+        counting = CountingSearcher(view.searcher)
+        ranked = index.best(dataclasses.replace(view, searcher=counting), p, terms,
+                            [view.idf(t) * (K1 + 1) for t in terms], int(time.time()), lambda cids: set())
+        ranked = sorted(ranked, key=lambda r: r.order)[:10]      # ties by CID, as search does
+        calls[name] = counting.calls
+        exact = search(client, question, consistency="strong", top_k=10)["results"]
+        assert [r.unit["cid"] for r in ranked] == [r["cid"] for r in exact], name
+        assert [r.score for r in ranked] == pytest.approx([r["bm25_score"] for r in exact], abs=1e-6), name
+        assert all(r.doc_len > 40 for r in ranked) and any(max(r.tfs) > 1 for r in ranked)
+    assert calls["long"]["search"] == calls["short"]["search"] <= 2, calls
+    assert calls["long"]["doc"] <= index.RESCORE_MAX, calls
+
+
 def test_a_crash_between_commit_and_flags_leaves_no_duplicates(make_app, monkeypatch):
     """The commit reached the index but the shards' flags never flipped: the next pass, and a new
     leader, replace those documents instead of adding them twice."""

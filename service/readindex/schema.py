@@ -8,7 +8,7 @@ from pathlib import Path
 
 import tantivy
 
-FORMAT = 6
+FORMAT = 7
 TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
 NO_TOKENS = "cm_none"
 DAY_SHIFT = 2 ** 40            # SQLite's keys: day ordinal * DAY_SHIFT + rowid
@@ -25,7 +25,8 @@ def day_key(day: str, rowid: int) -> int:
 
 def build_schema() -> tantivy.Schema:
     sb = tantivy.SchemaBuilder()
-    sb.add_text_field("t", tokenizer_name=TOKENIZER, index_option="freq")
+    # stored too: rescoring counts a candidate's query terms in its tokens (searcher.rescore)
+    sb.add_text_field("t", stored=True, tokenizer_name=TOKENIZER, index_option="freq")
     sb.add_integer_field("key", indexed=True, fast=True)
     sb.add_integer_field("exp", fast=True)
     sb.add_integer_field("ts", fast=True)

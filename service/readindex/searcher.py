@@ -2,7 +2,6 @@
 scored again with exact lengths (tantivy keeps a length in one byte)."""
 from __future__ import annotations
 
-import collections
 import json
 from dataclasses import dataclass
 
@@ -28,7 +27,7 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone) 
     for _ in range(8):
         hits = search(view, p, terms, now, want=want)
         scored, complete = rescore(view, hits, terms, weights, k)
-        found = units(view, [x.hit for x in scored])
+        found = [unit_of(x.doc) for x in scored]
         cids = [u["cid"] for u in found]
         drop = gone(cids) if cids else set()
         if drop and len(cids) - len(drop) < p.top_k and len(hits) == want and k < p.top_k + len(drop):
@@ -80,11 +79,6 @@ def search(view: View, p, terms: list[str], now: int, want: int | None = None) -
         limit *= 4
 
 
-def units(view: View, hits: list[Hit]) -> list[dict]:
-    """The stored public fields of each hit, as they were when the leader last sent the row."""
-    return [unit_of(view.searcher.doc(h.address)) for h in hits]
-
-
 def _filtered(query, filters):
     """``query``'s scores, restricted to documents that pass every filter (which adds nothing to scores)."""
     both = filters[0] if len(filters) == 1 else Query.boolean_query([(Occur.Must, f) for f in filters])
@@ -93,11 +87,12 @@ def _filtered(query, filters):
 
 @dataclass
 class Scored:
-    """A candidate scored again with its exact length; tfs per query term."""
+    """A candidate scored again with its exact length; tfs per query term; its stored document."""
     hit: Hit
     score: float
     length: int
     tfs: list[int]
+    doc: object
 
 
 def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float], k: int) -> tuple[list[Scored], bool]:
@@ -108,44 +103,32 @@ def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float],
     longer exact length only lowers a score, by at most the factor (1 + n) / (1 + n_exact) (n the
     length norm): so a candidate whose tantivy score is below the k-th best lower bound cannot win,
     and no document past the candidates can either once that bound reaches the last candidate's
-    score. The rest are scored exactly: a term's frequency follows from its share of the score
-    (tf = n * f / (1 - f), f = share / weight), found by one small search per term but the last,
-    restricted to those candidates; the last term's share is what remains of the score."""
+    score. The rest are scored exactly from their stored tokens: one stored-document read per
+    candidate (the same read that answers a hit), whatever the number of query terms, and the query
+    terms counted in its tokens in compiled code (``list.count``)."""
     if not hits:
         return [], True
-    searcher, schema = view.searcher, view.schema
+    searcher = view.searcher
     lengths = searcher.fast_field_values("len", [h.address for h in hits])
     avgdl = average_length(view, terms, hits[0])
     used = [K1 * (1 - B + B * encoded_length(n) / avgdl) for n in lengths]
     exact = [K1 * (1 - B + B * n / avgdl) for n in lengths]
     low = sorted((min(h.score, h.score * (1 + u) / (1 + e)) for h, u, e in zip(hits, used, exact)), reverse=True)
     bound = low[k - 1] * (1 - 1e-9) if len(low) >= k else 0.0     # (1e-9: float rounding is not a win)
-    keep = [i for i, h in enumerate(hits) if h.score >= bound]
-    count = collections.Counter(terms)
-    weight_of = dict(zip(terms, weights))
-    unique = [term for term in count if weight_of[term]]
-    share: dict[str, dict[int, float]] = {term: {} for term in unique}   # a term's score per candidate
-    if len(unique) > 1:
-        addresses = [hits[i].address for i in keep]
-        at = {(a.segment_ord, a.doc): i for i, a in zip(keep, addresses)}
-        keys = searcher.fast_field_values("key", addresses)
-        only = Query.const_score_query(Query.boolean_query(
-            [(Occur.Should, Query.term_query(schema, "key", key)) for key in keys]), 0.0)
-        for term in unique[:-1]:
-            query = Query.boolean_query([(Occur.Must, Query.term_query(schema, "t", term)), (Occur.Must, only)])
-            for s, a in searcher.search(query, len(keep), count=False).hits:
-                share[term][at[(a.segment_ord, a.doc)]] = s * count[term]
+    # terms the index holds (weight > 0); the others have no frequency anywhere
+    scoring = [(j, term, w) for j, (term, w) in enumerate(zip(terms, weights)) if w]
     out = []
-    for i in keep:
-        h = hits[i]
-        rest = h.score - sum(share[term].get(i, 0.0) for term in unique[:-1])
-        tf_of = {}
-        for term in unique:
-            part = share[term].get(i, 0.0) if term != unique[-1] else rest
-            f = part / (count[term] * weight_of[term])
-            tf_of[term] = round(used[i] * f / (1 - f)) if 1e-6 < f < 1 else 0
-        tfs = [tf_of.get(term, 0) for term in terms]
-        out.append(Scored(h, sum(w * tf / (tf + exact[i]) for w, tf in zip(weights, tfs)), lengths[i], tfs))
+    for i, h in enumerate(hits):
+        if h.score < bound:
+            continue
+        doc = searcher.doc(h.address)
+        tokens = (doc.get_first("t") or "").split()
+        tfs = [0] * len(terms)
+        score, norm = 0.0, exact[i]
+        for j, term, w in scoring:
+            tf = tfs[j] = tokens.count(term)
+            score += w * tf / (tf + norm)
+        out.append(Scored(h, score, lengths[i], tfs, doc))
     out.sort(key=lambda x: -x.score)
     # No document past the candidates scores more than the last one did in tantivy; once the k-th
     # exact score reaches that, none can win.
