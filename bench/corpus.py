@@ -242,6 +242,24 @@ def queries(n: int, seed: int = 1) -> list[str]:
     return out
 
 
+def questions(n: int, seed: int = 1) -> list[str]:
+    """n real questions, whole sentences as people asked them: the judged sets' queries (STARD's Chinese
+    questions, SciFact's English claims), alternating, in a seeded order. Their judged documents need not be in
+    the corpus: these measure cost, bench/quality.py measures answers."""
+    rng = random.Random(seed)
+    sets = []
+    for name in ("stard", "scifact"):
+        with open(EVAL_DIR / name / "queries.jsonl", encoding="utf-8") as fh:
+            texts = [json.loads(line)["text"] for line in fh if line.strip()]
+        rng.shuffle(texts)
+        sets.append(texts)
+    out = []
+    for i in range(n):
+        texts = sets[i % 2]
+        out.append(texts[(i // 2) % len(texts)])
+    return out
+
+
 # --- cached data dirs -------------------------------------------------------------------------
 def corpus_key(size: int, seed: int) -> str:
     return f"n{size}-s{seed}"
