@@ -14,6 +14,8 @@ from .schema import FORMAT, index_dir, signature
 
 log = logging.getLogger(__name__)
 
+IDF_CACHE = 20_000      # terms remembered per commit (a view lives until the next commit)
+
 
 @dataclass(frozen=True)
 class View:
@@ -22,10 +24,18 @@ class View:
     schema: tantivy.Schema
     ndocs: int
     sig: object = None        # meta.json's signature when loaded (see ``moved``)
-    cache: dict = field(default_factory=dict, compare=False)   # avgdl, once known
+    cache: dict = field(default_factory=dict, compare=False)   # avgdl, once known; idf by term
 
     def idf(self, term: str) -> float:
-        return idf_of(self.ndocs, self.searcher.doc_freq("t", term))
+        """A term's idf in this commit, asked of tantivy once per commit and term (each call releases and
+        retakes the GIL among the worker's threads; questions repeat their common words)."""
+        known = self.cache.setdefault("idf", {})
+        idf = known.get(term)
+        if idf is None:
+            idf = idf_of(self.ndocs, self.searcher.doc_freq("t", term))
+            if len(known) < IDF_CACHE:
+                known[term] = idf
+        return idf
 
 
 @dataclass(frozen=True)
