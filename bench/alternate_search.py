@@ -1,0 +1,104 @@
+"""Two builds of the service serving searches side by side, each on its own copy of the same corpus, both up
+at once and measured in alternating cells (A B, B A, ...), so that a shared machine's load moves both alike:
+searches/s at 64 connections with the workers' CPU per search, then single-client p50 and ``GET /healthz`` at
+64 connections on each. wrk drives both (bench/http_bench.py's scripts); loopback only, bounded in time.
+
+    python bench/alternate_search.py --old 91440ab --queries questions --rounds 4 --name alternate-search-questions
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+import http_bench as H
+from common import TMP, machine, service_rev, service_src, write_json
+
+
+def up_to_date(src, data_dir) -> None:
+    """Bring a copy's derived files (the read index of this build's format) up to date with that build, in a
+    process of its own, before it serves (as corpus.service_dir does for the bench's own build)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from service import create_app; "
+            "app = create_app({'data_dir': sys.argv[2], 'background': False}); "
+            "app.extensions['context_maintenance'].run_once(); app.extensions['context_shutdown']()")
+    subprocess.run([sys.executable, "-c", code, str(src), str(data_dir)], check=True, capture_output=True,
+                   env=dict(os.environ, PYTHONPATH=str(src)), timeout=900)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--new", default="head")
+    ap.add_argument("--old", required=True)
+    ap.add_argument("--size", type=int, default=100_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--queries", choices=("short", "questions"), default="questions")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--duration", type=float, default=10)
+    ap.add_argument("--name", default="alternate-search")
+    a = ap.parse_args(argv)
+    from corpus import service_dir
+    corpus = service_dir(a.size, a.seed)
+    scripts = H.write_inputs(a.seed, nonce=f"alts{int(time.time())}", kind=a.queries)
+    builds = {"new": a.new, "old": a.old}
+    out = {"machine": machine(), "queries": a.queries, "size": a.size, "duration_s": a.duration,
+           "load_at_start": os.getloadavg(), "builds": {}, "cells": []}
+    servers = {}
+    try:
+        for name, rev in builds.items():
+            src = service_src(rev)
+            d = TMP / f"run-alternate-search-{name}"
+            shutil.rmtree(d, ignore_errors=True)
+            shutil.copytree(corpus, d)
+            up_to_date(src, d)
+            port = H.free_port()
+            servers[name] = (port, H.start_gunicorn(src, "service:create_app()", port, f"alternate-search-{name}.log",
+                                                    str(src), CONTEXT_DATA_DIR=str(d)))
+            out["builds"][name] = service_rev(src)
+        for port, _ in servers.values():
+            H.wait_ready(port, 180)
+            H.wrk(scripts["search"], port, 64, 3)        # warm both alike
+        for rnd in range(a.rounds):
+            for name in (("new", "old") if rnd % 2 == 0 else ("old", "new")):
+                port, proc = servers[name]
+                H.wait_idle(proc.pid)
+                trees = {"node": proc.pid}
+                before = H.cpu_seconds(trees)
+                run = H.wrk(scripts["search"], port, 64, a.duration)
+                cpu = H.cpu_ms_per_request(before, H.cpu_seconds(trees), run["requests"])
+                out["cells"].append({"round": rnd, "build": name, "workload": "search@64", "rps": run["rps"],
+                                     "errors": run["errors"], "p50": run["p50"], "p99": run["p99"],
+                                     "worker_cpu_ms_per_search": cpu.get("node worker")})
+                print(f"  round {rnd} {name:3s} search@64 {run['rps']:7.1f}/s  errors {run['errors']}  "
+                      f"worker CPU {cpu.get('node worker')} ms/search", flush=True)
+        for workload, conns in (("search", 1), ("healthz", 64)):
+            for name in ("new", "old"):
+                port, proc = servers[name]
+                H.wait_idle(proc.pid)
+                run = H.wrk(scripts[workload], port, conns, a.duration)
+                out["cells"].append({"build": name, "workload": f"{workload}@{conns}", "rps": run["rps"],
+                                     "errors": run["errors"], "p50": run["p50"], "p99": run["p99"]})
+                print(f"  {name:3s} {workload}@{conns} {run['rps']:7.1f}/s  p50 {run['p50']:.2f} ms", flush=True)
+    finally:
+        for _, proc in servers.values():
+            H.stop(proc)
+    summary = {}
+    for name in ("new", "old"):
+        cells = [c for c in out["cells"] if c["build"] == name and c["workload"] == "search@64"]
+        summary[name] = {"search_at_64_median": statistics.median(c["rps"] for c in cells),
+                         "worker_cpu_ms_per_search_median": statistics.median(c["worker_cpu_ms_per_search"]
+                                                                              for c in cells),
+                         **{c["workload"]: {"rps": c["rps"], "p50": c["p50"]} for c in out["cells"]
+                            if c["build"] == name and c["workload"] != "search@64"}}
+    summary["new_over_old_search_at_64"] = round(summary["new"]["search_at_64_median"]
+                                                 / summary["old"]["search_at_64_median"], 3)
+    out["summary"] = summary
+    print(f"  summary: {summary}")
+    write_json(a.name, out)
+
+
+if __name__ == "__main__":
+    main()
