@@ -134,16 +134,19 @@ class CountingSearcher:
         return call if callable(f) else f
 
 
-def test_a_long_question_costs_the_engine_what_a_short_one_does_and_scores_exactly(app):
+@pytest.mark.parametrize("passes", ["per term", "one pass"])
+def test_a_long_question_costs_the_engine_what_a_short_one_does_and_scores_exactly(app, monkeypatch, passes):
     """Rescoring with exact lengths counts the query terms in the candidates' stored tokens: a question of
     40 terms makes as many searches into tantivy as one of 2 (one per round of candidates, none per term),
-    one stored-document read per candidate, and scores exactly as the primaries do (issue 28)."""
+    one stored-document read per candidate, and scores exactly as the primaries do (issue 28); counted per
+    term in a short unit and in one pass over a long one alike."""
     import dataclasses
     import random
 
     from service.params import parse_search
     from service.ranking.bm25 import K1
     from service.readindex import searcher as index
+    monkeypatch.setattr(index, "COUNT_PASSES", 10 ** 9 if passes == "per term" else 0)
     client = app.test_client()
     rng = random.Random(7)
     words = [f"w{i:02d}" for i in range(60)]

@@ -2,6 +2,7 @@
 scored again with exact lengths (tantivy keeps a length in one byte)."""
 from __future__ import annotations
 
+import collections
 import json
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ RESCORE_FACTOR = 2            # the read index's candidates per result, scored a
 # tantivy's best 200 (at 1M units a cap of 1000 put p99 at 82 ms, 200 at 21 ms; score lists
 # still equal exhaustive scoring on every bench query, bench/README.md)
 RESCORE_MAX = 200
+COUNT_PASSES = 20_000         # token comparisons past which a candidate's terms are counted in one pass
 
 
 def best(view: View, p, terms: list[str], weights: list[float], now: int, gone) -> list[Ranked]:
@@ -105,7 +107,8 @@ def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float],
     and no document past the candidates can either once that bound reaches the last candidate's
     score. The rest are scored exactly from their stored tokens: one stored-document read per
     candidate (the same read that answers a hit), whatever the number of query terms, and the query
-    terms counted in its tokens in compiled code (``list.count``)."""
+    terms counted in its tokens in compiled code (``list.count`` per term, or one ``Counter`` pass over a
+    long unit)."""
     if not hits:
         return [], True
     searcher = view.searcher
@@ -123,10 +126,12 @@ def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float],
             continue
         doc = searcher.doc(h.address)
         tokens = (doc.get_first("t") or "").split()
+        # one pass per term over a short unit; one pass in all over a long one (a unit may hold 1 MiB)
+        count = collections.Counter(tokens).__getitem__ if len(tokens) * len(scoring) > COUNT_PASSES else tokens.count
         tfs = [0] * len(terms)
         score, norm = 0.0, exact[i]
         for j, term, w in scoring:
-            tf = tfs[j] = tokens.count(term)
+            tf = tfs[j] = count(term)
             score += w * tf / (tf + norm)
         out.append(Scored(h, score, lengths[i], tfs, doc))
     out.sort(key=lambda x: -x.score)
