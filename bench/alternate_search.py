@@ -4,6 +4,8 @@ searches/s at 64 connections with the workers' CPU per search, then single-clien
 64 connections on each. wrk drives both (bench/http_bench.py's scripts); loopback only, bounded in time.
 
     python bench/alternate_search.py --old 91440ab --queries questions --rounds 4 --name alternate-search-questions
+    python bench/alternate_search.py --old 91440ab --queries short --size 1000000 \
+        --data bench/results/tmp/pg-bench-sqlite-1000000 --name alternate-search-short-1m
 """
 from __future__ import annotations
 
@@ -38,13 +40,17 @@ def main(argv=None) -> None:
     ap.add_argument("--queries", choices=("short", "questions"), default="questions")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--duration", type=float, default=10)
+    ap.add_argument("--data", help="a service data dir to copy instead of corpus.py's cached corpus of --size "
+                    "(e.g. bench/postgresql.py's SQLite side, results/tmp/pg-bench-sqlite-1000000)")
     ap.add_argument("--name", default="alternate-search")
     a = ap.parse_args(argv)
+    from pathlib import Path
+
     from corpus import service_dir
-    corpus = service_dir(a.size, a.seed)
+    corpus = Path(a.data) if a.data else service_dir(a.size, a.seed)
     scripts = H.write_inputs(a.seed, nonce=f"alts{int(time.time())}", kind=a.queries)
     builds = {"new": a.new, "old": a.old}
-    out = {"machine": machine(), "queries": a.queries, "size": a.size, "duration_s": a.duration,
+    out = {"machine": machine(), "queries": a.queries, "size": a.size, "data": str(a.data or "corpus.py"), "duration_s": a.duration,
            "load_at_start": os.getloadavg(), "builds": {}, "cells": []}
     servers = {}
     try:
