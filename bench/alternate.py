@@ -12,18 +12,13 @@ import shutil
 import time
 
 import write as W
-from common import TMP, machine, service_rev, service_src, write_json
+from common import TMP, add_build_pair, machine, service_rev, service_src, write_json
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--new", default="head")
-    ap.add_argument("--old", required=True)
-    ap.add_argument("--size", type=int, default=100_000)
-    ap.add_argument("--seed", type=int, default=1)
+    add_build_pair(ap, rounds=3)
     ap.add_argument("--rates", default="250,1000")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=10)
     ap.add_argument("--name", default="alternate")
     a = ap.parse_args(argv)
     from corpus import service_dir

@@ -18,7 +18,7 @@ import sys
 import time
 
 import http_bench as H
-from common import TMP, machine, service_rev, service_src, write_json
+from common import TMP, add_build_pair, machine, service_rev, service_src, write_json
 
 
 def up_to_date(src, data_dir) -> None:
@@ -33,13 +33,8 @@ def up_to_date(src, data_dir) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--new", default="head")
-    ap.add_argument("--old", required=True)
-    ap.add_argument("--size", type=int, default=100_000)
-    ap.add_argument("--seed", type=int, default=1)
+    add_build_pair(ap, rounds=4)
     ap.add_argument("--queries", choices=("short", "questions"), default="questions")
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--duration", type=float, default=10)
     ap.add_argument("--data", help="a service data dir to copy instead of corpus.py's cached corpus of --size "
                     "(e.g. bench/postgresql.py's SQLite side, results/tmp/pg-bench-sqlite-1000000)")
     ap.add_argument("--name", default="alternate-search")

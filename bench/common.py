@@ -48,6 +48,17 @@ def service_src(mode: str = "head") -> Path:
     return src
 
 
+def add_build_pair(ap, rounds: int) -> None:
+    """The arguments of a benchmark that alternates two builds of the service on copies of one corpus
+    (bench/alternate.py, bench/alternate_search.py)."""
+    ap.add_argument("--new", default="head")
+    ap.add_argument("--old", required=True)
+    ap.add_argument("--size", type=int, default=100_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--duration", type=float, default=10)
+
+
 def service_rev(src: Path) -> str:
     if src == ROOT:
         rev = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True,
