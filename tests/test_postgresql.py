@@ -385,6 +385,41 @@ def test_the_janitor_never_drops_a_day_under_a_push(tmp_path, pg_urls):
         pg.extensions["context_shutdown"]()
 
 
+def test_a_day_dropped_while_a_push_waits_to_create_another_is_created_too(tmp_path, pg_urls):
+    """A push into two days, one with a partition and one without: its first look finds one missing, so it
+    tries again holding the partition lock exclusively, to create what is missing. While it waits for the
+    lock the janitor drops the other day (empty, as a test before left 100 in the schema it handed on).
+    The second look must see that drop: it once asked ``to_regclass``, whose answer came from the session's
+    cache of names, so the dropped day looked present, was not created, and the push was a 500 in CI ("no
+    partition of relation units found for row")."""
+    from service.store.postgresql.rows import PARTITION_LOCK, partition_name
+    from service.units import day_of
+    pg = app_on(tmp_path, "pg", store=pg_urls[0])
+    try:
+        now = int(time.time())
+        present, absent = now - 8 * 86_400, now - 9 * 86_400
+        _empty_partition(pg_urls[0], day_of(present))
+        answers = {}
+        with psycopg.connect(pg_urls[0]) as janitor:
+            # held shared: the push's first look goes by; its exclusive hold for the second waits
+            janitor.execute("SELECT pg_advisory_xact_lock_shared(%s)", (PARTITION_LOCK,))
+            t = threading.Thread(target=lambda: answers.setdefault("rv", pg.test_client().post("/mcp/push", json=[
+                make_unit("heron present", timestamp=present, ttl=30 * 86_400),
+                make_unit("heron absent", timestamp=absent, ttl=30 * 86_400)])))
+            t.start()
+            assert _lock_waiters(pg_urls[0], 1)
+            janitor.execute(pgsql.SQL("DROP TABLE {}").format(pgsql.Identifier(partition_name(day_of(present)))))
+            janitor.commit()
+        t.join(30)
+        rv = answers["rv"]
+        assert rv.status_code == 200, rv.get_json()
+        for r, content in zip(rv.get_json()["results"], ("heron present", "heron absent")):
+            assert pg.test_client().get(f"/mcp/units/{r['cid']}").get_json()["content"] == content
+        assert _partition_exists(pg_urls[0], day_of(present)) and _partition_exists(pg_urls[0], day_of(absent))
+    finally:
+        pg.extensions["context_shutdown"]()
+
+
 def test_bad_store_url_stops_the_start_with_a_clear_message(tmp_path):
     from service import create_app
     with pytest.raises(RuntimeError, match="CONTEXT_STORE must be"):

@@ -27,8 +27,13 @@ UPDATE cms_meta SET value = value WHERE key = 'schema_version';
 CREATE TABLE IF NOT EXISTS {part} PARTITION OF units FOR VALUES FROM ({lo}) TO ({hi});
 
 -- name: partitions_missing
--- Which of these day partitions (names from validated days) do not exist.
-SELECT n AS name FROM unnest(%(names)s::text[]) AS n WHERE to_regclass(n) IS NULL;
+-- Which of these day partitions (names from validated days) units lacks, as of this statement's snapshot:
+-- the catalog rows themselves, not ``to_regclass``, whose answer comes from the session's cache of names
+-- and missed a partition the janitor dropped while the push waited for the partition lock (a 500 in CI:
+-- "no partition of relation units found for row").
+SELECT n AS name FROM unnest(%(names)s::text[]) AS n
+WHERE NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                  WHERE i.inhparent = 'units'::regclass AND c.relname = n);
 
 -- name: advisory_lock_shared
 -- A push's hold on the day partitions it found: the janitor drops one only under this key held exclusively.
