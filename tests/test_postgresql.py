@@ -420,6 +420,29 @@ def test_a_day_dropped_while_a_push_waits_to_create_another_is_created_too(tmp_p
         pg.extensions["context_shutdown"]()
 
 
+def test_a_lock_timeout_is_a_503_for_that_request_not_a_primary_outage(tmp_path, pg_urls):
+    """A statement the primary answers with an error (here a lock timeout, as the janitor's on a busy
+    partition) is a 503 for that request; the next request goes to the primary as usual instead of
+    failing fast for a second as if the primary were down."""
+    from service.errors import StorageUnavailable
+    pg = app_on(tmp_path, "pg", store=pg_urls[0])
+    store = pg.extensions["context_store"]
+    try:
+        pushed(pg, [make_unit("heron before")])
+        with psycopg.connect(pg_urls[0]) as other:
+            other.execute("SELECT 1 FROM tenants WHERE tenant = 'default' FOR UPDATE")
+
+            def wait_for_the_row(conn):
+                conn.execute("SET LOCAL lock_timeout = '50ms'")
+                conn.execute("SELECT 1 FROM tenants WHERE tenant = 'default' FOR UPDATE")
+            with pytest.raises(StorageUnavailable, match="LockNotAvailable"):
+                store.write(wait_for_the_row)
+        assert not store.primary_down()
+        assert pushed(pg, [make_unit("heron after")])[0]["status"] == "ok"
+    finally:
+        pg.extensions["context_shutdown"]()
+
+
 def test_bad_store_url_stops_the_start_with_a_clear_message(tmp_path):
     from service import create_app
     with pytest.raises(RuntimeError, match="CONTEXT_STORE must be"):

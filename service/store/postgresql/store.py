@@ -53,6 +53,15 @@ def generic_plans(conn) -> None:
     conn.execute("SET jit = off")
 PRIMARY_RETRY_S = 1.0      # after a failure, how long requests fail at once before one tries the primary again
 
+def connection_lost(e: psycopg.OperationalError) -> bool:
+    """Whether an error means the primary is gone (no answer, the connection broken, the server shutting
+    down), not that it answered "no": a statement or lock timeout, a deadlock or a serialization failure is a
+    503 for that request alone. (A janitor's lock timeout on a busy partition once made its process fail
+    every request fast, as if the primary were down.)"""
+    state = e.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
 class PartitionGone(Exception):
     """A day partition a push needs was dropped (empty) between its look and its lock."""
 
@@ -137,10 +146,8 @@ class PgStore(StoreApi):
             return attempt()
         except ApiError:
             raise
-        except psycopg.errors.QueryCanceled as e:      # (a statement timeout: the server is fine)
-            raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
         except psycopg.OperationalError as e:
-            failed = True
+            failed = connection_lost(e)
             raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
         except PoolTimeout as e:
             # every connection busy is load, not an outage: only a primary that refuses a new one is down
@@ -219,8 +226,9 @@ class PgStore(StoreApi):
                 try:
                     with self.search_pool.connection() as conn:
                         return fn(conn, *args)
-                except psycopg.OperationalError:
-                    if i == self.search_pool.max_size or not self._primary_answers():
+                except psycopg.OperationalError as e:
+                    # (a timeout or any other answer is this read's, not a broken connection's: not tried again)
+                    if not connection_lost(e) or i == self.search_pool.max_size or not self._primary_answers():
                         raise
         return self._guarded(attempt)
 
