@@ -53,6 +53,7 @@ def generic_plans(conn) -> None:
     conn.execute("SET jit = off")
 PRIMARY_RETRY_S = 1.0      # after a failure, how long requests fail at once before one tries the primary again
 
+
 def connection_lost(e: psycopg.OperationalError) -> bool:
     """Whether an error means the primary is gone (no answer, the connection broken, the server shutting
     down), not that it answered "no": a statement or lock timeout, a deadlock or a serialization failure is a
