@@ -8,7 +8,7 @@ from pathlib import Path
 
 import tantivy
 
-FORMAT = 7
+FORMAT = 8
 TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
 NO_TOKENS = "cm_none"
 DAY_SHIFT = 2 ** 40            # SQLite's keys: day ordinal * DAY_SHIFT + rowid
@@ -31,6 +31,7 @@ def build_schema() -> tantivy.Schema:
     sb.add_integer_field("exp", fast=True)
     sb.add_integer_field("ts", fast=True)
     sb.add_integer_field("len", fast=True)     # the exact length in tokens (tantivy keeps one byte of it)
+    sb.add_integer_field("cidn", fast=True)    # the CID (12 hex digits) as a number: ties are ordered by it
     for name in ("day", "type", "src", "parent"):
         sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
     # the unit's public fields: a hit is answered from here, not from ten day files
@@ -70,6 +71,7 @@ def document(day: str, key: int, r, tokens: str | None = None, unit: str | None 
     doc.add_integer("exp", r["expires_at"])
     doc.add_integer("ts", r["timestamp"])
     doc.add_integer("len", r["ntok"])
+    doc.add_integer("cidn", int(r["cid"], 16))
     doc.add_text("day", day)
     doc.add_text("type", r["type"])
     doc.add_text("src", r["source"])

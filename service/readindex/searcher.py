@@ -19,6 +19,11 @@ RESCORE_FACTOR = 2            # the read index's candidates per result, scored a
 # still equal exhaustive scoring on every bench query, bench/README.md)
 RESCORE_MAX = 200
 COUNT_PASSES = 20_000         # token comparisons past which a candidate's terms are counted in one pass
+# A tie at the k-th place is settled by CID, as the primaries settle it, over up to this many documents at
+# or above the tied score (a corpus of templated units ties thousands); past it, the ties the engine's
+# document order gives.
+TIE_MAX = 20_480
+TIE_EPS = 1e-6                # f32 rounding between tantivy's scores of exactly tied units
 
 
 def best(view: View, p, terms: list[str], weights: list[float], now: int, gone) -> list[Ranked]:
@@ -29,6 +34,8 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone) 
     for _ in range(8):
         hits = search(view, p, terms, now, want=want)
         scored, complete = rescore(view, hits, terms, weights, k)
+        if complete and len(hits) == want:
+            scored = settle_ties(view, p, terms, weights, now, hits, scored, k)
         found = [unit_of(x.doc) for x in scored]
         cids = [u["cid"] for u in found]
         drop = gone(cids) if cids else set()
@@ -120,20 +127,8 @@ def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float],
     bound = low[k - 1] * (1 - 1e-9) if len(low) >= k else 0.0     # (1e-9: float rounding is not a win)
     # terms the index holds (weight > 0); the others have no frequency anywhere
     scoring = [(j, term, w) for j, (term, w) in enumerate(zip(terms, weights)) if w]
-    out = []
-    for i, h in enumerate(hits):
-        if h.score < bound:
-            continue
-        doc = searcher.doc(h.address)
-        tokens = (doc.get_first("t") or "").split()
-        # one pass per term over a short unit; one pass in all over a long one (a unit may hold 1 MiB)
-        count = collections.Counter(tokens).__getitem__ if len(tokens) * len(scoring) > COUNT_PASSES else tokens.count
-        tfs = [0] * len(terms)
-        score, norm = 0.0, exact[i]
-        for j, term, w in scoring:
-            tf = tfs[j] = count(term)
-            score += w * tf / (tf + norm)
-        out.append(Scored(h, score, lengths[i], tfs, doc))
+    out = [score_exactly(searcher, h, lengths[i], exact[i], scoring, len(terms))
+           for i, h in enumerate(hits) if h.score >= bound]
     out.sort(key=lambda x: -x.score)
     # No document past the candidates scores more than the last one did in tantivy; once the k-th
     # exact score reaches that, none can win.
@@ -143,6 +138,74 @@ def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float],
     while end < len(out) and out[end].score == out[k - 1].score:
         end += 1
     return out[:end], complete
+
+
+def score_exactly(searcher, h: Hit, length: int, norm: float, scoring: list, n_terms: int) -> Scored:
+    """One candidate's BM25 with its exact length (``norm``: k1's length factor): its query terms counted
+    in its stored tokens."""
+    doc = searcher.doc(h.address)
+    tokens = (doc.get_first("t") or "").split()
+    # one pass per term over a short unit; one pass in all over a long one (a unit may hold 1 MiB)
+    count = collections.Counter(tokens).__getitem__ if len(tokens) * len(scoring) > COUNT_PASSES else tokens.count
+    tfs = [0] * n_terms
+    score = 0.0
+    for j, term, w in scoring:
+        tf = tfs[j] = count(term)
+        score += w * tf / (tf + norm)
+    return Scored(h, score, length, tfs, doc)
+
+
+def settle_ties(view: View, p, terms: list[str], weights: list[float], now: int, hits: list[Hit],
+                scored: list[Scored], k: int) -> list[Scored]:
+    """The best k when the k-th exact score ``s`` may be shared past the candidates: ties ordered by CID
+    over every document that reaches ``s`` (up to TIE_MAX), as the primaries order them, so that any two
+    indexes of the same units (two nodes, a rebuild) give the same k whatever their document order.
+
+    Exactly tied units have the same term counts and length, so tantivy scores them alike: more of
+    tantivy's best are asked for until its last is below the tied units' tantivy score. The CIDs of
+    those at or above it come from a fast field, in one call; only those the CID order reaches are read
+    and scored exactly, and one joins the k if it does score ``s``."""
+    if len(scored) < k:
+        return scored
+    s = scored[k - 1].score
+    better = [x for x in scored if x.score > s]
+    tied = [x for x in scored if x.score == s]
+    # Units that tie exactly have the same term counts and length, so tantivy gives them one score too
+    # (in f32, with its own idf: not comparable with s itself, a common term's idf is off by 1e-4 in f32)
+    floor = min(x.hit.score for x in tied) * (1 - TIE_EPS)
+    if hits[-1].score < floor:
+        return scored                   # no document past the candidates ties
+    limit = len(hits)
+    while True:
+        limit = min(limit * 4, TIE_MAX)
+        more = search(view, p, terms, now, want=limit)
+        if len(more) < limit or more[-1].score < floor or limit >= TIE_MAX:
+            break
+    seen = {(h.address.segment_ord, h.address.doc) for h in hits}
+    extra = [h for h in more if h.score >= floor and (h.address.segment_ord, h.address.doc) not in seen]
+    if not extra:
+        return scored
+    searcher = view.searcher
+    cidn = searcher.fast_field_values("cidn", [x.hit.address for x in tied] + [h.address for h in extra])
+    if any(c is None for c in cidn):
+        return scored                   # (an index written before the field: rebuilt at its next start)
+    lengths = searcher.fast_field_values("len", [h.address for h in extra])
+    avgdl = average_length(view, terms, hits[0])
+    scoring = [(j, term, w) for j, (term, w) in enumerate(zip(terms, weights)) if w]
+    order = sorted(range(len(cidn)), key=cidn.__getitem__)
+    out = list(better)
+    for i in order:
+        if len(out) == k:
+            break
+        if i < len(tied):
+            out.append(tied[i])
+            continue
+        e = i - len(tied)
+        x = score_exactly(searcher, extra[e], lengths[e], K1 * (1 - B + B * lengths[e] / avgdl), scoring, len(terms))
+        if x.score >= s:
+            out.append(x)
+    out.sort(key=lambda x: -x.score)
+    return out
 
 
 def mean_length(view: View, terms: list[str]) -> float:
