@@ -251,6 +251,18 @@ def make_unit(content="hello world", *, type="tool_output", source="test_v1_ci",
     return unit
 
 
+def tied_contents(n: int) -> list[str]:
+    """n contents that score exactly alike for the query "heron" (one occurrence, three tokens): each
+    ends in its own letters-only word (one token, nothing for the tokenizer to split off)."""
+    def word(i: int) -> str:
+        out = ""
+        for _ in range(3):
+            i, r = divmod(i, 26)
+            out += "abcdefghijklmnopqrstuvwxyz"[r]
+        return "q" + out
+    return [f"heron note {word(i)}" for i in range(n)]
+
+
 def drain(app) -> None:
     """Run the app's maintenance until nothing is left to index (and the read index has it)."""
     while app.extensions["context_maintenance"].run_once():

@@ -9,7 +9,7 @@ import time
 import pytest
 import tantivy
 
-from conftest import ROOT, drain, make_unit
+from conftest import ROOT, drain, make_unit, tied_contents
 
 # the read index is the SQLite backend's (PostgreSQL scores in SQL: tests/test_postgresql.py):
 # CONTEXT_TEST_BACKEND=postgresql runs these on SQLite
@@ -175,15 +175,6 @@ def test_a_long_question_costs_the_engine_what_a_short_one_does_and_scores_exact
     assert calls["long"]["doc"] <= index.RESCORE_MAX, calls
 
 
-def _word(i: int) -> str:
-    """A distinct letters-only word per i (one token, no digits for the tokenizer to split off)."""
-    out = ""
-    for _ in range(3):
-        i, r = divmod(i, 26)
-        out += "abcdefghijklmnopqrstuvwxyz"[r]
-    return "q" + out
-
-
 @pytest.mark.parametrize("order", ["pushed in order", "pushed in reverse"])
 def test_exact_ties_past_the_candidates_are_settled_by_cid(make_app, order):
     """300 units that score exactly alike for a query (one occurrence, the same length) tie far past the
@@ -195,7 +186,7 @@ def test_exact_ties_past_the_candidates_are_settled_by_cid(make_app, order):
     own best 3k first: its ties are not settled over every match; ``strong`` is for freshness.)"""
     app = make_app(**INDEX_NOW)
     client = app.test_client()
-    units = [make_unit(f"heron note {_word(i)}") for i in range(300)]
+    units = [make_unit(c) for c in tied_contents(300)]
     if order == "pushed in reverse":
         units.reverse()
     cids = []
