@@ -314,11 +314,17 @@ def main(argv=None) -> None:
     cluster = pg_cluster(TMP / "pg-cluster")
     out = {"machine": machine(), "service_rev": service_rev(src), "size": a.size, "postgresql": {}, "sqlite": {}}
     try:
-        units = list(Generator(a.seed).units(a.size))
-        qs = queries(a.queries, a.seed)
         sqlite_dir = TMP / f"pg-bench-sqlite-{a.size}"
         sqlite_built = TMP / f"pg-bench-sqlite-{a.size}.json"     # the SQLite build's figures, once finished
-        reuse = a.reuse_sqlite and sqlite_built.exists()
+        built = json.loads(sqlite_built.read_text()) if a.reuse_sqlite and sqlite_built.exists() else {}
+        # The units' timestamps, so their CIDs, follow the day the corpus is made: a build is reused with
+        # the day it was made on (one that did not record it is made again), or no CID would match.
+        reuse = "anchor" in built
+        if a.reuse_sqlite and not reuse:
+            print("== the SQLite build is made again: none recorded its corpus day", flush=True)
+        gen = Generator(a.seed, anchor=built["anchor"] if reuse else None)
+        units = list(gen.units(a.size))
+        qs = queries(a.queries, a.seed)
         if not reuse:
             shutil.rmtree(sqlite_dir, ignore_errors=True)
             sqlite_built.unlink(missing_ok=True)
@@ -347,7 +353,7 @@ def main(argv=None) -> None:
             else:
                 res["ingest_inprocess"] = build(app, units)
             if name == "sqlite":
-                sqlite_built.write_text(json.dumps(res["ingest_inprocess"]))
+                sqlite_built.write_text(json.dumps({**res["ingest_inprocess"], "anchor": gen.anchor}))
             print(f"== {name}: in-process ingest {json.dumps(res['ingest_inprocess'])}", flush=True)
             if name == "postgresql":
                 # what autovacuum does within a minute or two of a bulk load: statistics, no dead rows
