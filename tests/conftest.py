@@ -251,16 +251,17 @@ def make_unit(content="hello world", *, type="tool_output", source="test_v1_ci",
     return unit
 
 
-def tied_contents(n: int) -> list[str]:
-    """n contents that score exactly alike for the query "heron" (one occurrence, three tokens): each
-    ends in its own letters-only word (one token, nothing for the tokenizer to split off)."""
+def tied_contents(n: int, filler: int = 0) -> list[str]:
+    """n contents that score exactly alike for the query "heron" (one occurrence, 3 + ``filler`` tokens):
+    each ends in its own letters-only word (one token, nothing for the tokenizer to split off)."""
     def word(i: int) -> str:
         out = ""
         for _ in range(3):
             i, r = divmod(i, 26)
             out += "abcdefghijklmnopqrstuvwxyz"[r]
         return "q" + out
-    return [f"heron note {word(i)}" for i in range(n)]
+    pad = "".join(f" {word(20_000 + j)}" for j in range(filler))
+    return [f"heron note{pad} {word(i)}" for i in range(n)]
 
 
 def drain(app) -> None:

@@ -34,7 +34,9 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone) 
     for _ in range(8):
         hits = search(view, p, terms, now, want=want)
         scored, complete = rescore(view, hits, terms, weights, k)
-        if complete and len(hits) == want:
+        last = complete or len(hits) < want or want >= RESCORE_MAX
+        if last and len(hits) == want:
+            # (also past RESCORE_MAX: a tie of lengths past 40, or of f32 scores, is never "complete")
             scored = settle_ties(view, p, terms, weights, now, hits, scored, k)
         found = [unit_of(x.doc) for x in scored]
         cids = [u["cid"] for u in found]
@@ -43,7 +45,7 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone) 
             k = p.top_k + len(drop)       # room for the next best in place of the dropped ones
             want = max(want, RESCORE_FACTOR * k)
             continue
-        if complete or len(hits) < want or want >= RESCORE_MAX:
+        if last:
             break
         want *= 4     # a document past these candidates could still win with its exact length
     return [Ranked(unit, x.score, x.length, x.tfs) for unit, x in zip(found, scored) if unit["cid"] not in drop]
