@@ -1,0 +1,80 @@
+"""Ties past the read index's candidates: the answer against exhaustive (score, CID) order, in process.
+
+For each bench query whose tie at the k-th place goes past the candidates (the search asks tantivy for
+more than 2 x RESCORE_MAX), every one of tantivy's best TIE_MAX is scored exactly from its stored tokens
+and ordered by (score, CID), the order both stores define, and compared with the service's answer.
+Run on a built SQLite data folder (bench/postgresql.py leaves one per size):
+
+    .venv/bin/python bench/ties.py [--data bench/results/tmp/pg-bench-sqlite-1000000] [--queries 300]
+        [--name ties-1m]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from common import TMP, machine, quiet_service_logs, service_rev, service_src, write_json
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(TMP / "pg-bench-sqlite-1000000"))
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--top-k", type=int, default=10)
+    ap.add_argument("--name", default="ties-1m")
+    a = ap.parse_args(argv)
+    src = service_src("head")
+    quiet_service_logs()
+    from corpus import queries
+    from service import create_app
+    from service.params import parse_search
+    from service.ranking.bm25 import B, K1
+    from service.readindex import searcher as index
+
+    app = create_app({"data_dir": a.data, "background": False, "search_cpu_ms": 0})
+    store, cfg = app.extensions["context_store"], app.config["CONTEXT"]
+    wide = {"n": 0}
+    search = index.search
+
+    def counting(view, p, terms, now, want=None):
+        wide["n"] += bool(want and want > 2 * index.RESCORE_MAX)
+        return search(view, p, terms, now, want=want)
+    index.search = counting
+    out = {"machine": machine(), "service_rev": service_rev(src), "data": a.data, "tie_max": index.TIE_MAX,
+           "queries": a.queries, "past_candidates": [], "same": 0}
+    try:
+        view = store.readers.view("default")
+        now = int(time.time())
+        for q in queries(a.queries, a.seed):
+            p = parse_search({"query": q, "top_k": a.top_k}, cfg)
+            before = wide["n"]
+            t = time.perf_counter()
+            got = [r["cid"] for r in store.search("default", p)["results"]]
+            ms = (time.perf_counter() - t) * 1000
+            if wide["n"] == before:
+                continue
+            terms = store.tokenizer.query_terms(q)
+            weights = [view.idf(term) * (K1 + 1) for term in terms]
+            hits = search(view, p, terms, now, want=index.TIE_MAX)
+            lengths = view.searcher.fast_field_values("len", [h.address for h in hits])
+            avgdl = index.average_length(view, terms, hits[0])
+            scoring = [(j, term, w) for j, (term, w) in enumerate(zip(terms, weights)) if w]
+            exact = sorted((-x.score, index.unit_of(x.doc)["cid"]) for x in (
+                index.score_exactly(view.searcher, h, n, K1 * (1 - B + B * n / avgdl), scoring, len(terms))
+                for h, n in zip(hits, lengths)))[:a.top_k]
+            same = [cid for _, cid in exact] == got
+            out["same"] += same
+            out["past_candidates"].append({"query": q, "same": same, "search_ms": round(ms, 1),
+                                           "candidates_scored_here": len(hits)})
+            print(f"{'same' if same else 'DIFFERENT'}  {ms:6.1f} ms  {q}", flush=True)
+    finally:
+        index.search = search
+        app.extensions["context_shutdown"]()
+    print(f"== {len(out['past_candidates'])} queries tie past the candidates; {out['same']} answer the "
+          f"exhaustive (score, CID) order over tantivy's best {index.TIE_MAX}")
+    write_json(a.name, out)
+
+
+if __name__ == "__main__":
+    main()
