@@ -340,7 +340,7 @@ def main(argv=None) -> None:
         for name, app in apps.items():
             res = out[name]
             if name == "sqlite" and reuse:
-                res["ingest_inprocess"] = {**json.loads(sqlite_built.read_text()), "reused": True}
+                res["ingest_inprocess"] = {**built, "reused": True}
                 # a read index of an older format (the build is kept across service changes) starts again
                 # from the primaries at the first pass
                 t0 = time.perf_counter()

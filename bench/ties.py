@@ -29,7 +29,7 @@ def main(argv=None) -> None:
     from corpus import queries
     from service import create_app
     from service.params import parse_search
-    from service.ranking.bm25 import B, K1
+    from service.ranking.bm25 import K1
     from service.readindex import searcher as index
 
     app = create_app({"data_dir": a.data, "background": False, "search_cpu_ms": 0})
@@ -59,9 +59,9 @@ def main(argv=None) -> None:
             hits = search(view, p, terms, now, want=index.TIE_MAX)
             lengths = view.searcher.fast_field_values("len", [h.address for h in hits])
             avgdl = index.average_length(view, terms, hits[0])
-            scoring = [(j, term, w) for j, (term, w) in enumerate(zip(terms, weights)) if w]
+            scoring = index.scoring_terms(terms, weights)
             exact = sorted((-x.score, index.unit_of(x.doc)["cid"]) for x in (
-                index.score_exactly(view.searcher, h, n, K1 * (1 - B + B * n / avgdl), scoring, len(terms))
+                index.score_exactly(view.searcher, h, n, index.length_norm(n, avgdl), scoring, len(terms))
                 for h, n in zip(hits, lengths)))[:a.top_k]
             same = [cid for _, cid in exact] == got
             out["same"] += same

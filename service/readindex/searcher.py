@@ -123,12 +123,11 @@ def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float],
     searcher = view.searcher
     lengths = searcher.fast_field_values("len", [h.address for h in hits])
     avgdl = average_length(view, terms, hits[0])
-    used = [K1 * (1 - B + B * encoded_length(n) / avgdl) for n in lengths]
-    exact = [K1 * (1 - B + B * n / avgdl) for n in lengths]
+    used = [length_norm(encoded_length(n), avgdl) for n in lengths]
+    exact = [length_norm(n, avgdl) for n in lengths]
     low = sorted((min(h.score, h.score * (1 + u) / (1 + e)) for h, u, e in zip(hits, used, exact)), reverse=True)
     bound = low[k - 1] * (1 - 1e-9) if len(low) >= k else 0.0     # (1e-9: float rounding is not a win)
-    # terms the index holds (weight > 0); the others have no frequency anywhere
-    scoring = [(j, term, w) for j, (term, w) in enumerate(zip(terms, weights)) if w]
+    scoring = scoring_terms(terms, weights)
     out = [score_exactly(searcher, h, lengths[i], exact[i], scoring, len(terms))
            for i, h in enumerate(hits) if h.score >= bound]
     out.sort(key=lambda x: -x.score)
@@ -140,6 +139,17 @@ def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float],
     while end < len(out) and out[end].score == out[k - 1].score:
         end += 1
     return out[:end], complete
+
+
+def length_norm(n: int, avgdl: float) -> float:
+    """BM25's length factor k1 * (1 - b + b * n / avgdl): one expression wherever a score is made, since
+    ties are told apart by equal floats (settle_ties)."""
+    return K1 * (1 - B + B * n / avgdl)
+
+
+def scoring_terms(terms: list[str], weights: list[float]) -> list[tuple[int, str, float]]:
+    """(position, term, weight) of the terms the index holds (weight > 0); the others have no frequency."""
+    return [(j, term, w) for j, (term, w) in enumerate(zip(terms, weights)) if w]
 
 
 def score_exactly(searcher, h: Hit, length: int, norm: float, scoring: list, n_terms: int) -> Scored:
@@ -193,7 +203,7 @@ def settle_ties(view: View, p, terms: list[str], weights: list[float], now: int,
         return scored                   # (an index written before the field: rebuilt at its next start)
     lengths = searcher.fast_field_values("len", [h.address for h in extra])
     avgdl = average_length(view, terms, hits[0])
-    scoring = [(j, term, w) for j, (term, w) in enumerate(zip(terms, weights)) if w]
+    scoring = scoring_terms(terms, weights)
     order = sorted(range(len(cidn)), key=cidn.__getitem__)
     out = list(better)
     for i in order:
@@ -203,7 +213,7 @@ def settle_ties(view: View, p, terms: list[str], weights: list[float], now: int,
             out.append(tied[i])
             continue
         e = i - len(tied)
-        x = score_exactly(searcher, extra[e], lengths[e], K1 * (1 - B + B * lengths[e] / avgdl), scoring, len(terms))
+        x = score_exactly(searcher, extra[e], lengths[e], length_norm(lengths[e], avgdl), scoring, len(terms))
         if x.score >= s:
             out.append(x)
     out.sort(key=lambda x: -x.score)
