@@ -2,7 +2,8 @@
 
 For each bench query whose tie at the k-th place goes past the candidates (the search asks tantivy for
 more than 2 x RESCORE_MAX), every one of tantivy's best TIE_MAX is scored exactly from its stored tokens
-and ordered by (score, CID), the order both stores define, and compared with the service's answer.
+and ordered by (score, CID), the order both stores define, and compared with the service's answer;
+timed beside that exhaustive scoring (the naive way to the same answer) and tantivy's own best k.
 Run on a built SQLite data folder (bench/postgresql.py leaves one per size):
 
     .venv/bin/python bench/ties.py [--data bench/results/tmp/pg-bench-sqlite-1000000] [--queries 300]
@@ -11,6 +12,7 @@ Run on a built SQLite data folder (bench/postgresql.py leaves one per size):
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 from common import TMP, machine, quiet_service_logs, service_rev, service_src, write_json
@@ -31,6 +33,7 @@ def main(argv=None) -> None:
     from service.params import parse_search
     from service.ranking.bm25 import K1
     from service.readindex import searcher as index
+    from tantivy import Occur, Query
 
     app = create_app({"data_dir": a.data, "background": False, "search_cpu_ms": 0})
     store, cfg = app.extensions["context_store"], app.config["CONTEXT"]
@@ -55,6 +58,11 @@ def main(argv=None) -> None:
             if wide["n"] == before:
                 continue
             terms = store.tokenizer.query_terms(q)
+            t = time.perf_counter()                 # tantivy alone: its own best k, nothing else
+            view.searcher.search(Query.boolean_query(
+                [(Occur.Should, Query.term_query(view.schema, "t", term)) for term in terms]), a.top_k, count=False)
+            engine_ms = (time.perf_counter() - t) * 1000
+            t = time.perf_counter()                 # the naive answer: every one of tantivy's best TIE_MAX scored
             weights = [view.idf(term) * (K1 + 1) for term in terms]
             hits = search(view, p, terms, now, want=index.TIE_MAX)
             lengths = view.searcher.fast_field_values("len", [h.address for h in hits])
@@ -63,16 +71,27 @@ def main(argv=None) -> None:
             exact = sorted((-x.score, index.unit_of(x.doc)["cid"]) for x in (
                 index.score_exactly(view.searcher, h, n, index.length_norm(n, avgdl), scoring, len(terms))
                 for h, n in zip(hits, lengths)))[:a.top_k]
+            naive_ms = (time.perf_counter() - t) * 1000
             same = [cid for _, cid in exact] == got
             out["same"] += same
             out["past_candidates"].append({"query": q, "same": same, "search_ms": round(ms, 1),
+                                           "exhaustive_ms": round(naive_ms, 1), "tantivy_alone_ms": round(engine_ms, 2),
                                            "candidates_scored_here": len(hits)})
-            print(f"{'same' if same else 'DIFFERENT'}  {ms:6.1f} ms  {q}", flush=True)
+            print(f"{'same' if same else 'DIFFERENT'}  service {ms:6.1f} ms  exhaustive {naive_ms:7.1f} ms  "
+                  f"tantivy alone {engine_ms:5.2f} ms  {q}", flush=True)
     finally:
         index.search = search
         app.extensions["context_shutdown"]()
-    print(f"== {len(out['past_candidates'])} queries tie past the candidates; {out['same']} answer the "
-          f"exhaustive (score, CID) order over tantivy's best {index.TIE_MAX}")
+    rows = out["past_candidates"]
+    if rows:
+        out["median_ms"] = {key: statistics.median(r[key] for r in rows)
+                            for key in ("search_ms", "exhaustive_ms", "tantivy_alone_ms")}
+        med = out["median_ms"]
+        out["median_ratio"] = {"service_over_exhaustive": round(med["search_ms"] / med["exhaustive_ms"], 3),
+                               "service_over_tantivy_alone": round(med["search_ms"] / med["tantivy_alone_ms"], 1)}
+    print(f"== {len(rows)} queries tie past the candidates; {out['same']} answer the "
+          f"exhaustive (score, CID) order over tantivy's best {index.TIE_MAX}; medians {out.get('median_ms')}, "
+          f"ratios {out.get('median_ratio')}")
     write_json(a.name, out)
 
 
