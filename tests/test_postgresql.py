@@ -245,6 +245,43 @@ def test_two_nodes_on_one_primary_index_everything_once(tmp_path, pg_urls):
         b.extensions["context_shutdown"]()
 
 
+def test_a_long_queue_is_indexed_by_two_transactions_in_flight_each_unit_once(tmp_path, pg_urls):
+    """A queue of many batches: one pass has two indexer transactions open at once (one claims and
+    tokenizes while the other writes), and every unit is indexed once with exact statistics."""
+    app = app_on(tmp_path, "a", store=pg_urls[0], pg_index_batch=40)
+    try:
+        maint = app.extensions["context_maintenance"]
+        now = int(time.time())
+        cids = [r["cid"] for k in range(6) for r in pushed(app, [
+            make_unit(f"ledger {k} row {i} heron", timestamp=now - 3600 * (i % 3)) for i in range(100)])]
+        assert len(set(cids)) == 600
+        spans, lock = [], threading.Lock()
+        index_batch = maint._index_batch
+
+        def timed():
+            t0 = time.monotonic()
+            n = index_batch()
+            with lock:
+                spans.append((t0, time.monotonic(), threading.current_thread().name, n))
+            return n
+        maint._index_batch = timed
+        assert maint.run_once() == 600
+        assert maint.run_once() == 0
+        assert sum(s[3] for s in spans) == 600
+        threads = {s[2] for s in spans if s[3]}
+        assert len([t for t in threads if t.startswith("pg-indexer")]) == 2, threads
+        assert any(a[0] < b[1] and b[0] < a[1] for a in spans for b in spans if a[2] != b[2]), spans
+        with psycopg.connect(pg_urls[0]) as c:
+            assert c.execute("SELECT count(*) FROM pending").fetchone()[0] == 0
+            assert c.execute("SELECT sum(ndocs) FROM day_stats").fetchone()[0] == 600
+            assert c.execute("SELECT df FROM term_df WHERE term = 'heron'").fetchone()[0] == 600
+            assert c.execute("SELECT count(*), count(DISTINCT cid) FROM unit_terms").fetchone() == (600, 600)
+        body = search(app, query="heron", top_k=50)
+        assert len(body["results"]) == 50 and body["freshness"]["index_pending"] == 0
+    finally:
+        app.extensions["context_shutdown"]()
+
+
 def test_strong_reads_wait_for_rows_another_nodes_indexer_holds(tmp_path, pg_urls):
     """Another node's indexer has claimed the queue (its rows locked, not yet committed): a strong search
     and a forget by query skip nothing pushed before them; they wait, bounded, until those rows are
