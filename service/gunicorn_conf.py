@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 from service import preflight
-from service.boot import limit_malloc_arenas
+from service.boot import freeze_heap, limit_malloc_arenas
 from service.gunicorn_guard import Bounds
 from service.gunicorn_guard import install as install_guard
 
@@ -64,6 +64,7 @@ import service.mcp  # noqa: E402,F401
 from service.tokenize import tokenizer_for  # noqa: E402
 
 tokenizer_for(_config).tokens("预热 warm up")
+freeze_heap()           # what the workers inherit: never walked by their full collections (service/boot.py)
 
 
 _maintainer = None
@@ -101,6 +102,7 @@ def on_starting(server):
 
 
 def post_worker_init(worker):
+    freeze_heap()       # and the worker's app, now loaded
     # Live streams (service/hub.py) end with their final message once gunicorn stops this worker.
     hub = getattr(worker.wsgi, "extensions", {}).get("context_hub")
     if hub is not None:

@@ -263,7 +263,7 @@ def run(parent: int) -> int:
     is then the shell)."""
     _set_name(MAINTAINER_NAME)
     _die_with_parent()
-    from .boot import limit_malloc_arenas, raise_open_files_limit, setup_logging
+    from .boot import freeze_heap, limit_malloc_arenas, raise_open_files_limit, setup_logging
     from .store import check_backend, open_backend
     limit_malloc_arenas()
     from .config import Config
@@ -287,6 +287,7 @@ def run(parent: int) -> int:
     backend = open_backend(config)
     store, maintenance = backend.store, backend.maintenance
     maintenance.start()
+    freeze_heap()                        # its store and maintenance live until it ends (service/boot.py)
     wake_fd = _wake_fifo(data / WAKE_NAME)
     log.info("maintainer %d maintains %s", os.getpid(), data)
     last_status = 0.0
