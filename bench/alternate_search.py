@@ -6,6 +6,13 @@ searches/s at 64 connections with the workers' CPU per search, then single-clien
     python bench/alternate_search.py --old 91440ab --queries questions --rounds 4 --name alternate-search-questions
     python bench/alternate_search.py --old 91440ab --queries short --size 1000000 \
         --data bench/results/tmp/pg-bench-sqlite-1000000 --name alternate-search-short-1m
+
+``--gc-probe`` also times every full (generation 2) garbage collection in each build's processes: a
+``sitecustomize`` put on their path adds a ``gc.callbacks`` hook that appends one line per full collection
+(pid, ms, objects it walked, objects frozen) to a file per build; the service's code is not touched.
+The workers' PSS is read at the end.
+
+    python bench/alternate_search.py --old 3fb48b7 --queries questions --rounds 4 --gc-probe --name gc-freeze
 """
 from __future__ import annotations
 
@@ -18,7 +25,7 @@ import sys
 import time
 
 import http_bench as H
-from common import TMP, add_build_pair, machine, service_rev, service_src, write_json
+from common import TMP, add_build_pair, machine, pct, service_rev, service_src, write_json
 
 
 def up_to_date(src, data_dir) -> None:
@@ -31,12 +38,61 @@ def up_to_date(src, data_dir) -> None:
                    env=dict(os.environ, PYTHONPATH=str(src)), timeout=900)
 
 
+GC_PROBE = """import gc, os, time
+_started = {}
+def _full(phase, info):
+    if info["generation"] != 2:
+        return
+    if phase == "start":
+        _started[os.getpid()] = time.perf_counter()
+        return
+    t0 = _started.pop(os.getpid(), None)
+    if t0 is not None:
+        ms = (time.perf_counter() - t0) * 1000
+        with open(os.environ["GC_PROBE"], "a") as f:
+            f.write("%d %.3f %d %d\\n" % (os.getpid(), ms, len(gc.get_objects(2)), gc.get_freeze_count()))
+if os.environ.get("GC_PROBE"):
+    gc.callbacks.append(_full)
+"""
+
+
+def gc_probe_dir():
+    """A folder holding the probe's ``sitecustomize.py``, to put on a server's PYTHONPATH."""
+    d = TMP / "gc-probe"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "sitecustomize.py").write_text(GC_PROBE)
+    return d
+
+
+def full_collections(path) -> dict:
+    """The probe's lines for one build: how many full collections, and how long they held the GIL."""
+    lines = [x.split() for x in path.read_text().splitlines()] if path.exists() else []
+    ms = sorted(float(x[1]) for x in lines)
+    return {"count": len(ms), "processes": len({x[0] for x in lines}),
+            "p50_ms": pct(ms, 50), "max_ms": max(ms) if ms else None, "total_ms": round(sum(ms), 1),
+            "objects_walked_median": pct(sorted(int(x[2]) for x in lines), 50),
+            "frozen_max": max((int(x[3]) for x in lines), default=None)}
+
+
+def workers_pss_mib(proc) -> list[float]:
+    import psutil
+    out = []
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        if H.role_of(child.pid, proc.pid) == "worker":
+            try:
+                out.append(round(child.memory_full_info().pss / 2 ** 20, 1))
+            except psutil.Error:
+                pass
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_build_pair(ap, rounds=4)
     ap.add_argument("--queries", choices=("short", "questions"), default="questions")
     ap.add_argument("--data", help="a service data dir to copy instead of corpus.py's cached corpus of --size "
                     "(e.g. bench/postgresql.py's SQLite side, results/tmp/pg-bench-sqlite-1000000)")
+    ap.add_argument("--gc-probe", action="store_true", help="time every full garbage collection in both builds")
     ap.add_argument("--name", default="alternate-search")
     a = ap.parse_args(argv)
     from pathlib import Path
@@ -56,8 +112,13 @@ def main(argv=None) -> None:
             shutil.copytree(corpus, d)
             up_to_date(src, d)
             port = H.free_port()
+            path, probe = str(src), {}
+            if a.gc_probe:
+                path += os.pathsep + str(gc_probe_dir())
+                probe = {"GC_PROBE": str(TMP / f"gc-probe-{name}.txt")}
+                Path(probe["GC_PROBE"]).unlink(missing_ok=True)
             servers[name] = (port, H.start_gunicorn(src, "service:create_app()", port, f"alternate-search-{name}.log",
-                                                    str(src), CONTEXT_DATA_DIR=str(d)))
+                                                    path, CONTEXT_DATA_DIR=str(d), **probe))
             out["builds"][name] = service_rev(src)
         for port, _ in servers.values():
             H.wait_ready(port, 180)
@@ -83,9 +144,15 @@ def main(argv=None) -> None:
                 out["cells"].append({"build": name, "workload": f"{workload}@{conns}", "rps": run["rps"],
                                      "errors": run["errors"], "p50": run["p50"], "p99": run["p99"]})
                 print(f"  {name:3s} {workload}@{conns} {run['rps']:7.1f}/s  p50 {run['p50']:.2f} ms", flush=True)
+        if a.gc_probe:
+            out["workers_pss_mib"] = {name: workers_pss_mib(proc) for name, (_, proc) in servers.items()}
     finally:
         for _, proc in servers.values():
             H.stop(proc)
+    if a.gc_probe:
+        out["full_collections"] = {name: full_collections(TMP / f"gc-probe-{name}.txt") for name in builds}
+        for name, fc in out["full_collections"].items():
+            print(f"  {name:3s} full collections: {fc}  workers' PSS MiB {out['workers_pss_mib'][name]}")
     summary = {}
     for name in ("new", "old"):
         cells = [c for c in out["cells"] if c["build"] == name and c["workload"] == "search@64"]
