@@ -17,6 +17,17 @@ checked per query against ranx's on it. Each lever is then measured alone agains
   ``dfshare`` on top (``nostop-dfshare``), the list replaced by collection statistics;
 - ``bigram``: Chinese out-of-vocabulary fallback, character bigrams of runs of single-character Han
   tokens added at index and query time (an index change; its size cost is recorded);
+- ``bm25params``: other k1 and b (the grid holds the service's 1.2 / 0.75); ``bm25plus``, ``bm25l``:
+  Lv and Zhai's (2011) lower-bounded term-frequency parts, BM25+ (+ delta per matched term) and BM25L
+  (shifted length-normalised tf), at the service's k1 and b;
+- ``qtf``: query terms weighted by their count in the question (the service: distinct terms, 1 each);
+- ``searchmode``: the service already indexes jieba's search mode (``cut_for_search``: each word longer
+  than 2 characters also as its 2- and 3-character dictionary substrings); rebuilt here from the plain
+  cut (checked equal to the service's tokens on a sample), the lever is either direction: no search
+  mode (the plain cut's words only) or every dictionary substring of the longer words (index changes;
+  their size is recorded);
+- ``fusion``: reciprocal-rank fusion of the baseline with an RM3 ranking (partner and k chosen on A);
+- ``bm25l-prox``: the two levers best on A in both sets together (BM25L, then BM25TP over its top 100);
 - ``field``: source/metadata as a second field: not measurable here (no per-document metadata).
 
 Every lever's grid is run on each set's queries split in two halves by sha256 of the query id (even:
@@ -30,10 +41,12 @@ Tokenized corpora are cached in bench/results/tmp/levers-<set>[-<variant>].pkl. 
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import pickle
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,6 +87,49 @@ def han_bigram_tokenizer(break_at_stopwords: bool, **kwargs):
     return HanBigramTokenizer()
 
 
+def search_mode_tokenizer(max_sub: int | None, **kwargs):
+    """The service's tokenizer with its Han words made from jieba's plain cut (HMM off, the same
+    segmenter and dictionary), each word longer than 2 characters followed by its substrings of 2 to
+    ``max_sub`` characters (at most its length - 1) that are dictionary words: ``max_sub`` 3 is jieba's
+    search mode (``cut_for_search``, what the service already uses), 0 no search mode at all (only the
+    plain cut's words), None every dictionary substring (search mode extended to 4+ characters). The
+    substrings come before their word, as in jieba's search mode."""
+    from service.tokenize import Tokenizer
+
+    class SearchModeTokenizer(Tokenizer):
+        def __init__(self):
+            super().__init__(**kwargs)
+            if self.segmenter == "rjieba":
+                import rjieba
+                plain, has_word = (lambda s: rjieba.cut(s, False)), rjieba.has_word
+            else:
+                import jieba
+                plain, has_word = (lambda s: jieba.cut(s, HMM=False)), (lambda w: bool(jieba.dt.FREQ.get(w)))
+            known: dict[str, bool] = {}
+
+            def in_dict(w: str) -> bool:
+                v = known.get(w)
+                if v is None:
+                    v = known[w] = bool(has_word(w))
+                return v
+
+            def cut_with_subwords(han: str):
+                for w in plain(han):
+                    n = len(w)
+                    if n > 2:
+                        for size in range(2, min(n - 1, n if max_sub is None else max_sub) + 1):
+                            for i in range(n - size + 1):
+                                if in_dict(w[i:i + size]):
+                                    yield w[i:i + size]
+                    yield w
+            self._cut = cut_with_subwords
+
+    return SearchModeTokenizer()
+
+
+SEARCH_MODE = {"search-mode-py": 3, "no-search-mode": 0, "search-mode-all": None}
+
+
 def make_tokenizer(variant: str):
     from service.tokenize import Tokenizer
     if variant == "service":
@@ -82,6 +138,8 @@ def make_tokenizer(variant: str):
         return Tokenizer(stopwords=None)
     if variant in ("bigram", "bigram-stopbreak"):
         return han_bigram_tokenizer(break_at_stopwords=variant == "bigram-stopbreak")
+    if variant in SEARCH_MODE:
+        return search_mode_tokenizer(SEARCH_MODE[variant])
     raise ValueError(variant)
 
 
@@ -106,9 +164,30 @@ class Index:
         self.df = np.diff(self.t_ptr)
         self.df_share = self.df / self.n
         self.idf = np.log(1 + (self.n - self.df + 0.5) / (self.df + 0.5))
+        self.t_tf = by_term.data.astype(np.float64)
+        self.k1, self.b, self.form, self.delta = K1, B, "bm25", 0.0
         self.norm = K1 * (1 - B + B * self.lengths / self.avgdl)     # K of each document
-        t_tf = by_term.data.astype(np.float64)
-        self.t_sat = t_tf * (K1 + 1) / (t_tf + self.norm[self.t_doc])
+        self.t_sat = self.t_tf * (K1 + 1) / (self.t_tf + self.norm[self.t_doc])
+
+    def retuned(self, k1: float = K1, b: float = B, form: str = "bm25", delta: float = 0.0) -> "Index":
+        """The same index with another term-frequency part (shares everything else): ``bm25`` with other
+        k1, b; ``bm25+`` (Lv and Zhai 2011), tf(k1 + 1)/(tf + K) + delta for every matched term;
+        ``bm25l`` (Lv and Zhai 2011), (k1 + 1)(c + delta)/(k1 + c + delta) with c = tf/(1 - b + b·dl/avgdl).
+        The baseline's arrays are built by the formula of ``bm25``, unchanged (it is checked)."""
+        ix = copy.copy(self)
+        ix.k1, ix.b, ix.form, ix.delta = k1, b, form, delta
+        ix.norm = k1 * (1 - b + b * self.lengths / self.avgdl)
+        tf = self.t_tf
+        if form == "bm25":
+            ix.t_sat = tf * (k1 + 1) / (tf + ix.norm[self.t_doc])
+        elif form == "bm25+":
+            ix.t_sat = tf * (k1 + 1) / (tf + ix.norm[self.t_doc]) + delta
+        elif form == "bm25l":
+            c = tf / (1 - b + b * self.lengths[self.t_doc] / self.avgdl)
+            ix.t_sat = (k1 + 1) * (c + delta) / (k1 + c + delta)
+        else:
+            raise ValueError(form)
+        return ix
 
     @property
     def postings(self) -> int:
@@ -176,6 +255,7 @@ class Query:
     qid: str
     terms: list[str]       # the service's query terms (capped)
     ids: list[int]         # those the index holds
+    qtf: list[int]         # each of those ids' count among the question's tokens (the service uses 1)
 
 
 @dataclass
@@ -196,8 +276,12 @@ class Judged:
         tok = make_tokenizer(variant)
         qs = []
         for qid, text in queries:
-            terms = tok.query_terms(text)[:MAX_QUERY_TERMS]
-            qs.append(Query(qid, terms, ix.ids(terms)))
+            tokens = tok.tokens(text)
+            terms = list(dict.fromkeys(tokens))[:MAX_QUERY_TERMS]
+            assert terms == tok.query_terms(text)[:MAX_QUERY_TERMS]
+            counts = Counter(tokens)
+            ids = ix.ids(terms)
+            qs.append(Query(qid, terms, ids, [counts[ix.terms[t]] for t in ids]))
         half = {qid: "A" if int(hashlib.sha256(qid.encode()).hexdigest(), 16) % 2 == 0 else "B" for qid, _ in queries}
         j = cls(name, variant, ix, qs, qrels, half)
         for q in qs:
@@ -206,12 +290,14 @@ class Judged:
             j.base[q.qid] = (docs, s[docs])
         return j
 
-    def ranking(self, weighted) -> dict[str, np.ndarray]:
-        """Full retrievals, one per query: ``weighted(q)`` gives (term ids, weights)."""
+    def ranking(self, weighted=None, ix: Index | None = None) -> dict[str, np.ndarray]:
+        """Full retrievals, one per query: ``weighted(q)`` gives (term ids, weights) (default: the
+        query's terms, unweighted); over ``ix`` (default: this set's index)."""
+        ix = ix or self.ix
         out = {}
         for q in self.queries:
-            ids, weights = weighted(q)
-            out[q.qid] = self.ix.top(self.ix.scores(ids, weights))
+            ids, weights = weighted(q) if weighted is not None else (q.ids, None)
+            out[q.qid] = ix.top(ix.scores(ids, weights))
         return out
 
     def rescored(self, extra: dict[str, np.ndarray], lam: float) -> dict[str, np.ndarray]:
@@ -456,6 +542,75 @@ def lever_variant(j: Judged):
     yield {"tokens": j.variant}, {qid: docs for qid, (docs, _) in j.base.items()}
 
 
+def lever_bm25params(j: Judged):
+    """k1 and b of the service's BM25 (the grid holds the service's own 1.2 / 0.75)."""
+    for k1 in (0.6, 0.9, 1.2, 1.5, 2.0):
+        for b in (0.3, 0.4, 0.5, 0.6, 0.75, 0.9):
+            yield {"k1": k1, "b": b}, j.ranking(ix=j.ix.retuned(k1, b))
+
+
+def lever_bm25plus(j: Judged):
+    for delta in (0.25, 0.5, 1.0):
+        yield {"delta": delta}, j.ranking(ix=j.ix.retuned(form="bm25+", delta=delta))
+
+
+def lever_bm25l(j: Judged):
+    for delta in (0.25, 0.5, 1.0):
+        yield {"delta": delta}, j.ranking(ix=j.ix.retuned(form="bm25l", delta=delta))
+
+
+QTF_WEIGHTS = {
+    "qtf": lambda c: c,
+    "1+log": lambda c: 1 + np.log(c),
+    "sqrt": np.sqrt,
+    **{f"k3={k3}": (lambda c, k3=k3: (k3 + 1) * c / (k3 + c)) for k3 in (1, 2, 8)},   # BM25's query part
+}
+
+
+def lever_qtf(j: Judged):
+    """Each query term weighted by a function of its count in the question (the service: 1 each)."""
+    for name, f in QTF_WEIGHTS.items():
+        yield {"weight": name}, j.ranking(lambda q, f=f: (q.ids, list(f(np.array(q.qtf, np.float64)))))
+
+
+def rrf(a: np.ndarray, b: np.ndarray, k: float) -> np.ndarray:
+    """Reciprocal-rank fusion of two rankings, Σ 1/(k + rank), the top 100 (ties by document order)."""
+    s: dict[int, float] = {}
+    for ranked in (a, b):
+        for r, d in enumerate(ranked.tolist(), 1):
+            s[d] = s.get(d, 0.0) + 1.0 / (k + r)
+    docs = np.fromiter(s, np.int64, len(s))
+    sc = np.fromiter(s.values(), np.float64, len(s))
+    return docs[np.lexsort((docs, -sc))[:TOP_K]]
+
+
+def lever_fusion(j: Judged):
+    """RRF of the baseline with an RM3 ranking (fb_docs 10; the partner and k both chosen on A)."""
+    for fb_terms in (10, 20):
+        models = {q.qid: rm3_model(j, q, 10, fb_terms) for q in j.queries}
+        for orig_weight in (0.7, 0.9):
+            other = j.ranking(lambda q, ow=orig_weight, ms=models: interpolated(q, ms[q.qid], ow))
+            for k in (10, 30, 60, 100):
+                yield ({"partner": f"rm3 fb_docs=10 fb_terms={fb_terms} orig_weight={orig_weight}", "k": k},
+                       {qid: rrf(docs, other[qid], k) for qid, (docs, _) in j.base.items()})
+
+
+def lever_bm25l_prox(j: Judged):
+    """The two levers best on A in both sets together: BM25L retrieval, then BM25TP (the same
+    accumulators, with the baseline's K) added to the BM25L scores of its top 100."""
+    for delta in (0.25, 0.5):
+        ix = j.ix.retuned(form="bm25l", delta=delta)
+        jl = copy.copy(j)
+        jl.base = {}
+        for q in j.queries:
+            s = ix.scores(q.ids)
+            docs = ix.top(s)
+            jl.base[q.qid] = (docs, s[docs])
+        extra = {q.qid: bm25tp(jl, q) for q in j.queries}
+        for lam in (0.1, 0.25, 0.5, 1.0, 2.0):
+            yield {"delta": delta, "lambda": lam}, jl.rescored(extra, lam)
+
+
 @dataclass(frozen=True)
 class Lever:
     configs: object                     # Judged -> iterator of (params, ranking)
@@ -478,6 +633,17 @@ LEVERS = {
     "nostop-dfshare": Lever(lever_dfshare, "index change as nostop; query-time weights free", ("nostop",)),
     "bigram": Lever(lever_variant, "index change: a bigram token per adjacent pair of single-character "
                     "Han tokens (tokens per document below)", ("bigram", "bigram-stopbreak")),
+    "bm25params": Lever(lever_bm25params, "none (k1 and b are constants of the score)"),
+    "bm25plus": Lever(lever_bm25plus, "none at query time: + delta·idf per matched term (the engines' "
+                      "BM25 would need a custom rank function)"),
+    "bm25l": Lever(lever_bm25l, "as bm25plus: another term-frequency formula, no new data"),
+    "qtf": Lever(lever_qtf, "none (the question's token counts are at hand; the engines take per-term weights)"),
+    "searchmode": Lever(lever_variant, "index change: the Han words of jieba's plain cut without (no-search-mode) "
+                        "or with every (search-mode-all) dictionary substring of its longer words; the service "
+                        "already indexes jieba's search mode, its 2- and 3-character substrings "
+                        "(tokens per document below)", ("no-search-mode", "search-mode-all")),
+    "fusion": Lever(lever_fusion, "as rm3 (a second full retrieval), plus merging the two top 100s"),
+    "bm25l-prox": Lever(lever_bm25l_prox, "as prox (positions in the top 100), over BM25L's top 100"),
 }
 FIELD_NOTE = ("not measurable on these sets: their documents carry no per-document source or metadata "
               "(every unit would share one source), so a second field adds nothing to measure; not built")
@@ -525,7 +691,19 @@ def run_set(set_name: str, levers: list[str]) -> dict:
     corpus, queries, qrels = load_set(set_name, None)
     variants = ["service"] + sorted({v for name in levers for v in LEVERS[name].variants} - {"service"})
     judged = {v: Judged.build(set_name, v, corpus, queries, qrels) for v in variants}
+    search_mode_check = None
+    if "searchmode" in levers:
+        # the variants' Han words are rebuilt from the plain cut: with 2- and 3-character substrings
+        # (search-mode-py) they must be the service's tokens
+        ref, py = make_tokenizer("service"), make_tokenizer("search-mode-py")
+        sample = corpus[::max(1, len(corpus) // 2000)]
+        differ = sum(ref.tokens(content_of(t, x)) != py.tokens(content_of(t, x)) for _, t, x in sample)
+        search_mode_check = {"documents": len(sample), "differ": differ}
+        print(f"[{set_name}] search mode rebuilt from the plain cut: {differ} of {len(sample)} documents "
+              "tokenized differently from the service", flush=True)
     del corpus
+    ix = judged["service"].ix
+    assert np.array_equal(ix.retuned(K1, B).t_sat, ix.t_sat), "retuned(K1, B) is not the baseline"
     m = Measures(judged["service"])
     base_ranked = {qid: docs for qid, (docs, _) in judged["service"].base.items()}
     base_pq = m.per_query(base_ranked)
@@ -545,6 +723,13 @@ def run_set(set_name: str, levers: list[str]) -> dict:
         res["time_s"] = round(time.perf_counter() - t1, 1)
         out["levers"][name] = res
     out["levers"]["field"] = {"cost": "-", "note": FIELD_NOTE}
+    if search_mode_check is not None:
+        out["search_mode_py_vs_service"] = search_mode_check
+    if "qtf" in levers:
+        qs = judged["service"].queries
+        out["queries_with_repeated_terms"] = sum(any(c > 1 for c in q.qtf) for q in qs)
+        from service.ranking.results import MAX_QUERY_TERMS
+        out["queries_at_max_terms"] = sum(len(q.terms) >= MAX_QUERY_TERMS for q in qs)
     if "bigram" in levers:
         same = all(np.array_equal(judged[v].ix.flat, judged["service"].ix.flat) for v in LEVERS["bigram"].variants)
         out["bigram_tokens_identical_to_service"] = bool(same)
@@ -563,7 +748,8 @@ def fmt_markdown(payload: dict) -> str:
            "Each lever alone against the service's BM25, reproduced offline over the service's tokens. "
            "Queries split by sha256 of the id (even: A, odd: B); parameters chosen on A (nDCG@10), reported on "
            "B (held out) and all. p: paired sign-flip randomization test of the nDCG@10 difference "
-           f"({PERMUTATIONS} samples). Rescoring levers (prox, window) re-order the top 100: R@100 cannot move.", "",
+           f"({PERMUTATIONS} samples). Rescoring levers (prox, window) re-order the top 100: R@100 cannot move "
+           "(bm25l-prox re-orders BM25L's top 100: its R@100 is BM25L's).", "",
            "| set | lever | chosen on A | nDCG@10 A | B | all | R@100 all | Δ A | Δ B | Δ all | Δ R@100 | p B | p all |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for set_name, s in payload["sets"].items():
