@@ -28,14 +28,16 @@ def raise_open_files_limit() -> None:
 
 
 def freeze_heap() -> None:
-    """Leave every object this process holds now out of the collector's full passes (``gc.freeze``):
+    """Leave every object this process holds now out of the collector's later passes (``gc.freeze``):
     modules, the segmenter's dictionary, the app and its store, all of which live as long as the process.
+    What start-up left as garbage is collected first, so none of it is kept for good.
 
     A full (generation 2) collection walks every tracked object with the GIL held, so all of a worker's
-    threads stop for it: under search load a worker's took 28-484 ms (median ~90 ms, 18 in 40 s over two
-    workers), and 1-11 ms with its start-up objects frozen (bench/alternate_search.py --gc-probe). Called
-    in gunicorn's master just before the workers fork, it also keeps their collectors from writing to the
-    pages they inherit (copy-on-write), as the ``gc`` module's documentation advises."""
+    threads stop for it: under search load a worker's walked ~83,000 start-up objects and took 179 ms at
+    p50, up to 461 ms; with them frozen, 1.4 ms (bench/README.md "Full collections"). Called in gunicorn's
+    master just before the workers fork, it also keeps their collectors from writing to the pages they
+    inherit (copy-on-write), as the ``gc`` module's documentation advises."""
+    gc.collect()
     gc.freeze()
 
 

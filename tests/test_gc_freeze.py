@@ -1,10 +1,11 @@
 """Full garbage collections do not walk what a process holds from its start (service/boot.py freeze_heap):
 gunicorn's master before it forks the workers, each worker once its app is loaded, and the maintainer.
 A full collection holds the GIL, so it stops every thread of a worker; over the start-up heap it took
-28-484 ms under load (bench/README.md, "Full collections")."""
+179 ms at p50 under load (bench/README.md, "Full collections")."""
 import gc
 import json
 import time
+import weakref
 from pathlib import Path
 
 import requests
@@ -14,11 +15,20 @@ from service.boot import freeze_heap
 HERE = Path(__file__).parent
 
 
+class Node:
+    pass
+
+
 def test_freeze_heap_takes_what_exists_out_of_collections_and_leaves_new_objects_collectable():
     before = gc.get_freeze_count()
     held = {"an": ["object", "made", "before"]}
+    garbage = Node()
+    garbage.self = garbage                  # a cycle start-up left behind: freed, not frozen for good
+    gone = weakref.ref(garbage)
+    del garbage
     try:
         freeze_heap()
+        assert gone() is None
         assert gc.get_freeze_count() > before
         walked = {id(o) for o in gc.get_objects()}
         assert id(held) not in walked and id(held["an"]) not in walked
