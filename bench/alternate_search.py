@@ -9,8 +9,9 @@ searches/s at 64 connections with the workers' CPU per search, then single-clien
 
 ``--gc-probe`` also times every full (generation 2) garbage collection in each build's processes: a
 ``sitecustomize`` put on their path adds a ``gc.callbacks`` hook that appends one line per full collection
-(pid, ms, objects it walked, objects frozen) to a file per build; the service's code is not touched.
-The workers' PSS is read at the end.
+(pid, time, ms, objects it walked, objects frozen) to a file per build; the service's code is not touched.
+Those made once both servers answer (under load) are reported apart from those at start-up (2646d45's
+own collection before it freezes). The workers' PSS is read at the end.
 
     python bench/alternate_search.py --old 3fb48b7 --queries questions --rounds 4 --gc-probe --name gc-freeze
 """
@@ -50,7 +51,8 @@ def _full(phase, info):
     if t0 is not None:
         ms = (time.perf_counter() - t0) * 1000
         with open(os.environ["GC_PROBE"], "a") as f:
-            f.write("%d %.3f %d %d\\n" % (os.getpid(), ms, len(gc.get_objects(2)), gc.get_freeze_count()))
+            f.write("%d %.3f %.3f %d %d\\n" % (os.getpid(), time.time(), ms, len(gc.get_objects(2)),
+                                              gc.get_freeze_count()))
 if os.environ.get("GC_PROBE"):
     gc.callbacks.append(_full)
 """
@@ -64,14 +66,19 @@ def gc_probe_dir():
     return d
 
 
-def full_collections(path) -> dict:
-    """The probe's lines for one build: how many full collections, and how long they held the GIL."""
+def full_collections(path, since: float) -> dict:
+    """The probe's lines for one build: how many full collections, and how long they held the GIL, at
+    start-up and once serving (from ``since``)."""
     lines = [x.split() for x in path.read_text().splitlines()] if path.exists() else []
-    ms = sorted(float(x[1]) for x in lines)
-    return {"count": len(ms), "processes": len({x[0] for x in lines}),
-            "p50_ms": pct(ms, 50), "max_ms": max(ms) if ms else None, "total_ms": round(sum(ms), 1),
-            "objects_walked_median": pct(sorted(int(x[2]) for x in lines), 50),
-            "frozen_max": max((int(x[3]) for x in lines), default=None)}
+    out = {}
+    for when, part in (("start_up", [x for x in lines if float(x[1]) < since]),
+                       ("serving", [x for x in lines if float(x[1]) >= since])):
+        ms = sorted(float(x[2]) for x in part)
+        out[when] = {"count": len(ms), "processes": len({x[0] for x in part}),
+                     "p50_ms": pct(ms, 50), "max_ms": max(ms) if ms else None, "total_ms": round(sum(ms), 1),
+                     "objects_walked_median": pct(sorted(int(x[3]) for x in part), 50),
+                     "frozen_max": max((int(x[4]) for x in part), default=None)}
+    return out
 
 
 def workers_pss_mib(proc) -> list[float]:
@@ -123,6 +130,7 @@ def main(argv=None) -> None:
         for port, _ in servers.values():
             H.wait_ready(port, 180)
             H.wrk(scripts["search"], port, 64, 3)        # warm both alike
+        serving = time.time()
         for rnd in range(a.rounds):
             for name in (("new", "old") if rnd % 2 == 0 else ("old", "new")):
                 port, proc = servers[name]
@@ -150,7 +158,7 @@ def main(argv=None) -> None:
         for _, proc in servers.values():
             H.stop(proc)
     if a.gc_probe:
-        out["full_collections"] = {name: full_collections(TMP / f"gc-probe-{name}.txt") for name in builds}
+        out["full_collections"] = {name: full_collections(TMP / f"gc-probe-{name}.txt", serving) for name in builds}
         for name, fc in out["full_collections"].items():
             print(f"  {name:3s} full collections: {fc}  workers' PSS MiB {out['workers_pss_mib'][name]}")
     summary = {}
