@@ -121,16 +121,21 @@ def searches_side_by_side(apps: dict, qs: list[str], max_s: float, **extra) -> t
     on both alike): {name: summary}, {name: tops}."""
     from service.params import parse_search
     runs = {name: (app.extensions["context_store"], app.config["CONTEXT"]) for name, app in apps.items()}
-    for store, config in runs.values():
+
+    def search(name: str, q: str) -> dict:
+        store, config = runs[name]
+        return store.search("default", parse_search({"query": q, "top_k": 10, **extra}, config))
+
+    for name in runs:
         for q in qs[:20]:
-            store.search("default", parse_search({"query": q, "top_k": 10, **extra}, config))
+            search(name, q)
     lat: dict = {name: [] for name in runs}
     tops: dict = {name: [] for name in runs}
     deadline = time.perf_counter() + max_s * len(runs)
     for q in qs:
-        for name, (store, config) in runs.items():
+        for name in runs:
             t0 = time.perf_counter()
-            body = store.search("default", parse_search({"query": q, "top_k": 10, **extra}, config))
+            body = search(name, q)
             lat[name].append((time.perf_counter() - t0) * 1000)
             tops[name].append([(r["cid"], r["bm25_score"]) for r in body["results"]])
         if time.perf_counter() > deadline:
@@ -143,9 +148,9 @@ def searches_side_by_side(apps: dict, qs: list[str], max_s: float, **extra) -> t
     again: dict = {i: {n: [] for n in names} for i in slow}
     for _ in range(3):
         for i in slow:
-            for name, (store, config) in runs.items():
+            for name in runs:
                 t0 = time.perf_counter()
-                store.search("default", parse_search({"query": qs[i], "top_k": 10, **extra}, config))
+                search(name, qs[i])
                 again[i][name].append((time.perf_counter() - t0) * 1000)
     for name in names:
         out[name]["slowest"] = [{"query": qs[i], "ms": r(lat[name][i]), "again_min_ms": r(min(again[i][name])),
