@@ -221,7 +221,9 @@ def hostile_uris(cid: str) -> list[str]:
         f"context://units/%25{cid}", f"context://units/{cid}/extra", f"context://units/{cid}/",
         f"context://units/{cid}?query=1", f"context://units/{cid}#fragment", "context://search/hello?x=1",
         "context://search/hello#frag", "context://search/a/b", "context://search/", "context://search/hello+world",
-        f"context://units/{cid.upper()}", f"context://units/{cid[:11]}", f"context://units/{cid}0",
+        # (a CID of digits alone, about 1 in 280, has no upper-case spelling: the variant is the CID itself)
+        *([f"context://units/{cid.upper()}"] if cid.upper() != cid else []),
+        f"context://units/{cid[:11]}", f"context://units/{cid}0",
         f"context://units/{cid}%0A", f"CONTEXT://units/{cid}", f"context://UNITS/{cid}", f"context:/units/{cid}",
         f"context://user@units/{cid}", f"context://units:80/{cid}", "file:///etc/passwd", f"http://units/{cid}",
         f"https://127.0.0.1/mcp/units/{cid}", "context://search/%FF%FE", "context://search/%00hello",
