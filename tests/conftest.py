@@ -251,6 +251,14 @@ def make_unit(content="hello world", *, type="tool_output", source="test_v1_ci",
     return unit
 
 
+def lettered_timestamp(content: str, source: str = "test_v1_ci") -> int:
+    """A timestamp at or just before now for which the unit's CID has a letter: a CID of digits alone (about
+    1 in 280) is its own upper-case spelling, which a test of upper-case CIDs cannot use."""
+    from service.units import compute_cid
+    now = int(time.time())
+    return next(t for t in range(now, now - 1000, -1) if not compute_cid(content, t, source).isdigit())
+
+
 def tied_contents(n: int, filler: int = 0) -> list[str]:
     """n contents that score exactly alike for the query "heron" (one occurrence, 3 + ``filler`` tokens):
     each ends in its own letters-only word (one token, nothing for the tokenizer to split off)."""

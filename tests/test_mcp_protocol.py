@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from conftest import store_env
+from conftest import lettered_timestamp, store_env
 from mcp_support import KEY, KEYS, LEGACY, MODERN, OTHER_KEY, PUSH_ONLY_KEY, post_raw, push, rpc, start_server
 
 # The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
@@ -26,7 +26,8 @@ def server(tmp_path_factory, module_store_config):
 
 @pytest.fixture(scope="module")
 def units(server):
-    mine = push(server, "hello from acme", key=KEY)["cid"]
+    # (a CID with a letter: hostile_uris spells it in upper case)
+    mine = push(server, "hello from acme", key=KEY, timestamp=lettered_timestamp("hello from acme"))["cid"]
     theirs = push(server, "hello from globex", key=OTHER_KEY)["cid"]
     return {"mine": mine, "theirs": theirs}
 
@@ -221,9 +222,7 @@ def hostile_uris(cid: str) -> list[str]:
         f"context://units/%25{cid}", f"context://units/{cid}/extra", f"context://units/{cid}/",
         f"context://units/{cid}?query=1", f"context://units/{cid}#fragment", "context://search/hello?x=1",
         "context://search/hello#frag", "context://search/a/b", "context://search/", "context://search/hello+world",
-        # (a CID of digits alone, about 1 in 280, has no upper-case spelling: the variant is the CID itself)
-        *([f"context://units/{cid.upper()}"] if cid.upper() != cid else []),
-        f"context://units/{cid[:11]}", f"context://units/{cid}0",
+        f"context://units/{cid.upper()}", f"context://units/{cid[:11]}", f"context://units/{cid}0",
         f"context://units/{cid}%0A", f"CONTEXT://units/{cid}", f"context://UNITS/{cid}", f"context:/units/{cid}",
         f"context://user@units/{cid}", f"context://units:80/{cid}", "file:///etc/passwd", f"http://units/{cid}",
         f"https://127.0.0.1/mcp/units/{cid}", "context://search/%FF%FE", "context://search/%00hello",
