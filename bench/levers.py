@@ -165,28 +165,28 @@ class Index:
         self.df_share = self.df / self.n
         self.idf = np.log(1 + (self.n - self.df + 0.5) / (self.df + 0.5))
         self.t_tf = by_term.data.astype(np.float64)
-        self.k1, self.b, self.form, self.delta = K1, B, "bm25", 0.0
-        self.norm = K1 * (1 - B + B * self.lengths / self.avgdl)     # K of each document
-        self.t_sat = self.t_tf * (K1 + 1) / (self.t_tf + self.norm[self.t_doc])
+        self._set_tf_part(K1, B, "bm25", 0.0)
 
-    def retuned(self, k1: float = K1, b: float = B, form: str = "bm25", delta: float = 0.0) -> "Index":
-        """The same index with another term-frequency part (shares everything else): ``bm25`` with other
-        k1, b; ``bm25+`` (Lv and Zhai 2011), tf(k1 + 1)/(tf + K) + delta for every matched term;
-        ``bm25l`` (Lv and Zhai 2011), (k1 + 1)(c + delta)/(k1 + c + delta) with c = tf/(1 - b + b·dl/avgdl).
-        The baseline's arrays are built by the formula of ``bm25``, unchanged (it is checked)."""
-        ix = copy.copy(self)
-        ix.k1, ix.b, ix.form, ix.delta = k1, b, form, delta
-        ix.norm = k1 * (1 - b + b * self.lengths / self.avgdl)
+    def _set_tf_part(self, k1: float, b: float, form: str, delta: float) -> None:
+        """``norm`` (K of each document) and ``t_sat`` (each posting's term-frequency part): ``bm25``;
+        ``bm25+`` (Lv and Zhai 2011), tf(k1 + 1)/(tf + K) + delta for every matched term; ``bm25l`` (Lv and
+        Zhai 2011), (k1 + 1)(c + delta)/(k1 + c + delta) with c = tf/(1 - b + b·dl/avgdl)."""
+        self.norm = k1 * (1 - b + b * self.lengths / self.avgdl)
         tf = self.t_tf
         if form == "bm25":
-            ix.t_sat = tf * (k1 + 1) / (tf + ix.norm[self.t_doc])
+            self.t_sat = tf * (k1 + 1) / (tf + self.norm[self.t_doc])
         elif form == "bm25+":
-            ix.t_sat = tf * (k1 + 1) / (tf + ix.norm[self.t_doc]) + delta
+            self.t_sat = tf * (k1 + 1) / (tf + self.norm[self.t_doc]) + delta
         elif form == "bm25l":
             c = tf / (1 - b + b * self.lengths[self.t_doc] / self.avgdl)
-            ix.t_sat = (k1 + 1) * (c + delta) / (k1 + c + delta)
+            self.t_sat = (k1 + 1) * (c + delta) / (k1 + c + delta)
         else:
             raise ValueError(form)
+
+    def retuned(self, k1: float = K1, b: float = B, form: str = "bm25", delta: float = 0.0) -> "Index":
+        """The same index with another term-frequency part (shares everything else; ``_set_tf_part``)."""
+        ix = copy.copy(self)
+        ix._set_tf_part(k1, b, form, delta)
         return ix
 
     @property
@@ -258,6 +258,16 @@ class Query:
     qtf: list[int]         # each of those ids' count among the question's tokens (the service uses 1)
 
 
+def base_of(ix: Index, queries: list[Query]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each query's top documents over ``ix`` with their scores (a lever's baseline)."""
+    out = {}
+    for q in queries:
+        s = ix.scores(q.ids)
+        docs = ix.top(s)
+        out[q.qid] = (docs, s[docs])
+    return out
+
+
 @dataclass
 class Judged:
     """One judged set under one tokenization: its index, queries, baseline ranking and halves."""
@@ -283,12 +293,7 @@ class Judged:
             ids = ix.ids(terms)
             qs.append(Query(qid, terms, ids, [counts[ix.terms[t]] for t in ids]))
         half = {qid: "A" if int(hashlib.sha256(qid.encode()).hexdigest(), 16) % 2 == 0 else "B" for qid, _ in queries}
-        j = cls(name, variant, ix, qs, qrels, half)
-        for q in qs:
-            s = ix.scores(q.ids)
-            docs = ix.top(s)
-            j.base[q.qid] = (docs, s[docs])
-        return j
+        return cls(name, variant, ix, qs, qrels, half, base_of(ix, qs))
 
     def ranking(self, weighted=None, ix: Index | None = None) -> dict[str, np.ndarray]:
         """Full retrievals, one per query: ``weighted(q)`` gives (term ids, weights) (default: the
@@ -601,11 +606,7 @@ def lever_bm25l_prox(j: Judged):
     for delta in (0.25, 0.5):
         ix = j.ix.retuned(form="bm25l", delta=delta)
         jl = copy.copy(j)
-        jl.base = {}
-        for q in j.queries:
-            s = ix.scores(q.ids)
-            docs = ix.top(s)
-            jl.base[q.qid] = (docs, s[docs])
+        jl.base = base_of(ix, j.queries)
         extra = {q.qid: bm25tp(jl, q) for q in j.queries}
         for lam in (0.1, 0.25, 0.5, 1.0, 2.0):
             yield {"delta": delta, "lambda": lam}, jl.rescored(extra, lam)
@@ -702,8 +703,6 @@ def run_set(set_name: str, levers: list[str]) -> dict:
         print(f"[{set_name}] search mode rebuilt from the plain cut: {differ} of {len(sample)} documents "
               "tokenized differently from the service", flush=True)
     del corpus
-    ix = judged["service"].ix
-    assert np.array_equal(ix.retuned(K1, B).t_sat, ix.t_sat), "retuned(K1, B) is not the baseline"
     m = Measures(judged["service"])
     base_ranked = {qid: docs for qid, (docs, _) in judged["service"].base.items()}
     base_pq = m.per_query(base_ranked)
