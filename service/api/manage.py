@@ -81,7 +81,7 @@ def list_units(tenant):
 @bp.get("/mcp/stats")
 @require("search")
 def stats(tenant):
-    """Units and bytes per type and per day, oldest and newest, index backlog, replica lag, day files."""
+    """Units and bytes per type and per day, oldest and newest, index backlog, replica lag, days stored."""
     _query_args(())
     return jsonify({"tenant": tenant, **store().stats(tenant)})
 
