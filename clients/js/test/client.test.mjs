@@ -62,6 +62,20 @@ test("pushBatch reports each unit; errors carry the server's code", live, async 
   await assert.rejects(cm.getUnit("ffffffffffff"), (e) => e.status === 404 && e.code === "not_found");
 });
 
+test("makeUnit without await: push and pushBatch take its promise, as Python's make_unit needs no await", live, async () => {
+  const cm = client();
+  const tag = `JSNOAWAIT${Date.now()}`;
+  const pending = makeUnit(`${tag} one`, { source: "js_test_1.0_ci" });
+  assert.ok(pending instanceof Promise);
+  const rv = await cm.push(pending);                                  // was 400 missing_field type: "{}" was posted
+  assert.equal(rv.status, "ok");
+  assert.equal(rv.cid, (await pending).cid);
+  const results = await cm.pushBatch([makeUnit(`${tag} two`, { source: "js_test_1.0_ci" }), await pending]);
+  assert.deepEqual(results.map((r) => r.status), ["ok", "duplicate"]);
+  const found = await cm.search(tag, { consistency: "strong" });
+  assert.equal(found.results.length, 2);
+});
+
 test("retries 503 with backoff, never 400 (local stub server)", async () => {
   let calls = 0;
   let mode = "503";
