@@ -54,7 +54,7 @@ def _line(text: str, n: int = SAMPLE_CHARS) -> str:
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1), help="Units to show in all.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON unit per line.")
 def list_units(url, api_key, types, source, since, until, parent_cid, limit, as_json):
-    """List live units, newest first: seq, CID, type, time, source and a one-line excerpt."""
+    """List live units, latest stored first: seq, CID, type, time, source and a one-line excerpt."""
     client = _client(url, api_key)
     shown = 0
     cursor = None

@@ -132,12 +132,12 @@ export class ContextModeClient {
 
   async deleteUnit(cid) { return this.request("DELETE", `/mcp/units/${encodeURIComponent(cid)}`); }
 
-  /** GET /mcp/units: one page, newest first: {units, next_cursor}. Filters: types, source, since, until, parent_cid. */
+  /** GET /mcp/units: one page, latest stored first: {units, next_cursor}. Filters: types, source, since, until, parent_cid. */
   async listUnits({ limit = 50, cursor, ...filters } = {}) {
     return this.request("GET", withQuery("/mcp/units", { ...filters, limit, cursor }));
   }
 
-  /** Every live unit matching the filters, newest first, page after page (an async iterator). */
+  /** Every live unit matching the filters, latest stored first, page after page (an async iterator). */
   async *iterUnits({ pageSize = 200, ...filters } = {}) {
     let cursor;
     do {

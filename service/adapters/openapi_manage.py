@@ -65,7 +65,7 @@ def paths(config) -> dict:
     return {
         "/mcp/units": {"get": {
             "operationId": "listUnits", "summary": "List context units",
-            "description": "Live context units, newest first, with the search filters; page on with `cursor`. "
+            "description": "Live context units, latest stored first, with the search filters; page on with `cursor`. "
                            "A page may be short when few units match or its units are large (a page ends once its "
                            "contents pass 8 MiB): follow `next_cursor` until it is null.",
             "parameters": filters + [

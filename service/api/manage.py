@@ -59,7 +59,7 @@ def _query_args(allowed: tuple[str, ...]) -> dict:
 @bp.get("/mcp/units")
 @require("search")
 def list_units(tenant):
-    """Live units, newest first, with the search filters; ``cursor`` from ``next_cursor`` pages on."""
+    """Live units, latest stored first, with the search filters; ``cursor`` from ``next_cursor`` pages on."""
     args = _query_args(LIST_FIELDS + ("limit", "cursor"))
     p = parse_filters(args)
     limit = args.get("limit", DEFAULT_LIMIT)

@@ -107,7 +107,7 @@ test("retries 503 with backoff, never 400 (local stub server)", async () => {
   }
 });
 
-test("listUnits pages newest first, stats count them, exportUnits streams them, forget needs a dry run", live, async () => {
+test("listUnits pages latest stored first, stats count them, exportUnits streams them, forget needs a dry run", live, async () => {
   const cm = client();
   const tag = `JSMANAGE${Date.now()}`;
   const source = `js_manage_${Date.now()}`;
@@ -119,7 +119,7 @@ test("listUnits pages newest first, stats count them, exportUnits streams them, 
   assert.ok(first.next_cursor);
   const all = [];
   for await (const u of cm.iterUnits({ source, pageSize: 2 })) all.push(u.cid);
-  assert.deepEqual(all, pushed.slice().reverse());                     // newest first
+  assert.deepEqual(all, pushed.slice().reverse());                     // latest stored first
   const inputs = await cm.listUnits({ source, types: ["user_input"] });
   assert.deepEqual(inputs.units.map((u) => u.cid), [pushed[3], pushed[1]]);
 
