@@ -94,7 +94,7 @@ SUBSTITUTIONS = [
      'keys revoke "$(.venv/bin/context-mode keys list | head -n 1 | cut -d " " -f 1)"',
      "an example id: the reader revokes one that `keys list` printed"),
 ]
-# A stream stays open until Ctrl-C: the test gives each `curl -N` 3 s (curl's exit 28 is that timeout).
+# A stream stays open until Ctrl-C: the test gives each `curl -N` 5 s (curl's exit 28 is that timeout).
 CURL_STREAM = re.compile(r"^(curl -N .*?)(\s+#.*)?$", re.M)
 
 
@@ -104,7 +104,7 @@ def for_this_server(block: Block, url: str) -> str:
         if doc == block.doc:
             text = text.replace(old, new)
     if block.lang in SHELL:
-        text = CURL_STREAM.sub(lambda m: f"{m.group(1)} --max-time 3 || [ $? -eq 28 ]{m.group(2) or ''}", text)
+        text = CURL_STREAM.sub(lambda m: f"{m.group(1)} --max-time 5 || [ $? -eq 28 ]{m.group(2) or ''}", text)
     host = url.removeprefix("http://")
     return text.replace("localhost:5000", host).replace("127.0.0.1:5000", host)
 
