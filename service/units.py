@@ -497,6 +497,8 @@ STORED_FIELDS: tuple[Shape, ...] = (
     Shape("parent_cid", lambda c: nullable(dict(CID_SCHEMA))),
     Shape("expires_at", lambda c: {"type": "integer"}, True),
     Shape("seq", lambda c: {"type": "integer"}),
+    Shape("thread", lambda c: {"type": "string", "description": "The thread it belongs to (docs/design.md §3): "
+                                "a 12-hex id, fixed when it was first stored."}),
 )
 # What a search result adds to a stored unit (which answers without its seq).
 RESULT_FIELDS: tuple[Shape, ...] = (
@@ -527,6 +529,8 @@ def unit_dict(row) -> dict:
         "timestamp": row["timestamp"], "ttl": row["ttl"], "content": row["content"],
         "metadata": json.loads(meta) if meta else None, "parent_cid": row["parent_cid"],
         "expires_at": row["expires_at"], "seq": row["seq"],
+        # (a row written before threads: its own)
+        "thread": row["thread"] or row["cid"],
     }
 
 

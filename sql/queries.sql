@@ -2,17 +2,47 @@
 
 -- ===== catalog.db =====
 -- name: catalog_get
-SELECT seq, cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms
+SELECT seq, cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms, thread, tpos
 FROM catalog WHERE cid = :cid;
 
 -- name: catalog_get_many
 -- catalog_get for a push's CIDs and parents at once (a JSON array).
-SELECT seq, cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms
+SELECT seq, cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms, thread, tpos
 FROM catalog WHERE cid IN (SELECT value FROM json_each(:cids));
 
 -- name: catalog_insert
-INSERT INTO catalog(cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms)
-VALUES (:cid, :day, :timestamp, :source, :digest, :expires_at, :parent_cid, :reserved_ms);
+INSERT INTO catalog(cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms, thread, tpos)
+VALUES (:cid, :day, :timestamp, :source, :digest, :expires_at, :parent_cid, :reserved_ms, :thread, :tpos);
+
+-- name: catalog_thread_last
+-- The highest place taken in a thread (a new unit takes the next).
+SELECT max(tpos) FROM catalog WHERE thread = :thread;
+
+-- name: catalog_source_previous
+-- The thread of a source's latest unit with a timestamp in [:lo, :hi] (a unit with no parent joins it).
+SELECT thread FROM catalog WHERE source = :source AND timestamp BETWEEN :lo AND :hi
+ORDER BY timestamp DESC, seq DESC LIMIT 1;
+
+-- name: catalog_index_thread
+-- (this index and the next after the schema script: an older catalog gets the columns first,
+-- tenant.migrate_catalog)
+CREATE INDEX IF NOT EXISTS catalog_thread ON catalog(thread, tpos);
+
+-- name: catalog_index_source_ts
+CREATE INDEX IF NOT EXISTS catalog_source_ts ON catalog(source, timestamp);
+
+-- name: catalog_for_threads
+-- Every unit in acknowledgement order: what migrating an older catalog assigns threads from.
+SELECT seq, cid, source, timestamp, parent_cid FROM catalog ORDER BY seq;
+
+-- name: catalog_set_thread
+UPDATE catalog SET thread = :thread, tpos = :tpos WHERE seq = :seq;
+
+-- name: catalog_threads_of_day
+SELECT cid, thread, tpos FROM catalog WHERE day = :day;
+
+-- name: unit_set_thread
+UPDATE units SET thread = :thread, tpos = :tpos WHERE cid = :cid;
 
 -- name: catalog_update_mutable
 UPDATE catalog SET expires_at = :expires_at, parent_cid = :parent_cid WHERE cid = :cid;
@@ -57,8 +87,10 @@ DELETE FROM catalog WHERE day = :day AND expires_at <= :now;
 
 -- ===== primary/YYYY-MM-DD.db =====
 -- name: unit_upsert
-INSERT INTO units(cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, pushed_ms)
-VALUES (:cid, :seq, :type, :source, :timestamp, :ttl, :expires_at, :content, :metadata, :parent_cid, :pushed_ms)
+INSERT INTO units(cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, pushed_ms,
+                  thread, tpos)
+VALUES (:cid, :seq, :type, :source, :timestamp, :ttl, :expires_at, :content, :metadata, :parent_cid, :pushed_ms,
+        :thread, :tpos)
 ON CONFLICT(cid) DO UPDATE SET
     type = excluded.type, ttl = excluded.ttl, expires_at = excluded.expires_at,
     metadata = excluded.metadata, parent_cid = excluded.parent_cid,
@@ -71,7 +103,7 @@ WHERE units.content = excluded.content AND units.timestamp = excluded.timestamp
 SELECT 1 FROM units WHERE cid = :cid;
 
 -- name: unit_get
-SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, indexed
+SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, indexed, thread, tpos
 FROM units WHERE cid = :cid AND expires_at > :now;
 
 -- name: unit_delete_fetch
@@ -129,7 +161,8 @@ SELECT value FROM meta WHERE key = 'schema_version';
 INSERT INTO read_deletes(id) SELECT :id WHERE :indexed > 0;
 
 -- name: sync_rows
-SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid
+SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid,
+       thread, tpos
 FROM units WHERE indexed IN (1, 3) ORDER BY id LIMIT :limit;
 
 -- name: sync_deletes
@@ -150,7 +183,8 @@ DELETE FROM read_deletes WHERE n <= :n;
 
 -- name: sync_page
 -- A rebuild streams every indexed row, in id order.
-SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid
+SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid,
+       thread, tpos
 FROM units WHERE indexed > 0 AND id > :after ORDER BY id LIMIT :limit;
 
 -- name: sync_reset_deletes
@@ -203,7 +237,8 @@ SELECT count(*), min(pushed_ms) FROM units WHERE indexed = 0 AND seq <= :seq;
 SELECT count(*), min(reserved_ms) FROM catalog WHERE seq > :seq;
 
 -- name: units_by_ids
-SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, ntok, tokens
+SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, ntok, tokens,
+       thread, tpos
 FROM units WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- ===== seeing and managing the memory (service/store/sqlite/manage.py) =====

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..params import SearchParams
 from .scoring import Ranked, Scale, Stats, explain
 from .snippets import snippet
+from .threads import explain_parts
 
 MAX_QUERY_TERMS = 64          # a query's terms past this are ignored (every engine call grows with them)
 
@@ -15,10 +16,13 @@ def shape_results(p: SearchParams, terms: list[str], ranked: list[Ranked], stats
     if not ranked:
         return []
     ranked.sort(key=lambda r: r.order)
-    scale = Scale.of(ranked[0].score, stats.idf, stats.documents)
+    # coverage from the best BM25 among them; the score in proportion to the rank (BM25, or the combined
+    # score where threads ranked: service/ranking/threads.py), the first's being the best
+    scale = Scale.of(max(r.score for r in ranked), stats.idf, stats.documents)
+    top = ranked[0].rank
     out = []
     for r in ranked:
-        score = scale.score(r.score)
+        score = scale.relative(r.rank, top)
         if score < p.min_score or len(out) == p.top_k:
             break
         item = dict(r.unit)
@@ -29,5 +33,7 @@ def shape_results(p: SearchParams, terms: list[str], ranked: list[Ranked], stats
             item["snippet"] = snippet(item["content"], terms, tokenizer)
         if p.explain:
             item["explain"] = explain(r, terms, stats, scale)
+            if r.parts is not None:
+                item["explain"]["threads"] = explain_parts(r.parts, r.combined, r.unit["thread"])
         out.append(item)
     return out

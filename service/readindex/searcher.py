@@ -26,13 +26,17 @@ TIE_MAX = 20_480
 TIE_EPS = 1e-6                # f32 rounding between tantivy's scores of exactly tied units
 
 
-def best(view: View, p, terms: list[str], weights: list[float], now: int, gone) -> list[Ranked]:
+def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
+         first: list[Hit] | None = None) -> list[Ranked]:
     """The read index's best k by exact BM25, with the units' stored fields, leaving out those ``gone(cids)``
-    names (the store's: deleted, expired or changed since the index got them, or read fresher from the store)."""
+    names (the store's: deleted, expired or changed since the index got them, or read fresher from the store).
+    ``first``: tantivy's best already read (``search`` with at least RESCORE_FACTOR × k wanted), for the first
+    round."""
     k = p.top_k
     want = RESCORE_FACTOR * k
     for _ in range(8):
-        hits = search(view, p, terms, now, want=want)
+        hits = first[:want] if first is not None and len(first) >= want else search(view, p, terms, now, want=want)
+        first = None
         scored, complete = rescore(view, hits, terms, weights, k)
         last = complete or len(hits) < want or want >= RESCORE_MAX
         if last and len(hits) == want:
@@ -56,7 +60,13 @@ def search(view: View, p, terms: list[str], now: int, want: int | None = None) -
     filters, by tantivy's score (lengths in one byte)."""
     schema = view.schema
     occur = Occur.Must if p.operator == "and" else Occur.Should
-    query = Query.boolean_query([(occur, Query.term_query(schema, "t", term)) for term in terms])
+    return live_best(view, Query.boolean_query([(occur, Query.term_query(schema, "t", term)) for term in terms]),
+                     p, now, want or p.top_k)
+
+
+def live_best(view: View, query, p, now: int, want: int) -> list[Hit]:
+    """The best ``want`` live documents of ``query`` that pass the request's filters."""
+    schema = view.schema
     filters = []
     if p.types:
         filters.append(Query.term_set_query(schema, "type", list(p.types)))
@@ -77,7 +87,7 @@ def search(view: View, p, terms: list[str], now: int, want: int | None = None) -
         query = _filtered(query, filters)
     # Expired documents (not yet purged by the janitor) are dropped after ranking, which keeps the
     # plain disjunction tantivy evaluates fastest; when they crowd the top, a range filter instead.
-    want = limit = want or p.top_k
+    limit = want
     while True:
         hits = view.searcher.search(query, limit, count=False).hits
         expiry = view.searcher.fast_field_values("exp", [a for _, a in hits])

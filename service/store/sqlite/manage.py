@@ -37,7 +37,7 @@ from .shards import fetch_all, fetch_one, sql
 SCAN_BUDGET = 20_000           # catalog rows one page may look at; a selective filter gets a shorter page
 COMPACT_SHARE = 0.10           # the janitor compacts a day file once this share of its rows was forgotten
 UNIT_COLUMNS = ("u.id, u.cid, u.seq, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.content, "
-                "u.metadata, u.parent_cid")
+                "u.metadata, u.parent_cid, u.thread, u.tpos")
 
 
 def _all(conn, query: str, args: dict) -> list:

@@ -20,7 +20,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ...readindex import searcher as index
+from ...readindex import searcher as index, threaded
 from ...readindex.reader import Readers
 from ...params import SearchParams
 from ...ranking.bm25 import K1, B, Bm25, idf_of, unknown_idf
@@ -156,9 +156,7 @@ class Searcher:
             view = newer
         ranked = list(fresh)
         if all(idf) or p.operator == "or":
-            fresher = {r.unit["cid"] for r in fresh}
-            ranked += index.best(view, p, terms, bm25.weights, now,
-                                 lambda cids: self._gone(t, cids, now) | fresher.intersection(cids))
+            ranked = threaded.best(view, p, terms, bm25.weights, now, lambda cids: self._gone(t, cids, now), fresh)
         stats = Stats(idf, K1, B, index.mean_length(view, terms), view.ndocs)
         return ranked, stats, (unseen if tail is not None else None)
 
@@ -222,7 +220,8 @@ class Searcher:
         ranked = []
         for db, hits in by_db.values():
             rows = db.read(fts.rows_by_id, [h.rowid for h in hits])
-            ranked += [Ranked(unit_dict(rows[h.rowid]), h.score, h.ntok, h.tfs) for h in hits if h.rowid in rows]
+            ranked += [Ranked(unit_dict(rows[h.rowid]), h.score, h.ntok, h.tfs, rows[h.rowid]["tpos"] or 0)
+                       for h in hits if h.rowid in rows]
         return ranked
 
     def _map(self, fn, items):

@@ -15,10 +15,11 @@ from pathlib import Path
 
 from ...config import Config
 from ...formats import DAY_FILE_RE, TENANT_RE
-from .rows import migrate_shard
+from ..push import Threads
+from .rows import migrate_shard, run_script
+from .shards import Db, OpenShards, fetch_all, fetch_one, sql
 
-SHARD_SCHEMA_VERSION = 2          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
-from .shards import Db, OpenShards, fetch_all, fetch_one
+SHARD_SCHEMA_VERSION = 3          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
 
 
 class Tenant:
@@ -35,6 +36,7 @@ class Tenant:
         (self.dir / "replica").mkdir(parents=True, exist_ok=True)
         # the catalog is never unlinked: its reads skip the day shards' inode check
         self.catalog = Db(self.dir / "catalog.db", "catalog_schema.sql", config, may_be_unlinked=False)
+        self.catalog.write(migrate_catalog)
         self._shards: dict[str, Db] = {}
         self._lock = threading.Lock()
 
@@ -78,7 +80,8 @@ class Tenant:
         db = Db(path, "shard_schema.sql", self.config, cache_size_kib=self.config.shard_cache_kib,
                 pool_size=self.config.shard_readers, lazy=lazy)
         if not lazy or _older(db):
-            db.write(migrate_shard)         # (the writer runs the schema script first)
+            # (the writer runs the schema script first)
+            db.write(migrate_shard, lambda: self.catalog.read(fetch_all, "catalog_threads_of_day", {"day": day}))
         return db
 
     def has_day(self, day: str) -> bool:
@@ -120,6 +123,48 @@ class Tenant:
                 db.close()
             self._shards.clear()
         self.catalog.close()
+
+
+class _Nothing:
+    """A ``ThreadLookup`` with nothing stored: migrating a catalog, ``Threads`` holds every assignment."""
+
+    @staticmethod
+    def last_pos(thread: str) -> None:
+        return None
+
+    @staticmethod
+    def previous(source: str, lo: int, hi: int) -> None:
+        return None
+
+
+def migrate_catalog(conn: sqlite3.Connection) -> None:
+    """Bring a catalog written before threads to schema 2 (inside the write lock): the columns, then each unit
+    its thread and place by the push's rules, in acknowledgement order; then the thread indexes (every open)."""
+    if conn.execute(sql("schema_version")).fetchone()[0] < 2:
+        run_script(conn, "catalog_migrate_v2.sql")
+        threads = Threads(_Nothing())
+        known: dict[str, dict] = {}
+        updates = []
+        for r in conn.execute(sql("catalog_for_threads")).fetchall():
+            # (a parent no longer in the catalog, expired meanwhile: the unit starts its own thread)
+            parent = known.get(r["parent_cid"]) if r["parent_cid"] else None
+            thread, tpos = threads.assign(_Row(r), parent)
+            known[r["cid"]] = {"cid": r["cid"], "thread": thread}
+            updates.append({"seq": r["seq"], "thread": thread, "tpos": tpos})
+        conn.executemany(sql("catalog_set_thread"), updates)
+    conn.execute(sql("catalog_index_thread"))
+    conn.execute(sql("catalog_index_source_ts"))
+
+
+class _Row:
+    """A catalog row as ``Threads.assign`` reads a unit (no metadata: the catalog holds none)."""
+
+    def __init__(self, r):
+        self.cid, self.source, self.timestamp = r["cid"], r["source"], r["timestamp"]
+
+    @staticmethod
+    def metadata_json() -> None:
+        return None
 
 
 def _older(db: Db) -> bool:

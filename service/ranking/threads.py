@@ -1,0 +1,139 @@
+"""Thread-aware ranking (docs/design.md §6 "Threads in ranking"), on either store and either path: a unit's
+rank combines its own BM25 with the evidence of its thread and of its neighbours in the thread.
+
+    combined(u) = bm25(u) / best  +  THREAD_WEIGHT × thread(u)  +  NEIGHBOUR_WEIGHT × neighbour(u)
+
+- ``best`` is the best BM25 among the answer's candidates, so a unit's own share is at most 1;
+- ``thread(u)``: the best share (BM25 / the pool's best) of any unit of u's thread in the *pool*, the query's
+  best matches (u itself included): a turn of a session that is about the question gains on an equal turn of
+  an unrelated session;
+- ``neighbour(u)``: the best share of the units just before and after u in its thread (its place ± 1), a head
+  excepted: the turn that answers sits beside the one that asks.
+
+A thread's **head** is a unit with no parent in a thread where the candidates hold units with one (a session
+root, whose text is a header). It has no thread or neighbour evidence of its own and is ranked below every
+matching unit of its thread, so structure never crowds out content; its own match still counts as evidence
+for its thread (a header's names and dates are the whole session's).
+
+A unit whose thread holds no other candidate and no neighbour gains exactly THREAD_WEIGHT × its own share, so
+among such units the order is BM25's: corpora of documents rank as before, to the float (every path checks
+``has_threads`` first and ranks by BM25 alone when no candidate shares a thread).
+
+Weights chosen on LoCoMo's development half (bench/memory.py; the table in bench/README.md): a plateau from
+0.5 to 1.0 and 0.3 to 0.6; at 0.6 and 0.4, evidence recall@10 0.604 -> 0.74 with a client's session roots.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+THREAD_WEIGHT = 0.6
+NEIGHBOUR_WEIGHT = 0.4
+POOL = 100                # the best matches thread and neighbour evidence are read from
+PULL = 20                 # the neighbours of this many of the pool's best join the candidates (they may match nothing)
+CONTENDERS = 2            # × k: the candidates whose own BM25 is made exact (by the combined score on the pool's)
+
+
+@dataclass
+class Candidate:
+    """A unit that may be answered: where it sits in its thread and its BM25 as the pool has it (``pool``:
+    the read index's own score, or the exact one where that is what the path has)."""
+    cid: str
+    thread: str
+    tpos: int
+    lin: bool                 # it has a parent
+    pool: float               # 0 for a neighbour pulled in that matches nothing
+    key: object = None        # the path's handle on it (a read-index hit, a row)
+    ranked: object = None     # its Ranked where the path has it already (exact BM25 and fields)
+    parts: dict = field(default_factory=dict)
+
+
+class Evidence:
+    """The pool's evidence, per thread and per place."""
+
+    def __init__(self, pool: list[Candidate]):
+        self.best = max((c.pool for c in pool), default=0.0) or 1.0
+        self.at = {(c.thread, c.tpos): c for c in pool}
+        self.thread: dict[str, Candidate] = {}
+        self.linked = {c.thread for c in pool if c.lin}
+        for c in pool:
+            top = self.thread.get(c.thread)
+            if top is None or (c.pool, top.cid) > (top.pool, c.cid):
+                self.thread[c.thread] = c
+
+    def add(self, more: list[Candidate]) -> None:
+        """Neighbours pulled in: places taken and links, no evidence (they are not among the best)."""
+        for c in more:
+            self.at.setdefault((c.thread, c.tpos), c)
+            if c.lin:
+                self.linked.add(c.thread)
+
+    def head(self, c: Candidate) -> bool:
+        return not c.lin and c.thread in self.linked
+
+    def neighbour(self, c: Candidate) -> Candidate | None:
+        found = [n for n in (self.at.get((c.thread, c.tpos - 1)), self.at.get((c.thread, c.tpos + 1)))
+                 if n is not None and n.pool > 0 and not self.head(n)]
+        return max(found, key=lambda n: (n.pool, n.cid), default=None)
+
+    def missing_neighbours(self, pool: list[Candidate]) -> list[tuple[str, int]]:
+        """The places next to the pool's best PULL that no candidate holds (they are read and join)."""
+        out = []
+        for c in sorted(pool, key=lambda c: (-c.pool, c.cid))[:PULL]:
+            for pos in (c.tpos - 1, c.tpos + 1):
+                if pos >= 0 and (c.thread, pos) not in self.at:
+                    out.append((c.thread, pos))
+        return list(dict.fromkeys(out))
+
+    def estimate(self, c: Candidate) -> float:
+        """The combined score with the pool's BM25 for the unit's own: which candidates are worth an exact one."""
+        return self.combine(c, c.pool / self.best)
+
+    def combine(self, c: Candidate, own: float) -> float:
+        """The combined score with ``own`` (its BM25 / best); explain's parts recorded on ``c``."""
+        if self.head(c):
+            c.parts = {"own": own, "head": True}
+            return own
+        top, near = self.thread[c.thread] if c.thread in self.thread else None, self.neighbour(c)
+        thread = top.pool / self.best if top is not None else 0.0
+        neighbour = near.pool / self.best if near is not None else 0.0
+        c.parts = {"own": own, "thread": thread, "thread_from": top.cid if top is not None else None,
+                   "neighbour": neighbour, "neighbour_from": near.cid if near is not None else None}
+        return own + THREAD_WEIGHT * thread + NEIGHBOUR_WEIGHT * neighbour
+
+
+def has_threads(pool: list[Candidate]) -> bool:
+    """Whether any two candidates share a thread, or one's neighbours may be read: else BM25 alone ranks."""
+    threads = [c.thread for c in pool]
+    if len(set(threads)) < len(threads):
+        return True
+    return any(c.lin or c.tpos > 0 for c in pool)
+
+
+def settle_heads(scored: list[tuple[float, Candidate]], ev: Evidence) -> list[tuple[float, Candidate]]:
+    """Each head below every matching unit of its thread among ``scored`` (combined, candidate)."""
+    lowest: dict[str, float] = {}
+    for value, c in scored:
+        if not ev.head(c) and c.pool > 0:
+            lowest[c.thread] = min(lowest.get(c.thread, math.inf), value)
+    out = []
+    for value, c in scored:
+        if ev.head(c) and c.thread in lowest and value >= lowest[c.thread]:
+            value = math.nextafter(lowest[c.thread], -math.inf)
+            c.parts["below_thread"] = True
+        out.append((value, c))
+    return out
+
+
+def explain_parts(p: dict, combined: float, thread: str) -> dict:
+    """What ``explain`` shows of the thread-aware rank (``p``: a candidate's parts; rounded as the rest of
+    explain)."""
+    out = {"combined": round(combined, 6), "own_share": round(p["own"], 6), "thread": thread,
+           "thread_weight": THREAD_WEIGHT, "neighbour_weight": NEIGHBOUR_WEIGHT}
+    if p.get("head"):
+        out["head"] = True
+        out["below_thread"] = bool(p.get("below_thread"))
+        return out
+    out.update({"thread_evidence": round(p["thread"], 6), "thread_evidence_from": p["thread_from"],
+                "neighbour_evidence": round(p["neighbour"], 6), "neighbour_evidence_from": p["neighbour_from"]})
+    return out
