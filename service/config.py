@@ -85,6 +85,9 @@ class Config:
     # files, the units acknowledged before it that the read index lacks; it indexes those still
     # pending for at most this long (0: off, default searches read the read index alone) ...
     read_your_writes_ms: int = 500
+    # A unit with no parent and no metadata.session joins its source's previous unit's thread when that one is
+    # 1 s to this many seconds older (0: off, each such unit is a thread of its own; docs/design.md §3).
+    thread_gap_s: int = 0
     # ... when they are at most this many (a bulk import's backlog is reported in freshness instead).
     read_your_writes_max: int = 20_000
     janitor_interval_s: float = 30.0

@@ -87,6 +87,29 @@ class Unit:
         return self.metadata_text
 
 
+# --- threads (docs/design.md §3 "Threads"; assigned at push: service/store/push.py) ----------------------
+# How a unit joined its thread (the read index keeps it; ranking reads it): by time alone, or as its thread's
+# first unit; by metadata.session; by its parent.
+JOINED_BY_TIME, JOINED_BY_SESSION, JOINED_BY_PARENT = 0, 1, 2
+
+
+def session_thread(metadata_text: str | None) -> str | None:
+    """The thread ``metadata.session`` names (a string or an integer, tenant-wide), or None."""
+    if not metadata_text or '"session"' not in metadata_text:
+        return None
+    value = json.loads(metadata_text).get("session")
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        return None
+    return hashlib.sha256(b"session\0" + str(value).encode("utf-8")).hexdigest()[:12]
+
+
+def joined_by(parent_cid: str | None, metadata_text: str | None) -> int:
+    """How a stored unit joined its thread (``Threads.assign``'s rule that applied, read back from its fields)."""
+    if parent_cid:
+        return JOINED_BY_PARENT
+    return JOINED_BY_SESSION if session_thread(metadata_text) else JOINED_BY_TIME
+
+
 def _is_int(v) -> bool:
     # JSON true is not 1: bool is a subclass of int in Python.
     return isinstance(v, int) and not isinstance(v, bool)

@@ -75,8 +75,11 @@ def test_updates_deletes_and_expiry_reach_the_read_index(clock, app):
 
 
 def test_filters_on_the_read_index_equal_the_primaries(app):
-    """Every filter and AND give the same units with the same fields as FTS5 on the primaries (scores
-    are checked against an independent BM25 in test_shards)."""
+    """Every filter and AND give the same matching units with the same fields as FTS5 on the primaries
+    (scores are checked against an independent BM25 in test_shards). A default search also answers, after
+    them, units that match nothing but sit next to a matching one in a client's thread (here the first unit's
+    child: docs/design.md §6, threads); a strong one ranks by BM25 alone. min_score keeps each path's
+    results scoring at least that, the score being relative to the path's own first result."""
     client = app.test_client()
     now = int(time.time())
     units = []
@@ -94,16 +97,30 @@ def test_filters_on_the_read_index_equal_the_primaries(app):
              {"source": "web_v1_ci"}, {"source": "nothing*"}, {"since": now - 2 * 86_400},
              {"until": now - 86_400, "since": now - 4 * 86_400}, {"parent_cid": parent},
              {"operator": "and"}, {"min_score": 0.5}, {"types": ["user_input"], "source": "git_*", "operator": "and"}]
+    pulled = []
     for query in ("otter kelp", "sea kelp", "river note otter"):
         for extra in cases:
             # top_k above the number of matches: the same sets whatever the ties at a cut
             fast = search(client, query, top_k=100, **extra)["results"]
             exact = search(client, query, consistency="strong", top_k=100, **extra)["results"]
-            assert {r["cid"] for r in fast} == {r["cid"] for r in exact}, (query, extra)
-            by_cid = {r["cid"]: r for r in exact}
+            if "min_score" in extra:
+                for kind, got in (({}, fast), ({"consistency": "strong"}, exact)):
+                    every = search(client, query, top_k=100, **kind)["results"]
+                    assert got == [r for r in every if r["score"] >= extra["min_score"]], (query, kind)
+                    assert got and len(got) < len(every)
+                continue
+            matching = [r for r in fast if r["bm25_score"] > 0]
+            assert {r["cid"] for r in matching} == {r["cid"] for r in exact}, (query, extra)
             for r in fast:
+                if r["bm25_score"] == 0:
+                    assert r["parent_cid"] == parent and r["thread"] == parent
+                    assert parent in {m["cid"] for m in matching}
+                    pulled.append((query, extra))
+            by_cid = {r["cid"]: r for r in exact}
+            for r in matching:
                 assert {k: v for k, v in r.items() if "score" not in k} == \
                        {k: v for k, v in by_cid[r["cid"]].items() if "score" not in k}
+    assert ("sea kelp", {}) in pulled      # (the child, which holds neither word, beside its matching parent)
 
 
 def test_explain_terms_add_up_to_the_score(app):

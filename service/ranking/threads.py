@@ -15,6 +15,10 @@ root, whose text is a header). It has no thread or neighbour evidence of its own
 matching unit of its thread, so structure never crowds out content; its own match still counts as evidence
 for its thread (a header's names and dates are the whole session's).
 
+Neighbours that match nothing join the candidates only in threads a client made (by parents or
+metadata.session): a thread of units that only followed each other in time lends evidence to the units that
+match, and brings in none that do not (a source's unrelated notes stay out of each other's answers).
+
 A unit whose thread holds no other candidate and no neighbour gains exactly THREAD_WEIGHT × its own share, so
 among such units the order is BM25's: corpora of documents rank as before, to the float (every path checks
 ``has_threads`` first and ranks by BM25 alone when no candidate shares a thread).
@@ -26,6 +30,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+from ..units import JOINED_BY_PARENT, JOINED_BY_TIME
 
 THREAD_WEIGHT = 0.6
 NEIGHBOUR_WEIGHT = 0.4
@@ -41,7 +47,7 @@ class Candidate:
     cid: str
     thread: str
     tpos: int
-    lin: bool                 # it has a parent
+    joined: int               # how it joined its thread (units.JOINED_BY_*)
     pool: float               # 0 for a neighbour pulled in that matches nothing
     key: object = None        # the path's handle on it (a read-index hit, a row)
     ranked: object = None     # its Ranked where the path has it already (exact BM25 and fields)
@@ -55,7 +61,7 @@ class Evidence:
         self.best = max((c.pool for c in pool), default=0.0) or 1.0
         self.at = {(c.thread, c.tpos): c for c in pool}
         self.thread: dict[str, Candidate] = {}
-        self.linked = {c.thread for c in pool if c.lin}
+        self.linked = {c.thread for c in pool if c.joined == JOINED_BY_PARENT}
         for c in pool:
             top = self.thread.get(c.thread)
             if top is None or (c.pool, top.cid) > (top.pool, c.cid):
@@ -65,11 +71,11 @@ class Evidence:
         """Neighbours pulled in: places taken and links, no evidence (they are not among the best)."""
         for c in more:
             self.at.setdefault((c.thread, c.tpos), c)
-            if c.lin:
+            if c.joined == JOINED_BY_PARENT:
                 self.linked.add(c.thread)
 
     def head(self, c: Candidate) -> bool:
-        return not c.lin and c.thread in self.linked
+        return c.joined != JOINED_BY_PARENT and c.thread in self.linked
 
     def neighbour(self, c: Candidate) -> Candidate | None:
         found = [n for n in (self.at.get((c.thread, c.tpos - 1)), self.at.get((c.thread, c.tpos + 1)))
@@ -77,9 +83,12 @@ class Evidence:
         return max(found, key=lambda n: (n.pool, n.cid), default=None)
 
     def missing_neighbours(self, pool: list[Candidate]) -> list[tuple[str, int]]:
-        """The places next to the pool's best PULL that no candidate holds (they are read and join)."""
+        """The places next to the pool's best PULL that no candidate holds (they are read, and those a client
+        put in the thread join: ``pullable``); none past a unit that only followed another in time."""
         out = []
         for c in sorted(pool, key=lambda c: (-c.pool, c.cid))[:PULL]:
+            if c.joined == JOINED_BY_TIME and c.tpos > 0 and c.thread not in self.linked:
+                continue
             for pos in (c.tpos - 1, c.tpos + 1):
                 if pos >= 0 and (c.thread, pos) not in self.at:
                     out.append((c.thread, pos))
@@ -102,12 +111,19 @@ class Evidence:
         return own + THREAD_WEIGHT * thread + NEIGHBOUR_WEIGHT * neighbour
 
 
+def pullable(c: Candidate) -> bool:
+    """Whether a neighbour read by its place may join the candidates: a client put it in the thread (by its
+    parent or metadata.session), it did not only follow another unit in time (CONTEXT_THREAD_GAP_S)."""
+    return c.joined != JOINED_BY_TIME
+
+
 def has_threads(pool: list[Candidate]) -> bool:
-    """Whether any two candidates share a thread, or one's neighbours may be read: else BM25 alone ranks."""
+    """Whether any two candidates share a thread, or one joined a thread: else (no neighbour read either)
+    BM25 alone ranks."""
     threads = [c.thread for c in pool]
     if len(set(threads)) < len(threads):
         return True
-    return any(c.lin or c.tpos > 0 for c in pool)
+    return any(c.joined != JOINED_BY_TIME or c.tpos > 0 for c in pool)
 
 
 def settle_heads(scored: list[tuple[float, Candidate]], ev: Evidence) -> list[tuple[float, Candidate]]:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import tantivy
 
-FORMAT = 9                     # 9: threads (thread, tpos, lin, tkey)
+from ..units import joined_by
+
+FORMAT = 9                     # 9: threads (thread, tpos, joined, tkey)
 TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
 NO_TOKENS = "cm_none"
 DAY_SHIFT = 2 ** 40            # SQLite's keys: day ordinal * DAY_SHIFT + rowid
@@ -35,7 +37,7 @@ def build_schema() -> tantivy.Schema:
     # its thread (12 hex digits as a number), place in it, and whether it has a parent (docs/design.md §3)
     sb.add_integer_field("thread", fast=True)
     sb.add_integer_field("tpos", fast=True)
-    sb.add_integer_field("lin", fast=True)
+    sb.add_integer_field("joined", fast=True)  # how it joined its thread (service/store/push.py)
     for name in ("day", "type", "src", "parent", "tkey"):
         sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
     # the unit's public fields: a hit is answered from here, not from ten day files
@@ -89,7 +91,7 @@ def document(day: str, key: int, r, tokens: str | None = None, unit: str | None 
     doc.add_integer("cidn", int(r["cid"], 16))
     doc.add_integer("thread", int(thread, 16))
     doc.add_integer("tpos", tpos)
-    doc.add_integer("lin", 1 if r["parent_cid"] else 0)
+    doc.add_integer("joined", joined_by(r["parent_cid"], r["metadata"]))
     doc.add_text("tkey", thread_key(thread, tpos))
     doc.add_text("day", day)
     doc.add_text("type", r["type"])

@@ -31,11 +31,11 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
     """The read index's best k by exact BM25, with the units' stored fields, leaving out those ``gone(cids)``
     names (the store's: deleted, expired or changed since the index got them, or read fresher from the store).
     ``first``: tantivy's best already read (``search`` with at least RESCORE_FACTOR × k wanted), for the first
-    round."""
+    round. Each answer carries its place in its thread (for thread-aware ranking, service/readindex/threaded.py)."""
     k = p.top_k
     want = RESCORE_FACTOR * k
     for _ in range(8):
-        hits = first[:want] if first is not None and len(first) >= want else search(view, p, terms, now, want=want)
+        hits = first[:want] if first is not None else search(view, p, terms, now, want=want)
         first = None
         scored, complete = rescore(view, hits, terms, weights, k)
         last = complete or len(hits) < want or want >= RESCORE_MAX
@@ -52,7 +52,9 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
         if last:
             break
         want *= 4     # a document past these candidates could still win with its exact length
-    return [Ranked(unit, x.score, x.length, x.tfs) for unit, x in zip(found, scored) if unit["cid"] not in drop]
+    tpos = view.searcher.fast_field_values("tpos", [x.hit.address for x in scored]) if scored else []
+    return [Ranked(unit, x.score, x.length, x.tfs, pos) for unit, x, pos in zip(found, scored, tpos)
+            if unit["cid"] not in drop]
 
 
 def search(view: View, p, terms: list[str], now: int, want: int | None = None) -> list[Hit]:

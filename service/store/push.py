@@ -12,13 +12,11 @@ from the moment it is acknowledged, with no scan at query time.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from typing import Protocol
 
 from ..errors import Conflict, Unprocessable
-from ..units import Unit
+from ..units import Unit, session_thread
 
 
 def collision(cid: str) -> Conflict:
@@ -49,21 +47,7 @@ def same_unit(row, u: Unit) -> bool:
     return row["digest"] == u.digest and row["timestamp"] == u.timestamp and row["source"] == u.source
 
 
-# A unit with no parent and no metadata.session joins the thread of its source's previous unit when that one
-# is at most this much older (and at least a second: units pushed in the same second, a bulk import, stay
-# apart). 30 minutes: a conversation's pause; LoCoMo's sessions are days apart, its turns a minute.
-THREAD_GAP_S = 30 * 60
 RECENT = 64                 # a source's latest units planned in one batch, looked through for the previous
-
-
-def session_thread(metadata_text: str | None) -> str | None:
-    """The thread ``metadata.session`` names (a string or an integer, tenant-wide), or None."""
-    if not metadata_text or '"session"' not in metadata_text:
-        return None
-    value = json.loads(metadata_text).get("session")
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
-        return None
-    return hashlib.sha256(b"session\0" + str(value).encode("utf-8")).hexdigest()[:12]
 
 
 class ThreadLookup(Protocol):
@@ -78,11 +62,13 @@ class ThreadLookup(Protocol):
 
 class Threads:
     """A push's thread assignments (docs/design.md §3 "Threads"): a child joins its parent's thread; a unit
-    with ``metadata.session`` the thread that names; any other the thread of its source's previous unit
-    within THREAD_GAP_S; else it starts a thread named by its own CID. Its place is the thread's next."""
+    with ``metadata.session`` the thread that names; with ``gap`` (CONTEXT_THREAD_GAP_S, off by default) any
+    other the thread of its source's previous unit 1 s to ``gap`` s older (units of the same second, a bulk
+    import, stay apart); else it starts a thread named by its own CID. Its place is the thread's next."""
 
-    def __init__(self, lookup: ThreadLookup):
+    def __init__(self, lookup: ThreadLookup, gap: int = 0):
         self.lookup = lookup
+        self.gap = gap
         self.ends: dict[str, int] = {}                  # thread -> highest place taken (this batch included)
         self.recent: dict[str, list[tuple[int, str]]] = {}  # source -> (timestamp, thread) planned here
 
@@ -101,7 +87,9 @@ class Threads:
         return thread, self.ends[thread]
 
     def _previous(self, source: str, ts: int) -> str | None:
-        lo, hi = ts - THREAD_GAP_S, ts - 1
+        if self.gap <= 0:
+            return None
+        lo, hi = ts - self.gap, ts - 1
         here = [(t, thread) for t, thread in self.recent.get(source, ()) if lo <= t <= hi]
         if here:
             return max(here)[1]
@@ -114,12 +102,12 @@ class PushPlan:
     unit may be replaced anyway (SQLite: the reservation of a push that crashed before its ack)."""
 
     def __init__(self, stored: dict, now: float, stale: Callable[[dict], bool] | None = None,
-                 threads: ThreadLookup | None = None):
+                 threads: ThreadLookup | None = None, gap: int = 0):
         self.known = dict(stored)
         self.now = now
         self.stale = stale
         self.expiry: dict[str, tuple[int, int]] = {}      # day -> (min, max) expires_at of this batch
-        self.threads = Threads(threads) if threads is not None else None
+        self.threads = Threads(threads, gap) if threads is not None else None
 
     def check(self, u: Unit) -> tuple[dict | None, bool]:
         """(the row this unit duplicates, or None for a new unit; whether a stale row must go first).

@@ -133,7 +133,8 @@ class Store(StoreApi):
         wanted = {u.cid for _, u in valid} | {u.parent_cid for _, u in valid if u.parent_cid}
         plan = PushPlan({r["cid"]: dict(r) for r in conn.execute(sql("catalog_get_many"),
                                                                  {"cids": json.dumps(sorted(wanted))})},
-                        now, stale=lambda row: self._stale_reservation(t, row, ms), threads=CatalogThreads(conn))
+                        now, stale=lambda row: self._stale_reservation(t, row, ms), threads=CatalogThreads(conn),
+                        gap=self.config.thread_gap_s)
         for i, u in valid:
             try:
                 row, replace = plan.check(u)

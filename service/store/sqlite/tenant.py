@@ -36,7 +36,7 @@ class Tenant:
         (self.dir / "replica").mkdir(parents=True, exist_ok=True)
         # the catalog is never unlinked: its reads skip the day shards' inode check
         self.catalog = Db(self.dir / "catalog.db", "catalog_schema.sql", config, may_be_unlinked=False)
-        self.catalog.write(migrate_catalog)
+        self.catalog.write(migrate_catalog, config.thread_gap_s)
         self._shards: dict[str, Db] = {}
         self._lock = threading.Lock()
 
@@ -137,12 +137,13 @@ class _Nothing:
         return None
 
 
-def migrate_catalog(conn: sqlite3.Connection) -> None:
+def migrate_catalog(conn: sqlite3.Connection, gap: int = 0) -> None:
     """Bring a catalog written before threads to schema 2 (inside the write lock): the columns, then each unit
-    its thread and place by the push's rules, in acknowledgement order; then the thread indexes (every open)."""
+    its thread and place by the push's rules, in acknowledgement order; then the thread indexes (every open; by
+    source and time only where CONTEXT_THREAD_GAP_S asks for them)."""
     if conn.execute(sql("schema_version")).fetchone()[0] < 2:
         run_script(conn, "catalog_migrate_v2.sql")
-        threads = Threads(_Nothing())
+        threads = Threads(_Nothing(), gap)
         known: dict[str, dict] = {}
         updates = []
         for r in conn.execute(sql("catalog_for_threads")).fetchall():
@@ -153,7 +154,8 @@ def migrate_catalog(conn: sqlite3.Connection) -> None:
             updates.append({"seq": r["seq"], "thread": thread, "tpos": tpos})
         conn.executemany(sql("catalog_set_thread"), updates)
     conn.execute(sql("catalog_index_thread"))
-    conn.execute(sql("catalog_index_source_ts"))
+    if gap > 0:
+        conn.execute(sql("catalog_index_source_ts"))
 
 
 class _Row:
