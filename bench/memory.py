@@ -45,7 +45,7 @@ from pathlib import Path
 
 import requests
 
-from common import ROOT, TMP, machine, service_rev, service_src, write_json
+from common import ROOT, TMP, machine, quiet_service_logs, service_rev, service_src, write_json
 
 DEFAULT_DATA = ROOT.parent / "shared" / "eval" / "locomo-dev"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -115,6 +115,12 @@ def pushes(sample: dict, mode: str, now: int) -> list[tuple[dict | None, list[di
                           "ttl": TTL, "content": text, "metadata": meta})
         out.append((root, units))
     return out
+
+
+def anchor() -> int:
+    """The start of today (UTC): the pushes' timestamps, so their CIDs and the ties they settle, are the same
+    in every run of a day."""
+    return int(time.time()) // 86_400 * 86_400
 
 
 def recall(ranked: list[str | None], evidence: list[str], k: int) -> float:
@@ -221,7 +227,7 @@ def run_http(src: Path, samples: dict, modes: list[str], store_env: dict) -> dic
     url = f"http://127.0.0.1:{port}"
     try:
         hb.wait_ready(port)
-        now = int(time.time())
+        now = anchor()
         for sid, sample in samples.items():
             for mode in modes:
                 n = push_all(Http(url, keys[tenant_of(sid, mode)]), sample, mode, now)
@@ -239,7 +245,7 @@ def run_http(src: Path, samples: dict, modes: list[str], store_env: dict) -> dic
 
 # --- baselines over the same turns --------------------------------------------------------------------
 def turns_of(sample: dict) -> list[tuple[str, str]]:
-    return [(u["metadata"]["dia_id"], u["content"]) for _, units in pushes(sample, "flat", int(time.time()))
+    return [(u["metadata"]["dia_id"], u["content"]) for _, units in pushes(sample, "flat", anchor())
             for u in units]
 
 
@@ -290,40 +296,42 @@ def run_tantivy(samples: dict) -> dict:
 # --- ablations (in process) ---------------------------------------------------------------------------
 ABLATIONS = {
     # name: (what it changes, the patch)
-    "BM25 alone (no thread, no neighbour)": {"THREAD_WEIGHT": 0.0, "NEIGHBOUR_WEIGHT": 0.0},
-    "thread evidence only (neighbour 0)": {"NEIGHBOUR_WEIGHT": 0.0},
-    "neighbour evidence only (thread 0)": {"THREAD_WEIGHT": 0.0},
-    "no neighbours pulled in (PULL 0)": {"PULL": 0},
+    "BM25 alone (no thread, no neighbor)": {"THREAD_WEIGHT": 0.0, "NEIGHBOR_WEIGHT": 0.0},
+    "thread evidence only (neighbor 0)": {"NEIGHBOR_WEIGHT": 0.0},
+    "neighbor evidence only (thread 0)": {"THREAD_WEIGHT": 0.0},
+    "no neighbors pulled in (PULL 0)": {"PULL": 0},
     "pool of 30": {"POOL": 30},
     "pool of 200": {"POOL": 200},
-    "thread 0.3, neighbour 0.2": {"THREAD_WEIGHT": 0.3, "NEIGHBOUR_WEIGHT": 0.2},
-    "thread 1.0, neighbour 0.6": {"THREAD_WEIGHT": 1.0, "NEIGHBOUR_WEIGHT": 0.6},
+    "thread 0.3, neighbor 0.2": {"THREAD_WEIGHT": 0.3, "NEIGHBOR_WEIGHT": 0.2},
+    "thread 1.0, neighbor 0.6": {"THREAD_WEIGHT": 1.0, "NEIGHBOR_WEIGHT": 0.6},
     "heads as plain units": {"head": False},
+    "time adjacency per source, 30 min (CONTEXT_THREAD_GAP_S=1800)": {"config": {"thread_gap_s": 1800}},
 }
 
 
 def run_ablations(samples: dict, modes: list[str]) -> dict:
+    quiet_service_logs()
     from service import create_app
     from service.ranking import threads
     from service.readindex import threaded
     out = {}
     for name, patch in {"kept (as shipped)": {}, **ABLATIONS}.items():
-        saved = {k: getattr(threads, k) for k in patch if k != "head"}
+        saved = {k: getattr(threads, k) for k in patch if k not in ("head", "config")}
         head = threads.Evidence.head
         for k, v in patch.items():
             if k == "head":
                 threads.Evidence.head = lambda self, c: False
-            else:
+            elif k != "config":
                 setattr(threads, k, v)
                 if hasattr(threaded, k):
                     setattr(threaded, k, v)
         try:
             data = Path(tempfile.mkdtemp(prefix="memory-ab-", dir=TMP))
             keys = {tenant_of(s, m): f"memory-bench-key-{tenant_of(s, m)}" for s in samples for m in modes}
-            app = create_app({"data_dir": str(data), "background": False,
+            app = create_app({"data_dir": str(data), "background": False, **patch.get("config", {}),
                               "api_keys": ";".join(f"{k}:{t}:push+search" for t, k in keys.items())})
             client = app.test_client()
-            now = int(time.time())
+            now = anchor()
             for sid, sample in samples.items():
                 for mode in modes:
                     push_all(InProcess(client, keys[tenant_of(sid, mode)]), sample, mode, now)

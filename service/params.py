@@ -23,6 +23,7 @@ from .units import CID_SCHEMA
 
 MAX_QUERY_CHARS = 16_384
 MAX_TIMESTAMP = 253_402_300_799   # 9999-12-31T23:59:59Z
+MAX_NEIGHBORS = 5                 # units on each side of a result in its context window
 
 DOORS = ("search", "context", "tool", "continue")
 _ALL = frozenset(DOORS)
@@ -64,6 +65,9 @@ SEARCH: tuple[Field, ...] = (
           doors=frozenset({"search", "tool"})),
     Field("explain", "boolean", "Add per-term idf and tf contributions.", default=False,
           doors=frozenset({"search"})),
+    Field("neighbors", "integer", "Answer each result with up to this many units before and after it in its "
+          "thread (a context window: 'neighbors': {'before': [...], 'after': [...]}).", default=0, minimum=0,
+          maximum=MAX_NEIGHBORS),
 )
 # POST /mcp/context only: how the results are packed.
 PACKING: tuple[Field, ...] = (
@@ -73,7 +77,11 @@ PACKING: tuple[Field, ...] = (
           minimum=1, maximum=1_000_000, doors=frozenset({"context"})),
 )
 # Where a door's default differs from the field's.
-DOOR_DEFAULTS = {"context": {"top_k": 20}, "continue": {"top_k": 5}}
+# Packed context, Continue's items and Dify's records carry each hit's nearest neighbors in its thread (a turn
+# with the one that asked for it); packing drops them first when a budget is short (service/packing.py).
+ADAPTER_NEIGHBORS = 1
+DOOR_DEFAULTS = {"context": {"top_k": 20, "neighbors": ADAPTER_NEIGHBORS},
+                 "continue": {"top_k": 5, "neighbors": ADAPTER_NEIGHBORS}}
 
 _BY_NAME = {f.name: f for f in PACKING + SEARCH}
 # Names other APIs (and our own query string) use, and the field a body calls them: said in the 400.
@@ -105,6 +113,7 @@ class SearchParams:
     after_seq: int | None = None
     highlight: bool = False
     explain: bool = False
+    neighbors: int = 0
 
     @property
     def strong(self) -> bool:

@@ -529,6 +529,12 @@ RESULT_FIELDS: tuple[Shape, ...] = (
                               "BM25 divided by the query's maximum attainable BM25."), True),
     Shape("bm25_score", _described({"type": "number"}, "Raw BM25, higher is better."), True),
     Shape("snippet", lambda c: {"type": "string"}),
+    Shape("neighbors", lambda c: {
+        "type": "object", "description": "With 'neighbors': n, the units up to n places before and after it in "
+                                        "its thread (docs/design.md §3), nearest last and first.",
+        "properties": {"before": {"type": "array", "items": {"type": "object"}},
+                       "after": {"type": "array", "items": {"type": "object"}},
+                       "omitted": {"type": "integer"}}}),
 )
 
 

@@ -31,6 +31,13 @@ CREATE INDEX IF NOT EXISTS catalog_thread ON catalog(thread, tpos);
 -- name: catalog_index_source_ts
 CREATE INDEX IF NOT EXISTS catalog_source_ts ON catalog(source, timestamp);
 
+-- name: catalog_window
+-- The live units of a unit's thread up to :n places before and after it (by the thread index).
+SELECT c.cid, c.day, c.tpos - h.tpos AS offset FROM catalog h
+JOIN catalog c ON c.thread = h.thread AND c.tpos BETWEEN h.tpos - :n AND h.tpos + :n
+WHERE h.cid = :cid AND c.cid != h.cid AND c.expires_at > :now
+ORDER BY c.tpos;
+
 -- name: catalog_for_threads
 -- Every unit in acknowledgement order: what migrating an older catalog assigns threads from.
 SELECT seq, cid, source, timestamp, parent_cid FROM catalog ORDER BY seq;

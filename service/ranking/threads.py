@@ -1,25 +1,25 @@
 """Thread-aware ranking (docs/design.md §6 "Threads in ranking"), on either store and either path: a unit's
-rank combines its own BM25 with the evidence of its thread and of its neighbours in the thread.
+rank combines its own BM25 with the evidence of its thread and of its neighbors in the thread.
 
-    combined(u) = bm25(u) / best  +  THREAD_WEIGHT × thread(u)  +  NEIGHBOUR_WEIGHT × neighbour(u)
+    combined(u) = bm25(u) / best  +  THREAD_WEIGHT × thread(u)  +  NEIGHBOR_WEIGHT × neighbor(u)
 
 - ``best`` is the best BM25 among the answer's candidates, so a unit's own share is at most 1;
 - ``thread(u)``: the best share (BM25 / the pool's best) of any unit of u's thread in the *pool*, the query's
   best matches (u itself included): a turn of a session that is about the question gains on an equal turn of
   an unrelated session;
-- ``neighbour(u)``: the best share of the units just before and after u in its thread (its place ± 1), a head
+- ``neighbor(u)``: the best share of the units just before and after u in its thread (its place ± 1), a head
   excepted: the turn that answers sits beside the one that asks.
 
 A thread's **head** is a unit with no parent in a thread where the candidates hold units with one (a session
-root, whose text is a header). It has no thread or neighbour evidence of its own and is ranked below every
+root, whose text is a header). It has no thread or neighbor evidence of its own and is ranked below every
 matching unit of its thread, so structure never crowds out content; its own match still counts as evidence
 for its thread (a header's names and dates are the whole session's).
 
-Neighbours that match nothing join the candidates only in threads a client made (by parents or
+Neighbors that match nothing join the candidates only in threads a client made (by parents or
 metadata.session): a thread of units that only followed each other in time lends evidence to the units that
 match, and brings in none that do not (a source's unrelated notes stay out of each other's answers).
 
-A unit whose thread holds no other candidate and no neighbour gains exactly THREAD_WEIGHT × its own share, so
+A unit whose thread holds no other candidate and no neighbor gains exactly THREAD_WEIGHT × its own share, so
 among such units the order is BM25's: corpora of documents rank as before, to the float (every path checks
 ``has_threads`` first and ranks by BM25 alone when no candidate shares a thread).
 
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from ..units import JOINED_BY_PARENT, JOINED_BY_TIME
 
 THREAD_WEIGHT = 0.6
-NEIGHBOUR_WEIGHT = 0.4
-POOL = 100                # the best matches thread and neighbour evidence are read from
-PULL = 20                 # the neighbours of this many of the pool's best join the candidates (they may match nothing)
+NEIGHBOR_WEIGHT = 0.4
+POOL = 100                # the best matches thread and neighbor evidence are read from
+PULL = 20                 # the neighbors of this many of the pool's best join the candidates (they may match nothing)
 CONTENDERS = 2            # × k: the candidates whose own BM25 is made exact (by the combined score on the pool's)
 
 
@@ -48,7 +48,7 @@ class Candidate:
     thread: str
     tpos: int
     joined: int               # how it joined its thread (units.JOINED_BY_*)
-    pool: float               # 0 for a neighbour pulled in that matches nothing
+    pool: float               # 0 for a neighbor pulled in that matches nothing
     key: object = None        # the path's handle on it (a read-index hit, a row)
     ranked: object = None     # its Ranked where the path has it already (exact BM25 and fields)
     parts: dict = field(default_factory=dict)
@@ -68,7 +68,7 @@ class Evidence:
                 self.thread[c.thread] = c
 
     def add(self, more: list[Candidate]) -> None:
-        """Neighbours pulled in: places taken and links, no evidence (they are not among the best)."""
+        """Neighbors pulled in: places taken and links, no evidence (they are not among the best)."""
         for c in more:
             self.at.setdefault((c.thread, c.tpos), c)
             if c.joined == JOINED_BY_PARENT:
@@ -77,12 +77,12 @@ class Evidence:
     def head(self, c: Candidate) -> bool:
         return c.joined != JOINED_BY_PARENT and c.thread in self.linked
 
-    def neighbour(self, c: Candidate) -> Candidate | None:
+    def neighbor(self, c: Candidate) -> Candidate | None:
         found = [n for n in (self.at.get((c.thread, c.tpos - 1)), self.at.get((c.thread, c.tpos + 1)))
                  if n is not None and n.pool > 0 and not self.head(n)]
         return max(found, key=lambda n: (n.pool, n.cid), default=None)
 
-    def missing_neighbours(self, pool: list[Candidate]) -> list[tuple[str, int]]:
+    def missing_neighbors(self, pool: list[Candidate]) -> list[tuple[str, int]]:
         """The places next to the pool's best PULL that no candidate holds (they are read, and those a client
         put in the thread join: ``pullable``); none past a unit that only followed another in time."""
         out = []
@@ -103,22 +103,22 @@ class Evidence:
         if self.head(c):
             c.parts = {"own": own, "head": True}
             return own
-        top, near = self.thread[c.thread] if c.thread in self.thread else None, self.neighbour(c)
+        top, near = self.thread[c.thread] if c.thread in self.thread else None, self.neighbor(c)
         thread = top.pool / self.best if top is not None else 0.0
-        neighbour = near.pool / self.best if near is not None else 0.0
+        neighbor = near.pool / self.best if near is not None else 0.0
         c.parts = {"own": own, "thread": thread, "thread_from": top.cid if top is not None else None,
-                   "neighbour": neighbour, "neighbour_from": near.cid if near is not None else None}
-        return own + THREAD_WEIGHT * thread + NEIGHBOUR_WEIGHT * neighbour
+                   "neighbor": neighbor, "neighbor_from": near.cid if near is not None else None}
+        return own + THREAD_WEIGHT * thread + NEIGHBOR_WEIGHT * neighbor
 
 
 def pullable(c: Candidate) -> bool:
-    """Whether a neighbour read by its place may join the candidates: a client put it in the thread (by its
+    """Whether a neighbor read by its place may join the candidates: a client put it in the thread (by its
     parent or metadata.session), it did not only follow another unit in time (CONTEXT_THREAD_GAP_S)."""
     return c.joined != JOINED_BY_TIME
 
 
 def has_threads(pool: list[Candidate]) -> bool:
-    """Whether any two candidates share a thread, or one joined a thread: else (no neighbour read either)
+    """Whether any two candidates share a thread, or one joined a thread: else (no neighbor read either)
     BM25 alone ranks."""
     threads = [c.thread for c in pool]
     if len(set(threads)) < len(threads):
@@ -145,11 +145,11 @@ def explain_parts(p: dict, combined: float, thread: str) -> dict:
     """What ``explain`` shows of the thread-aware rank (``p``: a candidate's parts; rounded as the rest of
     explain)."""
     out = {"combined": round(combined, 6), "own_share": round(p["own"], 6), "thread": thread,
-           "thread_weight": THREAD_WEIGHT, "neighbour_weight": NEIGHBOUR_WEIGHT}
+           "thread_weight": THREAD_WEIGHT, "neighbor_weight": NEIGHBOR_WEIGHT}
     if p.get("head"):
         out["head"] = True
         out["below_thread"] = bool(p.get("below_thread"))
         return out
     out.update({"thread_evidence": round(p["thread"], 6), "thread_evidence_from": p["thread_from"],
-                "neighbour_evidence": round(p["neighbour"], 6), "neighbour_evidence_from": p["neighbour_from"]})
+                "neighbor_evidence": round(p["neighbor"], 6), "neighbor_evidence_from": p["neighbor_from"]})
     return out

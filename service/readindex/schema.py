@@ -71,7 +71,7 @@ def thread_of(r) -> tuple[str, int]:
 
 
 def thread_key(thread: str, tpos: int) -> str:
-    """The term that finds the unit at this place of this thread (neighbours, context windows)."""
+    """The term that finds the unit at this place of this thread (neighbors, context windows)."""
     return f"{thread}.{tpos}"
 
 

@@ -4,7 +4,7 @@ merged with the units it lacks (read-your-writes' ``fresh``, scored exactly by t
 The pool is tantivy's best POOL under the request's filters, cut where its score last changes (so two indexes
 of the same units pool the same units, whatever their document order); its units' threads, places and links
 are fast fields. Where no two candidates share a thread (a corpus of documents) the answer is ``searcher.best``'s
-exact BM25 order, from the same tantivy read. Otherwise the neighbours of the pool's best are read by their
+exact BM25 order, from the same tantivy read. Otherwise the neighbors of the pool's best are read by their
 thread key, the candidates with the best combined estimate (CONTENDERS × k) get their exact BM25 from their
 stored tokens, and the answer is their combined score, ties by CID.
 """
@@ -40,7 +40,7 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
     pulled = _pulled(view, p, now, pool, fresher)
     if not pulled and not has_threads(pool):
         return list(fresh) + plain             # BM25 alone: the exact order, as without threads
-    # units deleted or expired since the index got them lend no evidence (nor bring in their neighbours)
+    # units deleted or expired since the index got them lend no evidence (nor bring in their neighbors)
     drop = gone([c.cid for c in pool + pulled if c.ranked is None])
     if drop:
         pool = [c for c in pool if c.cid not in drop]
@@ -50,11 +50,11 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
 
 
 def _pulled(view: View, p, now: int, pool: list[Candidate], leave: set[str]) -> list[Candidate]:
-    """The neighbours of the pool's best that a client put in their threads (none for AND: they would not
+    """The neighbors of the pool's best that a client put in their threads (none for AND: they would not
     hold every term)."""
     if p.operator == "and":
         return []
-    found = neighbours(view, p, now, Evidence(pool).missing_neighbours(pool))
+    found = neighbors(view, p, now, Evidence(pool).missing_neighbors(pool))
     return [c for c in found if c.cid not in leave and pullable(c)]
 
 
@@ -100,7 +100,7 @@ def from_ranked(r: Ranked, pooled: bool = True) -> Candidate:
                      None, r)
 
 
-def neighbours(view: View, p, now: int, places: list[tuple[str, int]]) -> list[Candidate]:
+def neighbors(view: View, p, now: int, places: list[tuple[str, int]]) -> list[Candidate]:
     """The live units at these places (thread, tpos) that pass the request's filters."""
     if not places:
         return []
