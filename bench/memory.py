@@ -299,6 +299,8 @@ ABLATIONS = {
     "BM25 alone (no thread, no neighbor)": {"THREAD_WEIGHT": 0.0, "NEIGHBOR_WEIGHT": 0.0},
     "thread evidence only (neighbor 0)": {"NEIGHBOR_WEIGHT": 0.0},
     "neighbor evidence only (thread 0)": {"THREAD_WEIGHT": 0.0},
+    "thread evidence from its best match only (SECOND 0)": {"SECOND": 0.0},
+    "thread evidence with its second match in full (SECOND 1)": {"SECOND": 1.0},
     "no neighbors pulled in (PULL 0)": {"PULL": 0},
     "pool of 30": {"POOL": 30},
     "pool of 200": {"POOL": 200},

@@ -5,8 +5,8 @@ rank combines its own BM25 with the evidence of its thread and of its neighbors 
 
 - ``best`` is the best BM25 among the answer's candidates, so a unit's own share is at most 1;
 - ``thread(u)``: the best share (BM25 / the pool's best) of any unit of u's thread in the *pool*, the query's
-  best matches (u itself included): a turn of a session that is about the question gains on an equal turn of
-  an unrelated session;
+  best matches (u itself included), plus SECOND × the second best's: a turn of a session that is about the
+  question gains on an equal turn of an unrelated session;
 - ``neighbor(u)``: the best share of the units just before and after u in its thread (its place ± 1), a head
   excepted: the turn that answers sits beside the one that asks.
 
@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from ..units import JOINED_BY_PARENT, JOINED_BY_TIME
 
 THREAD_WEIGHT = 0.6
+SECOND = 0.5              # the share of a thread's second-best match in its evidence
 NEIGHBOR_WEIGHT = 0.4
 POOL = 100                # the best matches thread and neighbor evidence are read from
 PULL = 20                 # the neighbors of this many of the pool's best join the candidates (they may match nothing)
@@ -60,12 +61,13 @@ class Evidence:
     def __init__(self, pool: list[Candidate]):
         self.best = max((c.pool for c in pool), default=0.0) or 1.0
         self.at = {(c.thread, c.tpos): c for c in pool}
-        self.thread: dict[str, Candidate] = {}
         self.linked = {c.thread for c in pool if c.joined == JOINED_BY_PARENT}
-        for c in pool:
-            top = self.thread.get(c.thread)
-            if top is None or (c.pool, top.cid) > (top.pool, c.cid):
-                self.thread[c.thread] = c
+        # per thread, its best two matches (best first; ties by CID)
+        self.thread: dict[str, list[Candidate]] = {}
+        for c in sorted(pool, key=lambda c: (-c.pool, c.cid)):
+            top = self.thread.setdefault(c.thread, [])
+            if len(top) < 2:
+                top.append(c)
 
     def add(self, more: list[Candidate]) -> None:
         """Neighbors pulled in: places taken and links, no evidence (they are not among the best)."""
@@ -103,10 +105,10 @@ class Evidence:
         if self.head(c):
             c.parts = {"own": own, "head": True}
             return own
-        top, near = self.thread[c.thread] if c.thread in self.thread else None, self.neighbor(c)
-        thread = top.pool / self.best if top is not None else 0.0
+        top, near = self.thread.get(c.thread, []), self.neighbor(c)
+        thread = sum(share * m.pool / self.best for share, m in zip((1.0, SECOND), top))
         neighbor = near.pool / self.best if near is not None else 0.0
-        c.parts = {"own": own, "thread": thread, "thread_from": top.cid if top is not None else None,
+        c.parts = {"own": own, "thread": thread, "thread_from": [m.cid for m in top],
                    "neighbor": neighbor, "neighbor_from": near.cid if near is not None else None}
         return own + THREAD_WEIGHT * thread + NEIGHBOR_WEIGHT * neighbor
 
@@ -145,7 +147,7 @@ def explain_parts(p: dict, combined: float, thread: str) -> dict:
     """What ``explain`` shows of the thread-aware rank (``p``: a candidate's parts; rounded as the rest of
     explain)."""
     out = {"combined": round(combined, 6), "own_share": round(p["own"], 6), "thread": thread,
-           "thread_weight": THREAD_WEIGHT, "neighbor_weight": NEIGHBOR_WEIGHT}
+           "thread_weight": THREAD_WEIGHT, "second_share": SECOND, "neighbor_weight": NEIGHBOR_WEIGHT}
     if p.get("head"):
         out["head"] = True
         out["below_thread"] = bool(p.get("below_thread"))
