@@ -36,9 +36,10 @@ from ..units import JOINED_BY_PARENT, JOINED_BY_TIME
 THREAD_WEIGHT = 0.6
 SECOND = 0.5              # the share of a thread's second-best match in its evidence
 NEIGHBOR_WEIGHT = 0.4
-POOL = 100                # the best matches thread and neighbor evidence are read from
-PULL = 20                 # the neighbors of this many of the pool's best join the candidates (they may match nothing)
-CONTENDERS = 2            # × k: the candidates whose own BM25 is made exact (by the combined score on the pool's)
+POOL = 20                 # the best matches thread and neighbor evidence are read from (at least 2 × k: the
+                          # candidates BM25's own rescoring reads, so evidence costs tantivy no more work)
+PULL = 10                 # the neighbors of this many of the pool's best join the candidates (they may match nothing)
+EXTRA = 3                 # candidates past k whose own BM25 is made exact (chosen by the combined estimate)
 
 
 @dataclass
@@ -56,18 +57,21 @@ class Candidate:
 
 
 class Evidence:
-    """The pool's evidence, per thread and per place."""
+    """The pool's evidence, per thread and per place, made once per search."""
 
     def __init__(self, pool: list[Candidate]):
-        self.best = max((c.pool for c in pool), default=0.0) or 1.0
+        self.ordered = sorted(pool, key=lambda c: (-c.pool, c.cid))
+        self.best = (self.ordered[0].pool if self.ordered else 0.0) or 1.0
         self.at = {(c.thread, c.tpos): c for c in pool}
         self.linked = {c.thread for c in pool if c.joined == JOINED_BY_PARENT}
-        # per thread, its best two matches (best first; ties by CID)
-        self.thread: dict[str, list[Candidate]] = {}
-        for c in sorted(pool, key=lambda c: (-c.pool, c.cid)):
-            top = self.thread.setdefault(c.thread, [])
+        # per thread, its best two matches (best first; ties by CID) and their evidence
+        self.top: dict[str, list[Candidate]] = {}
+        for c in self.ordered:
+            top = self.top.setdefault(c.thread, [])
             if len(top) < 2:
                 top.append(c)
+        self.value = {t: (top[0].pool + (SECOND * top[1].pool if len(top) > 1 else 0.0)) / self.best
+                      for t, top in self.top.items()}
 
     def add(self, more: list[Candidate]) -> None:
         """Neighbors pulled in: places taken and links, no evidence (they are not among the best)."""
@@ -80,15 +84,17 @@ class Evidence:
         return c.joined != JOINED_BY_PARENT and c.thread in self.linked
 
     def neighbor(self, c: Candidate) -> Candidate | None:
-        found = [n for n in (self.at.get((c.thread, c.tpos - 1)), self.at.get((c.thread, c.tpos + 1)))
-                 if n is not None and n.pool > 0 and not self.head(n)]
-        return max(found, key=lambda n: (n.pool, n.cid), default=None)
+        before, after = self.at.get((c.thread, c.tpos - 1)), self.at.get((c.thread, c.tpos + 1))
+        found = [n for n in (before, after) if n is not None and n.pool > 0 and not self.head(n)]
+        if len(found) == 2:
+            return max(found, key=lambda n: (n.pool, n.cid))
+        return found[0] if found else None
 
-    def missing_neighbors(self, pool: list[Candidate]) -> list[tuple[str, int]]:
+    def missing_neighbors(self) -> list[tuple[str, int]]:
         """The places next to the pool's best PULL that no candidate holds (they are read, and those a client
         put in the thread join: ``pullable``); none past a unit that only followed another in time."""
         out = []
-        for c in sorted(pool, key=lambda c: (-c.pool, c.cid))[:PULL]:
+        for c in self.ordered[:PULL]:
             if c.joined == JOINED_BY_TIME and c.tpos > 0 and c.thread not in self.linked:
                 continue
             for pos in (c.tpos - 1, c.tpos + 1):
@@ -98,15 +104,35 @@ class Evidence:
 
     def estimate(self, c: Candidate) -> float:
         """The combined score with the pool's BM25 for the unit's own: which candidates are worth an exact one."""
-        return self.combine(c, c.pool / self.best)
+        own = c.pool / self.best
+        if self.head(c):
+            return own
+        near = self.neighbor(c)
+        return (own + THREAD_WEIGHT * self.value.get(c.thread, 0.0)
+                + (NEIGHBOR_WEIGHT * near.pool / self.best if near is not None else 0.0))
+
+    def contenders(self, candidates: list[Candidate], n: int) -> list[Candidate]:
+        """The ``n`` best candidates by the estimate, ties by CID."""
+        ranked = sorted((-self.estimate(c), c.cid, i) for i, c in enumerate(candidates))
+        return [candidates[i] for _, _, i in ranked[:n]]
+
+    def sources(self, chosen: list[Candidate]) -> set[str]:
+        """The units whose matches lend these candidates their evidence."""
+        out = set()
+        for c in chosen:
+            out.update(m.cid for m in self.top.get(c.thread, ()))
+            near = self.neighbor(c)
+            if near is not None:
+                out.add(near.cid)
+        return out
 
     def combine(self, c: Candidate, own: float) -> float:
         """The combined score with ``own`` (its BM25 / best); explain's parts recorded on ``c``."""
         if self.head(c):
             c.parts = {"own": own, "head": True}
             return own
-        top, near = self.thread.get(c.thread, []), self.neighbor(c)
-        thread = sum(share * m.pool / self.best for share, m in zip((1.0, SECOND), top))
+        top, near = self.top.get(c.thread, []), self.neighbor(c)
+        thread = self.value.get(c.thread, 0.0)
         neighbor = near.pool / self.best if near is not None else 0.0
         c.parts = {"own": own, "thread": thread, "thread_from": [m.cid for m in top],
                    "neighbor": neighbor, "neighbor_from": near.cid if near is not None else None}

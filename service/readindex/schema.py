@@ -10,7 +10,7 @@ import tantivy
 
 from ..units import joined_by
 
-FORMAT = 9                     # 9: threads (thread, tpos, joined, tkey)
+FORMAT = 10                    # 10: threads (thread, place, tkey)
 TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
 NO_TOKENS = "cm_none"
 DAY_SHIFT = 2 ** 40            # SQLite's keys: day ordinal * DAY_SHIFT + rowid
@@ -34,10 +34,10 @@ def build_schema() -> tantivy.Schema:
     sb.add_integer_field("ts", fast=True)
     sb.add_integer_field("len", fast=True)     # the exact length in tokens (tantivy keeps one byte of it)
     sb.add_integer_field("cidn", fast=True)    # the CID (12 hex digits) as a number: ties are ordered by it
-    # its thread (12 hex digits as a number), place in it, and whether it has a parent (docs/design.md §3)
+    # its thread (12 hex digits as a number), and its place in it × 4 + how it joined it (units.joined_by):
+    # one fast field read for both (docs/design.md §3)
     sb.add_integer_field("thread", fast=True)
-    sb.add_integer_field("tpos", fast=True)
-    sb.add_integer_field("joined", fast=True)  # how it joined its thread (service/store/push.py)
+    sb.add_integer_field("place", fast=True)
     for name in ("day", "type", "src", "parent", "tkey"):
         sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
     # the unit's public fields: a hit is answered from here, not from ten day files
@@ -90,8 +90,7 @@ def document(day: str, key: int, r, tokens: str | None = None, unit: str | None 
     doc.add_integer("len", r["ntok"])
     doc.add_integer("cidn", int(r["cid"], 16))
     doc.add_integer("thread", int(thread, 16))
-    doc.add_integer("tpos", tpos)
-    doc.add_integer("joined", joined_by(r["parent_cid"], r["metadata"]))
+    doc.add_integer("place", tpos * 4 + joined_by(r["parent_cid"], r["metadata"]))
     doc.add_text("tkey", thread_key(thread, tpos))
     doc.add_text("day", day)
     doc.add_text("type", r["type"])

@@ -52,8 +52,8 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
         if last:
             break
         want *= 4     # a document past these candidates could still win with its exact length
-    tpos = view.searcher.fast_field_values("tpos", [x.hit.address for x in scored]) if scored else []
-    return [Ranked(unit, x.score, x.length, x.tfs, pos) for unit, x, pos in zip(found, scored, tpos)
+    place = view.searcher.fast_field_values("place", [x.hit.address for x in scored]) if scored else []
+    return [Ranked(unit, x.score, x.length, x.tfs, pos >> 2) for unit, x, pos in zip(found, scored, place)
             if unit["cid"] not in drop]
 
 
