@@ -218,11 +218,13 @@ SELECT seq FROM catalog WHERE seq <= :seq AND reserved_ms < :before_ms ORDER BY 
 -- Read-your-writes: the days of the units at or after the read index's low-water mark.
 SELECT day, count(*) AS n FROM catalog WHERE seq >= :low AND day >= :first AND day <= :last GROUP BY day;
 
--- name: ryw_gone
--- Of these CIDs (the read index's answer), those deleted or expired since it was sent.
-SELECT j.value FROM json_each(:cids) AS j
-LEFT JOIN catalog c ON c.cid = j.value AND c.expires_at > :now
-WHERE c.cid IS NULL;
+-- name: data_version
+-- Changes whenever another connection commits to this file (a cache of its reads holds while it is the same).
+PRAGMA data_version;
+
+-- name: ryw_expiry
+-- Of these CIDs (the read index's candidates), each one's expiry in the catalog, NULL when it is gone.
+SELECT j.value AS cid, c.expires_at FROM json_each(:cids) AS j LEFT JOIN catalog c ON c.cid = j.value;
 
 -- name: ryw_store_tokens
 -- A search's tokens for a unit still waiting for the indexer (which then need not make them again).
