@@ -56,6 +56,9 @@ TTL = 365 * 86_400
 # --- the data -----------------------------------------------------------------------------------------
 def load(path: Path, names: list[str] | None) -> dict[str, dict]:
     """sample_id -> sample, from locomo10.json or a folder of conv-*.json."""
+    if not path.exists():
+        raise SystemExit(f"{path} does not exist: get data/locomo10.json from github.com/snap-research/locomo "
+                         "(CC BY-NC 4.0) and pass it with --data (make memory LOCOMO=...)")
     if path.is_dir():
         samples = []
         for f in sorted(path.glob("conv-*.json")):
