@@ -83,7 +83,7 @@ def _rank(view: View, terms: list[str], weights: list[float], k: int, ev: Eviden
     for i in order:
         value, c = scored[i]
         x = scores[i]
-        r = c.ranked if c.ranked is not None else Ranked(unit_of(x.doc), x.score, x.length, x.tfs)
+        r = c.ranked if c.ranked is not None else Ranked(unit_of(x.document(view.searcher)), x.score, x.length, x.tfs)
         r.combined, r.parts, r.tpos = value, c.parts, c.tpos
         out.append(r)
     return out
@@ -136,5 +136,5 @@ def exact(view: View, terms: list[str], weights: list[float], contenders: list[C
             out.append(c.ranked)
             continue
         n = lengths[id(c)]
-        out.append(index.score_exactly(searcher, c.key, n, length_norm(n, avgdl), scoring, len(terms)))
+        out.append(index.score_exactly(searcher, c.key, n, length_norm(n, avgdl), scoring, len(terms), view.schema))
     return out
