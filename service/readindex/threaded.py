@@ -23,6 +23,7 @@ from .schema import thread_key, unit_of
 from ..units import joined_by
 
 FIELDS = ("cidn", "thread", "place")
+VIEW_CACHE = 50_000           # documents (and places) whose fields a view keeps
 
 
 def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
@@ -90,13 +91,28 @@ def _rank(view: View, terms: list[str], weights: list[float], k: int, ev: Eviden
 
 
 def candidates(view: View, hits: list[Hit]) -> list[Candidate]:
-    """The pool's units: CID, thread, place and how each joined, read from fast fields, one call per field."""
+    """The pool's units: CID, thread, place and how each joined, read from fast fields (one call per field for
+    the documents this view has not met yet: a view is one commit, and searches meet the same units again)."""
     if not hits:
         return []
-    addresses = [h.address for h in hits]
-    cidn, thread, place = (view.searcher.fast_field_values(name, addresses) for name in FIELDS)
-    return [Candidate(f"{c:012x}", f"{t:012x}", pos >> 2, pos & 3, h.score, h)
-            for h, c, t, pos in zip(hits, cidn, thread, place)]
+    known = _bounded(view, "fields")
+    new = [h.address for h in hits if (h.address.segment_ord, h.address.doc) not in known]
+    if new:
+        for a, *values in zip(new, *(view.searcher.fast_field_values(name, new) for name in FIELDS)):
+            known[(a.segment_ord, a.doc)] = values
+    out = []
+    for h in hits:
+        c, t, pos = known[(h.address.segment_ord, h.address.doc)]
+        out.append(Candidate(f"{c:012x}", f"{t:012x}", pos >> 2, pos & 3, h.score, h))
+    return out
+
+
+def _bounded(view: View, name: str) -> dict:
+    """A per-view cache (a view lives until the next commit), emptied past VIEW_CACHE entries."""
+    cache = view.cache.get(name)
+    if cache is None or len(cache) > VIEW_CACHE:
+        cache = view.cache[name] = {}
+    return cache
 
 
 def from_ranked(r: Ranked, pooled: bool = True) -> Candidate:
@@ -109,16 +125,34 @@ def from_ranked(r: Ranked, pooled: bool = True) -> Candidate:
 
 
 def neighbors(view: View, p, now: int, places: list[tuple[str, int]]) -> list[Candidate]:
-    """The live units at these places (thread, tpos) that pass the request's filters."""
+    """The live units at these places (thread, tpos) that pass the request's filters. Without filters, what
+    each place holds is kept per view (its document and expiry): searches ask for the same places again."""
     if not places:
         return []
-    # (a disjunction of term lookups: a term set query walks the whole term dictionary, 4x the cost here)
-    query = Query.boolean_query([(Occur.Should, Query.term_query(view.schema, "tkey", thread_key(t, pos)))
-                                 for t, pos in places])
-    found = index.live_best(view, query, p, now, len(places))
+    keys = [thread_key(t, pos) for t, pos in places]
+    if p.types or (p.source and p.source != "*") or p.since is not None or p.until is not None or p.parent_cid \
+            or getattr(p, "project", None) is not None:
+        found = index.live_best(view, _places_query(view, keys), p, now, len(keys))
+    else:
+        known = _bounded(view, "places")
+        missing = [k for k in keys if k not in known]
+        if missing:
+            hits = [Hit(0.0, a) for _, a in view.searcher.search(_places_query(view, missing), len(missing),
+                                                                  count=False).hits]
+            expiry = view.searcher.fast_field_values("exp", [h.address for h in hits])
+            for k in missing:
+                known[k] = None
+            for c, exp in zip(candidates(view, hits), expiry):
+                known[thread_key(c.thread, c.tpos)] = (c.key, exp)
+        found = [e[0] for e in (known[k] for k in keys) if e is not None and e[1] is not None and e[1] > now]
     for c in (out := candidates(view, found)):
         c.pool = 0.0
     return out
+
+
+def _places_query(view: View, keys: list[str]):
+    # (a disjunction of term lookups: a term set query walks the whole term dictionary, 4x the cost here)
+    return Query.boolean_query([(Occur.Should, Query.term_query(view.schema, "tkey", k)) for k in keys])
 
 
 def exact(view: View, terms: list[str], weights: list[float], contenders: list[Candidate], any_hit) -> list:
