@@ -8,7 +8,7 @@ from pathlib import Path
 
 import tantivy
 
-FORMAT = 8
+FORMAT = 9
 TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
 NO_TOKENS = "cm_none"
 DAY_SHIFT = 2 ** 40            # SQLite's keys: day ordinal * DAY_SHIFT + rowid
@@ -32,8 +32,9 @@ def build_schema() -> tantivy.Schema:
     sb.add_integer_field("ts", fast=True)
     sb.add_integer_field("len", fast=True)     # the exact length in tokens (tantivy keeps one byte of it)
     sb.add_integer_field("cidn", fast=True)    # the CID (12 hex digits) as a number: ties are ordered by it
-    for name in ("day", "type", "src", "parent"):
+    for name in ("day", "type", "src", "parent", "project"):
         sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    sb.add_integer_field("global", indexed=True)     # 1: seen from every project (service/unitkeys.py)
     # the unit's public fields: a hit is answered from here, not from ten day files
     sb.add_text_field("content", stored=True, tokenizer_name=NO_TOKENS, index_option="basic")
     sb.add_text_field("unit", stored=True, tokenizer_name=NO_TOKENS, index_option="basic")
@@ -77,6 +78,10 @@ def document(day: str, key: int, r, tokens: str | None = None, unit: str | None 
     doc.add_text("src", r["source"])
     if r["parent_cid"]:
         doc.add_text("parent", r["parent_cid"])
+    if r["project"] is not None:
+        doc.add_text("project", r["project"])
+    if r["is_global"]:
+        doc.add_integer("global", 1)
     return doc
 
 

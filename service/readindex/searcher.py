@@ -73,6 +73,9 @@ def search(view: View, p, terms: list[str], now: int, want: int | None = None) -
         filters.append(Query.range_query(schema, "ts", FieldType.Integer, p.since, p.until))
     if p.parent_cid:
         filters.append(Query.term_query(schema, "parent", p.parent_cid))
+    if p.project is not None:
+        filters.append(Query.boolean_query([(Occur.Should, Query.term_query(schema, "project", p.project)),
+                                            (Occur.Should, Query.term_query(schema, "global", 1))]))
     if filters:
         query = _filtered(query, filters)
     # Expired documents (not yet purged by the janitor) are dropped after ranking, which keeps the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 
+from ...unitkeys import derive_text
 from ...units import now_ms
 from .shards import schema, sql
 
@@ -18,9 +19,20 @@ def migrate_shard(conn: sqlite3.Connection) -> None:
     version = conn.execute(sql("schema_version")).fetchone()[0]
     if version == 1:
         log.info("migrating shard to schema 2 (tokens in units, external-content FTS5)")
-        for statement in schema("shard_migrate_v2.sql").split(";\n"):
-            if statement.strip():
-                conn.execute(statement)
+        _run_script(conn, "shard_migrate_v2.sql")
+        version = 2
+    if version == 2:
+        log.info("migrating shard to schema 3 (keys derived from metadata: project, is_global)")
+        _run_script(conn, "shard_migrate_v3.sql")
+        # derived by the push's own rule (the read index's format changed with them: it is built again)
+        conn.executemany(sql("migrate_v3_set"), [{"id": r["id"], **derive_text(r["metadata"])}
+                                                 for r in conn.execute(sql("migrate_v3_rows")).fetchall()])
+
+
+def _run_script(conn: sqlite3.Connection, name: str) -> None:
+    for statement in schema(name).split(";\n"):
+        if statement.strip():
+            conn.execute(statement)
 
 
 def remove_rows(conn: sqlite3.Connection, rows) -> int:

@@ -17,7 +17,7 @@ from ...config import Config
 from ...formats import DAY_FILE_RE, TENANT_RE
 from .rows import migrate_shard
 
-SHARD_SCHEMA_VERSION = 2          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
+SHARD_SCHEMA_VERSION = 3          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
 from .shards import Db, OpenShards, fetch_all, fetch_one
 
 
