@@ -1,7 +1,6 @@
 """The client: one ``requests.Session``, retries only where a retry is safe and useful."""
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
@@ -9,17 +8,13 @@ from typing import Any, Iterable, Iterator, Optional
 
 import requests
 
+from .cid import compute_cid
 from .live import LiveMixin, Stream  # noqa: F401 - stream() and the tool registry (issue 16)
 
 # Worth retrying: the server is busy or storage is briefly unavailable. Every other 4xx is the
 # caller's mistake and would fail again. Pushes are safe to repeat: the CID makes them idempotent.
 RETRY_STATUSES = frozenset({429, 503})
 MAX_BATCH = 1000
-
-
-def compute_cid(content: str, timestamp: int, source: str) -> str:
-    """First 12 hex digits of sha256(content + str(timestamp) + source), UTF-8: the server's rule."""
-    return hashlib.sha256((content + str(timestamp) + source).encode("utf-8")).hexdigest()[:12]
 
 
 def make_unit(content: str, *, type: str = "tool_output", source: str, ttl: Optional[int] = None,
