@@ -172,12 +172,12 @@ def handle(client, event: Event, settings: Settings, deadline: Deadline) -> dict
     """Store what the event carries and work out the answer (None: say nothing)."""
     store = HookStore(client.name, event, settings, HookHttp(settings.url, settings.api_key, deadline), deadline)
     context = deny = None
-    if event.kind == "session-start":
-        store.push_root()
-        context = store.session_context(history=True)
-    elif event.kind == "prompt":
-        store.push_prompt()
-        context = store.prompt_context()
+    if event.kind in ("session-start", "prompt"):
+        # the push and the context it does not need are answered side by side; a failed push still fails the call
+        pending = store.push_root() if event.kind == "session-start" else store.push_prompt()
+        context = store.session_context(history=True) if event.kind == "session-start" else store.prompt_context()
+        if pending is not None:
+            pending.result()
     elif event.kind == "post-tool":
         store.push_tool_output()
     elif event.kind == "pre-tool":

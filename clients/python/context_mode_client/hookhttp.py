@@ -55,6 +55,10 @@ class HookHttp:
     def push_batch(self, units: list) -> list:
         return self.post("/mcp/push", {"units": units})["results"]
 
+    def push_later(self, units: list) -> "Pending":
+        """Send a push and read its answer later (``result()``): a hook asks for context meanwhile."""
+        return Pending(self, self.send("/mcp/push", {"units": units}), lambda body: body["results"])
+
     def context(self, query: str, **params) -> dict:
         return self.post("/mcp/context", {"query": query, **params})
 
@@ -62,6 +66,10 @@ class HookHttp:
         return self.post("/mcp/search", {"query": query, **params})
 
     def post(self, path: str, body: dict) -> dict:
+        return self.receive(self.send(path, body))
+
+    def send(self, path: str, body: dict):
+        """Connect and send one request; the socket, to ``receive`` its answer from."""
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
         host = f"[{self.host}]" if ":" in self.host else self.host
         head = [f"POST {self.base}{path} HTTP/1.1", f"Host: {host}:{self.port}", "User-Agent: context-mode-hook/0.1",
@@ -79,6 +87,17 @@ class HookHttp:
         try:
             sock.settimeout(self._left())
             sock.sendall(request)
+        except _socket.timeout:
+            sock.close()
+            raise HookError("the service did not answer within the hook's deadline", "timeout") from None
+        except OSError as e:
+            sock.close()
+            raise HookError(f"{type(e).__name__}: {e}", "connection_error") from None
+        return sock
+
+    def receive(self, sock) -> dict:
+        """The answer to a request ``send`` sent on ``sock`` (which it closes)."""
+        try:
             status, headers, raw = self._read(sock)
         except _socket.timeout:
             raise HookError("the service did not answer within the hook's deadline", "timeout") from None
@@ -167,6 +186,16 @@ class HookHttp:
         if not chunk and not allow_eof:
             raise HookError("the connection closed before the answer was complete", "connection_error")
         return chunk
+
+
+class Pending:
+    """A request sent whose answer is read when needed."""
+
+    def __init__(self, http: HookHttp, sock, shape):
+        self.http, self.sock, self.shape = http, sock, shape
+
+    def result(self):
+        return self.shape(self.http.receive(self.sock))
 
 
 def _decode(status: int, headers: dict, raw: bytes) -> dict:

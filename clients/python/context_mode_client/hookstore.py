@@ -192,15 +192,22 @@ class HookStore:
             raise HookTimeout()
         return self.api.push_batch(units)
 
+    def _push_later(self, units: list):
+        """A push whose answer is read after the context is asked for (they run side by side in the service)."""
+        if self.deadline.left() <= 0:
+            raise HookTimeout()
+        return self.api.push_later(units)
+
     def _remember(self, type_: str, cid: str, text: str) -> None:
         history = self.state.data.setdefault("history", [])
         history.append({"type": type_, "cid": cid, "text": clip(text, MAX_HISTORY_CHARS)})
         del history[:-KEEP_HISTORY]
 
-    def push_root(self) -> None:
+    def push_root(self):
+        """The session root, sent; the pending answer (``result()``)."""
         root = self.root()
         self.state.save()
-        self._push([root])
+        return self._push_later([root])
 
     def prompt(self) -> str:
         """The event's prompt as stored and asked with (cleaned once)."""
@@ -208,16 +215,17 @@ class HookStore:
             self._prompt = self.clean(self.event.prompt)
         return self._prompt
 
-    def push_prompt(self) -> None:
+    def push_prompt(self):
+        """The prompt (with the root), sent; the pending answer, or None when there is nothing to store."""
         text = self.prompt()
         if not text.strip():
-            return
+            return None
         root = self.root()
         unit = self._unit(text, "user_input", f"{self.client}_prompt", self._meta(), root["cid"])
         self.state.data["prompt"] = unit["cid"]
         self._remember("user_input", unit["cid"], text)
         self.state.save()                   # before the push: a slow service must not lose the lineage
-        self._push([root, unit])
+        return self._push_later([root, unit])
 
     def push_tool_output(self) -> None:
         e = self.event
