@@ -100,8 +100,9 @@ def agent_env(home, server, key=KEY, **extra) -> dict:
     return env
 
 
-def claude_project(tmp_path, *, hooks: bool = False):
-    """A project holding the shipped .mcp.json (and hooks), approved and trusted as `claude` would record it."""
+def claude_project(tmp_path, *, hooks: bool = False, trusted: bool = True):
+    """A project holding the shipped .mcp.json (and hooks), approved and (unless told not) trusted as `claude`
+    would record it."""
     home, project = tmp_path / "home", tmp_path / "project"
     (project / ".claude").mkdir(parents=True)
     home.mkdir()
@@ -110,8 +111,8 @@ def claude_project(tmp_path, *, hooks: bool = False):
         json.dumps({"enabledMcpjsonServers": ["context-mode", "context-mode-stdio"]}))
     if hooks:
         shutil.copy(HOOK_CONFIGS["claude-code"], project / ".claude" / "settings.json")
-    (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True,
-                                                   "projects": {str(project): {"hasTrustDialogAccepted": True}}}))
+    projects = {str(project): {"hasTrustDialogAccepted": True}} if trusted else {}
+    (home / ".claude.json").write_text(json.dumps({"hasCompletedOnboarding": True, "projects": projects}))
     return home, project
 
 
@@ -134,6 +135,10 @@ def test_claude_code_reports_both_shipped_mcp_entries_connected(agents, server, 
     bad = status_lines(run([str(agents / "claude"), "mcp", "list"], project,
                            agent_env(home, server, key="wrong-key-0123456789")))
     assert set(bad) == set(good) and not any(s.endswith("Connected") for s in bad.values()), bad   # the key counts
+    # clients/MCP.md: the approval in .claude/settings.local.json counts only in a folder trusted once
+    home, project = claude_project(tmp_path / "untrusted", trusted=False)
+    waiting = status_lines(run([str(agents / "claude"), "mcp", "list"], project, agent_env(home, server)))
+    assert set(waiting) == set(good) and all("Pending approval" in s for s in waiting.values()), waiting
 
 
 @needs_agents
@@ -149,6 +154,10 @@ def test_gemini_cli_reports_both_shipped_mcp_entries_connected_in_a_trusted_fold
     bad = status_lines(run([str(agents / "gemini"), "mcp", "list"], project,
                            agent_env(home, server, key="wrong-key-0123456789")))
     assert set(bad) == set(good) and not any(s == "Connected" for s in bad.values()), bad
+    # clients/MCP.md: without its {"/abs/folder": "TRUST_FOLDER"} entry the project's settings stay disabled
+    (home / ".gemini" / "trustedFolders.json").write_text(json.dumps({}))
+    untrusted = status_lines(run([str(agents / "gemini"), "mcp", "list"], project, agent_env(home, server)))
+    assert untrusted == {"context-mode": "Disabled", "context-mode-stdio": "Disabled"}, untrusted
 
 
 
