@@ -166,7 +166,8 @@ def test_gemini_cli_reports_both_shipped_mcp_entries_connected_in_a_trusted_fold
 SECRET = "sk-proj-Zx8Kq3Lm9Vt2Rb7Nc4Wp1Ys6Hd0Jf5Ga3Ue8Io2Pq"
 TRIGGER = "with a shell command"
 COMMAND = f"echo 'ORD-7731 refund stuck: carrier timeout; OPENAI_API_KEY={SECRET}'"
-STORED_OUTPUT = "ORD-7731 refund stuck: carrier timeout; OPENAI_API_KEY=[REDACTED:openai_key]"
+# the secret's tag names the detector's rule, whichever that is
+STORED_OUTPUT = re.compile(r"ORD-7731 refund stuck: carrier timeout; OPENAI_API_KEY=\[REDACTED:[\w-]+\]")
 FIRST = f"check the ORD-7731 refund {TRIGGER}"
 SECOND = "what did we find about ORD-7731 last time?"
 
@@ -267,7 +268,7 @@ def test_two_sessions_in_the_real_cli_store_the_work_and_bring_it_back(agents, s
     [output] = [u for u in stored if u["type"] == "tool_output"]
     assert root["metadata"]["hook"] == f"{agent} SessionStart"          # not the last event that stored it again
     assert prompt["content"] == FIRST and prompt["parent_cid"] == root["cid"]
-    assert output["content"] == STORED_OUTPUT and output["parent_cid"] == prompt["cid"]   # no agent wrapper left
+    assert STORED_OUTPUT.fullmatch(output["content"]) and output["parent_cid"] == prompt["cid"], output   # no wrapper
     assert {u["metadata"]["project"] for u in stored} == {str(repo)}
     assert SECRET not in json.dumps(stored)
 
