@@ -95,12 +95,13 @@ DELETE FROM catalog WHERE day = :day AND expires_at <= :now;
 -- ===== primary/YYYY-MM-DD.db =====
 -- name: unit_upsert
 INSERT INTO units(cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, pushed_ms,
-                  thread, tpos)
+                  project, is_global, thread, tpos)
 VALUES (:cid, :seq, :type, :source, :timestamp, :ttl, :expires_at, :content, :metadata, :parent_cid, :pushed_ms,
-        :thread, :tpos)
+        :project, :is_global, :thread, :tpos)
 ON CONFLICT(cid) DO UPDATE SET
     type = excluded.type, ttl = excluded.ttl, expires_at = excluded.expires_at,
     metadata = excluded.metadata, parent_cid = excluded.parent_cid,
+    project = excluded.project, is_global = excluded.is_global,
     -- the read index holds these fields: an indexed row is sent again, replacing what was sent
     indexed = CASE WHEN units.indexed > 0 THEN 3 ELSE 0 END
 WHERE units.content = excluded.content AND units.timestamp = excluded.timestamp
@@ -162,6 +163,15 @@ SELECT term, doc FROM units_vocab WHERE term = :term;
 -- name: schema_version
 SELECT value FROM meta WHERE key = 'schema_version';
 
+-- name: migrate_v3_rows
+-- Shard schema 2 -> 3: the rows whose metadata may name a project or global (the keys are derived in Python,
+-- by the rule every push follows: service/unitkeys.py).
+SELECT id, metadata FROM units
+WHERE metadata IS NOT NULL AND (instr(metadata, '"project"') > 0 OR instr(metadata, '"global"') > 0);
+
+-- name: migrate_v3_set
+UPDATE units SET project = :project, is_global = :is_global WHERE id = :id;
+
 -- ===== read index sync (service/store/sqlite/readsync.py) =====
 -- name: unit_read_delete
 -- A removed row the read index may hold (any indexed row: a crash may have left it there unflagged).
@@ -169,7 +179,7 @@ INSERT INTO read_deletes(id) SELECT :id WHERE :indexed > 0;
 
 -- name: sync_rows
 SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid,
-       thread, tpos
+       project, is_global, thread, tpos
 FROM units WHERE indexed IN (1, 3) ORDER BY id LIMIT :limit;
 
 -- name: sync_deletes
@@ -191,7 +201,7 @@ DELETE FROM read_deletes WHERE n <= :n;
 -- name: sync_page
 -- A rebuild streams every indexed row, in id order.
 SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid,
-       thread, tpos
+       project, is_global, thread, tpos
 FROM units WHERE indexed > 0 AND id > :after ORDER BY id LIMIT :limit;
 
 -- name: sync_reset_deletes

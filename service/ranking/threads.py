@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..units import JOINED_BY_PARENT, JOINED_BY_TIME
+from ..unitkeys import JOINED_BY_PARENT, JOINED_BY_TIME
 
 THREAD_WEIGHT = 0.6
 SECOND = 0.5              # the share of a thread's second-best match in its evidence
@@ -49,7 +49,7 @@ class Candidate:
     cid: str
     thread: str
     tpos: int
-    joined: int               # how it joined its thread (units.JOINED_BY_*)
+    joined: int               # how it joined its thread (unitkeys.JOINED_BY_*)
     pool: float               # 0 for a neighbor pulled in that matches nothing
     key: object = None        # the path's handle on it (a read-index hit, a row)
     ranked: object = None     # its Ranked where the path has it already (exact BM25 and fields)

@@ -89,6 +89,9 @@ def live_best(view: View, query, p, now: int, want: int) -> list[Hit]:
         filters.append(Query.range_query(schema, "ts", FieldType.Integer, p.since, p.until))
     if p.parent_cid:
         filters.append(Query.term_query(schema, "parent", p.parent_cid))
+    if p.project is not None:
+        filters.append(Query.boolean_query([(Occur.Should, Query.term_query(schema, "project", p.project)),
+                                            (Occur.Should, Query.term_query(schema, "global", 1))]))
     if filters:
         query = _filtered(query, filters)
     # Expired documents (not yet purged by the janitor) are dropped after ranking, which keeps the

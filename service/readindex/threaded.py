@@ -20,7 +20,7 @@ from ..ranking.threads import EXTRA, POOL, Candidate, Evidence, has_threads, pul
 from . import searcher as index
 from .reader import Hit, View
 from .schema import thread_key, unit_of
-from ..units import joined_by
+from ..unitkeys import joined_by
 
 FIELDS = ("cidn", "thread", "place")
 VIEW_CACHE = 50_000           # documents (and places) whose fields a view keeps

@@ -66,6 +66,8 @@ CREATE TABLE IF NOT EXISTS units (
     metadata    text,
     parent_cid  text,
     pushed_ms   bigint NOT NULL,
+    project     text,                       -- keys derived from the metadata at push time, for search
+    is_global   boolean NOT NULL DEFAULT false,  -- filters (service/unitkeys.py; schema version 4)
     PRIMARY KEY (tenant, day, cid)
 ) PARTITION BY RANGE (day);
 CREATE INDEX IF NOT EXISTS units_expires ON units (expires_at);
@@ -92,6 +94,8 @@ CREATE TABLE IF NOT EXISTS unit_terms (
     parent_cid  text,
     ntok        integer NOT NULL,
     tfs         jsonb   NOT NULL,
+    project     text,
+    is_global   boolean NOT NULL DEFAULT false,
     -- cid first: no index serves "tenant = ..." alone, so a search never ANDs a bitmap of all the
     -- tenant's rows with the terms' (that grew with the tenant: ~3 ms at 20k units, ~15 ms at 100k)
     PRIMARY KEY (cid, tenant)
@@ -112,6 +116,8 @@ CREATE TABLE IF NOT EXISTS pending (
     timestamp   bigint NOT NULL,
     expires_at  bigint NOT NULL,
     parent_cid  text,
+    project     text,
+    is_global   boolean NOT NULL DEFAULT false,
     PRIMARY KEY (tenant, cid)
 ) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000);
 -- (a queue: every row is deleted soon after it is written; vacuumed by count, not by share, so scans
@@ -223,3 +229,12 @@ ALTER INDEX unit_terms_tfs SET (fastupdate = on);
 UPDATE cms_meta SET value = 2 WHERE key = 'schema_version' AND value < 2;
 -- Version 3 (a read index on every node): pending_seq (above).
 UPDATE cms_meta SET value = 3 WHERE key = 'schema_version' AND value < 3;
+-- Version 4 (project scopes): the keys derived from the metadata (service/unitkeys.py) on every table search
+-- filters; the rows stored before are given theirs by the store after this script (PgStore._ensure_schema).
+ALTER TABLE units ADD COLUMN IF NOT EXISTS project text;
+ALTER TABLE units ADD COLUMN IF NOT EXISTS is_global boolean NOT NULL DEFAULT false;
+ALTER TABLE unit_terms ADD COLUMN IF NOT EXISTS project text;
+ALTER TABLE unit_terms ADD COLUMN IF NOT EXISTS is_global boolean NOT NULL DEFAULT false;
+ALTER TABLE pending ADD COLUMN IF NOT EXISTS project text;
+ALTER TABLE pending ADD COLUMN IF NOT EXISTS is_global boolean NOT NULL DEFAULT false;
+UPDATE cms_meta SET value = 4 WHERE key = 'schema_version' AND value < 4;

@@ -31,6 +31,7 @@ from .rows import (
     PARTITION_LOCK,
     SCHEMA_LOCK,
     SCHEMA_VERSION,
+    backfill_keys,
     content_rows,
     escape_content,
     next_day,
@@ -114,11 +115,15 @@ class PgStore(StoreApi):
     def _ensure_schema(conn) -> None:
         """Create the tables once, or upgrade them from an earlier schema version (re-runnable; under a
         lock, since every node starts with this)."""
-        if (conn.execute(sql("schema_present")).fetchone()["ok"]
-                and conn.execute(sql("schema_version")).fetchone()["version"] >= SCHEMA_VERSION):
+        present = conn.execute(sql("schema_present")).fetchone()["ok"]
+        if present and conn.execute(sql("schema_version")).fetchone()["version"] >= SCHEMA_VERSION:
             return
         conn.execute(sql("advisory_lock"), {"key": SCHEMA_LOCK})
+        # (read again under the lock: another node may have upgraded meanwhile)
+        before = conn.execute(sql("schema_version")).fetchone()["version"] if present else SCHEMA_VERSION
         conn.execute(schema())
+        if before < 4:                  # (version 4 added the keys derived from metadata)
+            backfill_keys(conn)
 
     def write(self, fn, *args):
         """``fn(conn, *args)`` in one primary transaction; PostgreSQL down or failing is a 503."""
@@ -453,7 +458,7 @@ class Plan(PushPlan):
         params = {"tenant": self.tenant, "cid": u.cid, "day": u.day, "timestamp": u.timestamp,
                   "source": u.source, "digest": u.digest, "expires_at": u.expires_at,
                   "parent_cid": u.parent_cid, "type": u.type, "ttl": u.ttl, "content": escape_content(u.content),
-                  "metadata": u.metadata_json(), "pushed_ms": self.ms}
+                  "metadata": u.metadata_json(), "pushed_ms": self.ms, **u.keys}
         if row is None:
             self.last += 1
             params["seq"] = self.last

@@ -192,7 +192,7 @@ class Store(StoreApi):
             cur = conn.execute(sql("unit_upsert"), {
                 "cid": u.cid, "seq": seq, "type": u.type, "source": u.source, "timestamp": u.timestamp,
                 "ttl": u.ttl, "expires_at": u.expires_at, "content": u.content,
-                "metadata": u.metadata_json(), "parent_cid": u.parent_cid, "pushed_ms": ms,
+                "metadata": u.metadata_json(), "parent_cid": u.parent_cid, "pushed_ms": ms, **u.keys,
                 "thread": thread, "tpos": tpos})
             if cur.rowcount == 0:
                 results[i] = collision(u.cid)      # the shard holds a different unit under this CID: kept
