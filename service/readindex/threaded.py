@@ -131,7 +131,7 @@ def neighbors(view: View, p, now: int, places: list[tuple[str, int]]) -> list[Ca
         return []
     keys = [thread_key(t, pos) for t, pos in places]
     if p.types or (p.source and p.source != "*") or p.since is not None or p.until is not None or p.parent_cid \
-            or getattr(p, "project", None) is not None:
+            or p.project is not None:
         found = index.live_best(view, _places_query(view, keys), p, now, len(keys))
     else:
         known = _bounded(view, "places")
