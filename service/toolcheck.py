@@ -4,7 +4,8 @@ A tool is a name, a description, an endpoint, an ``auth_type``, tags, metadata, 
 schemas checked as JSON Schema 2020-12 (``jsonschema``). No credential is ever stored: every string of
 a tool is checked, keys included (title, description, metadata, every schema keyword and value, the
 endpoint's user info, query and fragment); only the kind of auth is kept. Schemas' $ref and $id are
-local pointers, acyclic, with a bounded expansion.
+local pointers or anchors, recursive only through a deeper part of the instance, with a bounded
+expansion (service/schemarefs.py).
 service/store/sqlite/registry.py stores and searches what passes.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .errors import ApiError, BadRequest, NotFound, Unprocessable
 from .params import plain_text
+from .schemarefs import check_refs
 from .units import _check_metadata_values
 
 TOOL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -108,7 +110,6 @@ def _scan(value, where: str, *, keys: bool) -> None:
 
 _NAMED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _LITERALS = ("default", "const", "examples", "enum")
-MAX_REF_EXPANSION = 10_000     # schema nodes a client that inlines every $ref would build
 
 
 def _schema_values(schema, where: str) -> None:
@@ -142,69 +143,11 @@ def _schema_values(schema, where: str) -> None:
             raise CredentialRefused(path)
 
 
-def _local_refs_only(schema, bad) -> None:
-    stack = [schema]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, dict):
-            for kw in ("$ref", "$dynamicRef", "$id"):
-                v = n.get(kw)
-                if v is not None and (not isinstance(v, str) or not v.startswith("#")):
-                    raise bad(f"{kw} {str(v)[:64]!r} points outside the schema; only local '#/...' pointers "
-                              "are accepted.")
-            stack.extend(n.values())
-        elif isinstance(n, list):
-            stack.extend(n)
-
-
 def _refs(schema, name: str) -> None:
-    """$ref and $id point inside the schema only (``#`` or ``#/...``: a remote one makes every client that
-    resolves it fetch that URL), no $ref is cyclic, and inlining every $ref stays under MAX_REF_EXPANSION
-    nodes (2^59 fan-out otherwise fits in a few KiB)."""
+    """$ref and $id point inside the schema only, recursion is told apart from expansion (schemarefs)."""
     def bad(msg):
         return BadRequest(f"Field {name!r}: {msg}", code="invalid_schema", field=name)
-
-    _local_refs_only(schema, bad)
-
-    def target(ref: str):
-        node = schema
-        for part in ref[2:].split("/") if ref.startswith("#/") else []:
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isascii() and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                raise bad(f"$ref {ref[:64]!r} points at nothing.")
-        return node
-
-    sizes: dict[int, int] = {}
-    resolving: set[int] = set()
-
-    def size(node, depth=0) -> int:
-        if not isinstance(node, (dict, list)):
-            return 1
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        if key in resolving:
-            raise bad("$ref is cyclic.")
-        resolving.add(key)
-        total = 1
-        children = node.values() if isinstance(node, dict) else node
-        for child in children:
-            total += size(child, depth + 1)
-        if isinstance(node, dict) and isinstance(node.get("$ref"), str):
-            total += size(target(node["$ref"]), depth + 1)
-        resolving.discard(key)
-        sizes[key] = total
-        if total > MAX_REF_EXPANSION:
-            raise bad(f"inlining its $refs would build more than {MAX_REF_EXPANSION} schema nodes.")
-        return total
-    try:
-        size(schema)
-    except RecursionError:
-        raise bad("$ref chains too deep.") from None
+    check_refs(schema, bad)
 
 
 def _string(raw: dict, name: str, limit: int, *, required: bool = False) -> str | None:

@@ -76,9 +76,22 @@ BOMBS = [
     ("relative_ref", {"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}}),
     ("cyclic_ref", {"type": "object", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
                     "properties": {"x": {"$ref": "#/$defs/a"}}}),
-    ("self_ref", {"type": "object", "properties": {"x": {"$ref": "#"}}}),
     ("fanout_2_to_59", fanout(60)),
     ("dangling_ref", {"type": "object", "properties": {"x": {"$ref": "#/$defs/nope"}}}),
+    # issue 39, low 10: loops that stay at one place of the instance, and expansion through in-place keywords
+    ("self_ref_in_place", {"type": "object", "allOf": [{"$ref": "#"}]}),
+    ("not_self", {"type": "object", "not": {"$ref": "#"}}),
+    ("anchor_loop", {"type": "object", "$defs": {"a": {"$anchor": "a", "anyOf": [{"$ref": "#b"}]},
+                                                 "b": {"$anchor": "b", "if": {"$ref": "#a"}}},
+                     "properties": {"x": {"$ref": "#a"}}}),
+    ("dangling_anchor", {"type": "object", "properties": {"x": {"$ref": "#nowhere"}}}),
+    ("allof_fanout", {"type": "object", "$defs": {"d0": {"type": "string"}, **{
+        f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i - 1}"}, {"$ref": f"#/$defs/d{i - 1}"}]} for i in range(1, 40)}},
+        "properties": {"x": {"$ref": "#/$defs/d39"}}}),
+    ("properties_fanout", {"type": "object", "$defs": {"d0": {"type": "string"}, **{
+        f"d{i}": {"type": "object", "properties": {"a": {"$ref": f"#/$defs/d{i - 1}"},
+                                                   "b": {"$ref": f"#/$defs/d{i - 1}"}}} for i in range(1, 40)}},
+        "properties": {"x": {"$ref": "#/$defs/d39"}}}),
 ]
 
 
@@ -98,3 +111,44 @@ def test_local_refs_and_credential_words_without_values_are_kept(server):
         "x-api-key": ""}, endpoint="https://api.example.com/weather#section")
     rv = requests.post(server.url + "/mcp/tools", json=ok, headers=server.headers(ADMIN), timeout=10)
     assert rv.status_code == 200, rv.text
+
+
+# Valid recursive schemas (issue 39, low 10): each cycle passes through a keyword that applies to a part of the
+# instance, so validation follows the instance down and ends with it.
+TREE = {"type": "object", "$defs": {"node": {"type": "object", "properties": {
+    "name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+    "properties": {"tree": {"$ref": "#/$defs/node"}}}
+RECURSIVE = [
+    ("items_root", {"type": "object", "properties": {"x": {"type": "array", "items": {"$ref": "#"}}}},
+     {"x": [{"x": [{"x": []}]}]}, {"x": [{"x": 5}]}),
+    ("properties_root", {"type": "object", "properties": {"next": {"$ref": "#"}, "v": {"type": "integer"}}},
+     {"next": {"next": {"v": 1}}}, {"next": {"v": "one"}}),
+    ("defs_tree", TREE, {"tree": {"name": "a", "children": [{"name": "b", "children": []}]}},
+     {"tree": {"children": [{"name": 7}]}}),
+    ("anchor", {"type": "object", "$defs": {"n": {"$anchor": "node", "type": "object",
+                                                  "additionalProperties": {"$ref": "#node"}}},
+                "properties": {"root": {"$ref": "#node"}}}, {"root": {"a": {"b": {}}}}, {"root": {"a": 1}}),
+    ("dynamic_anchor", {"type": "object", "$dynamicAnchor": "meta",
+                        "properties": {"kids": {"type": "array", "items": {"$dynamicRef": "#meta"}}}},
+     {"kids": [{"kids": []}]}, {"kids": [1]}),
+]
+
+
+@pytest.mark.parametrize("name,input_schema,good,bad", RECURSIVE, ids=[r[0] for r in RECURSIVE])
+def test_recursive_schemas_and_anchor_refs_are_accepted(server, name, input_schema, good, bad):
+    from jsonschema import Draft202012Validator
+    validator = Draft202012Validator(input_schema)         # a real validator terminates on them
+    assert validator.is_valid(good) and not validator.is_valid(bad)
+    body = tool(name=f"recursive_{name}", input_schema=input_schema)
+    rv = requests.post(server.url + "/mcp/tools", json=body, headers=server.headers(ADMIN), timeout=10)
+    assert rv.status_code == 200, (name, rv.text)
+    rv = requests.get(f"{server.url}/mcp/tools/recursive_{name}", headers=server.headers(READER), timeout=10)
+    assert rv.json()["input_schema"] == input_schema
+
+
+@pytest.mark.parametrize("name", ["self_ref_in_place", "not_self", "anchor_loop"])
+def test_the_loops_refused_are_the_ones_a_validator_cannot_finish(name):
+    from jsonschema import Draft202012Validator
+    schema = dict(BOMBS)[name]
+    with pytest.raises(RecursionError):
+        Draft202012Validator(schema).is_valid({"x": 1})
