@@ -68,6 +68,9 @@ class Config:
     max_request_bytes: int = 1024 * 1024         # every other route's body (search, MCP, retrieval, ...)
     max_metadata_depth: int = 32
     max_lineage_bytes: int = 4 * 1024 * 1024     # content in one lineage answer (REST and review-lineage)
+    # Mask credentials in every pushed unit (content, source, metadata) with the hooks' detector before it is
+    # stored, under the CID of what is stored (docs/design.md §3); off: units are stored as sent.
+    mask_pushes: bool = False
     # Tokenizer (docs/design.md §6).
     segmenter: str = "auto"          # auto | rjieba | jieba
     user_dict: str | None = None

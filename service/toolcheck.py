@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
+from context_mode_client import secretscan
+
 from .errors import ApiError, BadRequest, NotFound, Unprocessable
 from .params import plain_text
 from .schemarefs import check_refs
@@ -32,28 +34,9 @@ MAX_SCHEMA_DEPTH = 64
 MAX_SEARCH_QUERY = 4096
 DRAFT_2020_12 = ("https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2020-12/schema#")
 
-# Credentials are refused wherever they may hide (metadata keys and values, the endpoint, schema
-# defaults and examples, the description). Key names are compared without case, '-' and '_'.
-SECRET_KEYS = frozenset({"password", "passwd", "pwd", "secret", "token", "apikey", "apitoken", "accesstoken",
-                         "refreshtoken", "authtoken", "bearer", "bearertoken", "idtoken", "sessiontoken",
-                         "sessionid", "cookie", "authorization", "credential", "credentials", "privatekey",
-                         "secretkey", "accesskey", "clientsecret", "xapikey"})
-SECRET_KEY_ENDINGS = ("password", "secret", "apikey", "accesstoken", "refreshtoken", "authtoken", "privatekey",
-                      "secretkey", "accesskey", "credentials", "sessiontoken")
-SECRET_VALUES = re.compile("|".join((
-    r"\bBearer\s+[A-Za-z0-9._~+/=-]{16,}",            # an Authorization header value
-    r"\bBasic\s+[A-Za-z0-9+/]{12,}={0,2}",
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
-    r"\bAKIA[0-9A-Z]{16}\b",                           # AWS access key id
-    r"\bgh[pousr]_[A-Za-z0-9]{30,}",                   # GitHub tokens
-    r"\bsk-[A-Za-z0-9_-]{20,}",                        # OpenAI-style secret keys
-    r"\bxox[abprs]-[A-Za-z0-9-]{10,}",                 # Slack tokens
-    r"\bAIza[0-9A-Za-z_-]{35}",                        # Google API keys
-    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",   # a JWT
-    r"\bcms_[A-Za-z0-9_-]{20,}",                       # this service's own keys (service/auth.py new_key)
-    r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@",      # a URL with a password: postgres://admin:pw@db
-    r"[#?&](?:access_token|id_token|refresh_token|api_key|apikey|token|password)=[^&\s]+",
-)))
+# Credentials are refused wherever they may hide (metadata keys and values, the endpoint, schema defaults and
+# examples, the description), found by the client package's one secret detector, the one the hooks mask with:
+# linear in its input, so a registration cannot hold a worker (issue 39, findings 5 and 6).
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -87,8 +70,19 @@ class Tool:
 
 
 def _secret_key(key: str) -> bool:
-    norm = re.sub(r"[-_\s.]", "", key.lower())
-    return norm in SECRET_KEYS or norm.endswith(SECRET_KEY_ENDINGS)
+    return secretscan.secret_name(key)
+
+
+def _secret_value(key: str, value) -> bool:
+    """A value under a key named like a secret: any for password, token, ...; a string for auth, sig (an
+    object under "auth" describes the auth, and is scanned like any other)."""
+    if value in (None, "", False):
+        return False
+    return secretscan.secret_name(key, strict=True) or (secretscan.secret_name(key) and isinstance(value, str))
+
+
+def _secret_text(text: str) -> bool:
+    return secretscan.first(text) is not None
 
 
 def _scan(value, where: str, *, keys: bool) -> None:
@@ -97,11 +91,11 @@ def _scan(value, where: str, *, keys: bool) -> None:
     while stack:
         item, path = stack.pop()
         if isinstance(item, str):
-            if SECRET_VALUES.search(item):
+            if _secret_text(item):
                 raise CredentialRefused(path)
         elif isinstance(item, dict):
             for k, v in item.items():
-                if SECRET_VALUES.search(str(k)) or (keys and _secret_key(str(k)) and v not in (None, "", False)):
+                if _secret_text(str(k)) or (keys and _secret_value(str(k), v)):
                     raise CredentialRefused(f"{path}.{k}")
                 stack.append((v, f"{path}.{k}"))
         elif isinstance(item, list):
@@ -122,7 +116,7 @@ def _schema_values(schema, where: str) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
                 key = str(k)
-                if SECRET_VALUES.search(key):
+                if _secret_text(key):
                     raise CredentialRefused(path)
                 if key in _LITERALS:
                     _scan(v, f"{path}.{key}", keys=True)
@@ -130,7 +124,7 @@ def _schema_values(schema, where: str) -> None:
                         raise CredentialRefused(f"{path}.{key}")
                 elif key in _NAMED and isinstance(v, dict):
                     for name, sub in v.items():
-                        if SECRET_VALUES.search(str(name)):
+                        if _secret_text(str(name)):
                             raise CredentialRefused(f"{path}.{key}")
                         stack.append((sub, f"{path}.{key}.{name}", _secret_key(str(name))))
                 else:
@@ -139,7 +133,7 @@ def _schema_values(schema, where: str) -> None:
                     stack.append((v, f"{path}.{key}", False))
         elif isinstance(node, list):
             stack.extend((v, f"{path}[{i}]", False) for i, v in enumerate(node))
-        elif isinstance(node, str) and SECRET_VALUES.search(node):
+        elif isinstance(node, str) and _secret_text(node):
             raise CredentialRefused(path)
 
 
@@ -184,7 +178,7 @@ def _endpoint(raw: dict) -> str | None:
     if parts.username is not None or parts.password is not None:
         raise CredentialRefused("endpoint")
     for key, val in parse_qsl(parts.query, keep_blank_values=True) + parse_qsl(parts.fragment, keep_blank_values=True):
-        if _secret_key(key) and val:
+        if secretscan.secret_param(key) and val:
             raise CredentialRefused("endpoint")
     _scan(value, "endpoint", keys=False)
     return value

@@ -226,6 +226,25 @@ def _check_cid(cid, expected: str) -> None:
                          f"= {expected}.", code="invalid_cid", field="cid")
 
 
+def _masked(content: str, source: str, metadata_text: str | None, config: Config) -> tuple:
+    """CONTEXT_MASK_PUSHES: the unit's strings with credentials masked by the hooks' own detector (the client
+    package's secretscan: linear in its input), metadata keys and values included. A text that its tags make
+    longer than its cap is refused, as a longer one sent would be."""
+    from context_mode_client.secretscan import mask, mask_value
+    content, source = mask(content), mask(source)
+    if metadata_text is not None:
+        metadata_text = encode_metadata(mask_value(json.loads(metadata_text)))
+    for name, text, cap, code in (("content", content, config.max_content_bytes, "content_too_large"),
+                                  ("metadata", metadata_text or "", config.max_metadata_bytes, "metadata_too_large")):
+        if len(text.encode("utf-8")) > cap:
+            raise BadRequest(f"Field {name!r} exceeds {cap} bytes once its credentials are masked.", code=code,
+                             field=name)
+    if len(source) > config.max_source_chars:
+        raise BadRequest(f"Field 'source' exceeds {config.max_source_chars} characters once its credentials are "
+                         "masked.", field="source")
+    return content, source, metadata_text
+
+
 def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
     """Check one pushed unit against every rule of the unit table; raise ApiError on the first failure
     (fields checked in the order below)."""
@@ -249,6 +268,9 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
     parent = _check_parent(raw.get("parent_cid"))
     expected = compute_cid(content, timestamp, source)
     _check_cid(raw.get("cid"), expected)
+    if config.mask_pushes:
+        content, source, metadata_text = _masked(content, source, metadata_text, config)
+        expected = compute_cid(content, timestamp, source)
     if parent == expected:
         raise Unprocessable("A unit cannot be its own parent.", code="parent_not_found", field="parent_cid")
     if timestamp + ttl <= now:

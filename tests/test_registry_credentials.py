@@ -1,6 +1,7 @@
 """Issue 25, findings 7 and 11: the registry refuses credentials in every string of a tool (this service's
 own keys included) and schemas whose $refs point outside them, loop, or fan out; through a real gunicorn
-on both backends."""
+on both backends. Issue 39: the credentials are found by the hooks' own detector (every shape of
+tests/secret_corpus.py refused, its near-misses kept), and recursive schemas are told from schema bombs."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ import pytest
 import requests
 
 from conftest import LiveServer, store_env
+from secret_corpus import NEAR_MISSES, SECRET_KEYS, SECRETS
 from test_registry import ADMIN, KEYS, READER, WEATHER
 
 BACKENDS = ("sqlite", "postgresql")
@@ -152,3 +154,29 @@ def test_the_loops_refused_are_the_ones_a_validator_cannot_finish(name):
     schema = dict(BOMBS)[name]
     with pytest.raises(RecursionError):
         Draft202012Validator(schema).is_valid({"x": 1})
+
+
+# --- issue 39, finding 5: one detector, the hooks' and the registry's; every shape of the corpus is refused --------
+
+@pytest.mark.parametrize("shape,text,secret", SECRETS, ids=[s[0] for s in SECRETS])
+def test_every_secret_shape_is_refused_in_a_description(server, shape, text, secret):
+    body = tool(name=f"corpus_{shape}", description=f"Calls the service.\n{text}\nThen answers.")
+    rv = requests.post(server.url + "/mcp/tools", json=body, headers=server.headers(ADMIN), timeout=10)
+    assert rv.status_code == 422 and rv.json()["code"] == "credential_not_allowed", (shape, rv.text)
+    assert secret not in rv.text
+
+
+@pytest.mark.parametrize("key", SECRET_KEYS)
+def test_every_secret_named_metadata_key_is_refused(server, key):
+    rv = requests.post(server.url + "/mcp/tools", json=tool(name="corpus_key", metadata={key: "abc12345"}),
+                       headers=server.headers(ADMIN), timeout=10)
+    assert rv.status_code == 422 and rv.json()["field"] == f"metadata.{key}", rv.text
+
+
+def test_near_misses_are_registered_as_written(server):
+    for i, text in enumerate(NEAR_MISSES):
+        body = tool(name=f"near_miss_{i}", description=f"Example output: {text}")
+        rv = requests.post(server.url + "/mcp/tools", json=body, headers=server.headers(ADMIN), timeout=10)
+        assert rv.status_code == 200, (text, rv.text)
+        got = requests.get(f"{server.url}/mcp/tools/near_miss_{i}", headers=server.headers(READER), timeout=10)
+        assert got.json()["description"] == body["description"]
