@@ -35,8 +35,10 @@ from common import TMP, machine, service_rev, service_src, summary, write_json
 
 ALPHA, BETA = "bench-alpha-search-0123456789ab", "bench-beta-key-0123456789abcdef"
 ALPHA_PUSH = "bench-alpha-push-0123456789abcd"
+ALPHA_ADMIN = "bench-alpha-admin-0123456789abc"          # bench/registry_load.py's
 KEYS = {"keys": [{"key": ALPHA, "tenant": "alpha", "scopes": ["search"]},
                  {"key": ALPHA_PUSH, "tenant": "alpha", "scopes": ["push"]},
+                 {"key": ALPHA_ADMIN, "tenant": "alpha", "scopes": ["admin"]},
                  {"key": BETA, "tenant": "beta", "scopes": ["push", "search"]}]}
 FILLER = "the quick brown fox jumps over the lazy dog while 快速的狐狸 watches the parcel ship "
 MB = 1 << 20
@@ -97,15 +99,16 @@ def load(url: str, units: int) -> None:
         requests.post(url + "/mcp/push", json=batch, headers=auth, timeout=300).raise_for_status()
     small = [unit(f"order ORD-{i} shipped by carrier {i % 7}, 订单 {i} 已发货", "orders_v1") for i in range(300)]
     requests.post(url + "/mcp/push", json=small, headers={"Authorization": f"Bearer {BETA}"}, timeout=60).raise_for_status()
-    deadline = time.monotonic() + 600                # until default searches see both tenants' units
+    deadline = time.monotonic() + 900                # until the read index holds every unit of both tenants
     while time.monotonic() < deadline:
-        a = requests.post(url + "/mcp/search", json={"query": "big", "top_k": 1},
-                          headers={"Authorization": f"Bearer {ALPHA}"}, timeout=120).json().get("results")
-        b = requests.post(url + "/mcp/search", json={"query": "shipped", "top_k": 1},
-                          headers={"Authorization": f"Bearer {BETA}"}, timeout=60).json().get("results")
-        if a and b:
+        behind = 0
+        for key in (ALPHA, BETA):
+            stats = requests.get(url + "/mcp/stats", headers={"Authorization": f"Bearer {key}"}, timeout=60).json()
+            behind += stats["index_pending"] + (stats["read_index"].get("pending") or 0)
+            behind += 0 if stats["read_index"].get("in_use") else 1
+        if not behind:
             return
-        time.sleep(1)
+        time.sleep(2)
     raise RuntimeError("the units were not indexed in time")
 
 

@@ -1,0 +1,85 @@
+"""Tool registrations whose text is built to make a backtracking secret check slow (issue 39, finding 6): does
+the other tenant keep its /healthz and searches?
+
+For each build (``--before`` and the code under test), a fresh gunicorn as `make run` serves it (2 workers x 8
+threads, no nginx) with the keys of bench/large_answers.py; beta holds a few hundred small units. Beta's probes
+run alone for ``--quiet`` seconds, then while alpha's admin key registers two tools at once, each with
+``--kib`` KiB of ``a+`` (then ``a.``, then ``token``) in its input schema's description (the schema may hold 256
+KiB), one pair after another. Reported: each registration's status and seconds (a gunicorn timeout shows as a
+connection error), beta's p50/p95 and timeouts per phase, and the attack phase's p50 over the quiet one's.
+
+    .venv/bin/python bench/registry_load.py                  # before = 14e547d, this worktree after
+
+Writes bench/results/registry-load.json. Loopback only, bounded in time (each registration waits 120 s at most).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+
+import requests
+
+from common import machine, service_rev, service_src, write_json
+from large_answers import ALPHA_ADMIN, BETA, Probes, start, stop, unit
+
+
+def register(url: str, name: str, text: str, out: list) -> None:
+    tool = {"name": name, "description": "A tool whose schema describes its argument at length.",
+            "input_schema": {"type": "object", "properties": {"q": {"type": "string", "description": text}}}}
+    started = time.perf_counter()
+    try:
+        rv = requests.post(url + "/mcp/tools", json=tool, headers={"Authorization": f"Bearer {ALPHA_ADMIN}"},
+                           timeout=120)
+        status = rv.status_code
+    except requests.RequestException as e:
+        status = type(e).__name__
+    out.append({"name": name, "status": status, "seconds": round(time.perf_counter() - started, 2)})
+
+
+def one_build(src, name: str, kib: int, quiet: float) -> dict:
+    proc, url, data = start(src, name)
+    try:
+        small = [unit(f"order ORD-{i} shipped by carrier {i % 7}, 订单 {i} 已发货", "orders_v1") for i in range(300)]
+        requests.post(url + "/mcp/push", json=small, headers={"Authorization": f"Bearer {BETA}"},
+                      timeout=60).raise_for_status()
+        probes = Probes(url)
+        for t in probes.threads:
+            t.start()
+        time.sleep(quiet)
+        probes.phase = "attack"
+        registrations: list = []
+        for unit_text in ("a+", "a.", "token"):
+            text = unit_text * (kib * 1024 // len(unit_text))
+            pair = [threading.Thread(target=register, args=(url, f"hostile_{unit_text.strip('+.')}_{i}", text,
+                                                            registrations)) for i in range(2)]
+            for t in pair:
+                t.start()
+            for t in pair:
+                t.join()
+        probes.stopping = True
+        for t in probes.threads:
+            t.join(timeout=15)
+        return {"build": name, "service": service_rev(src), "registrations": registrations, "probes": probes.report()}
+    finally:
+        stop(proc, data)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", default="14e547d")
+    ap.add_argument("--after", default="worktree")
+    ap.add_argument("--kib", type=int, default=250)
+    ap.add_argument("--quiet", type=float, default=10.0)
+    args = ap.parse_args(argv)
+    runs = []
+    for name, rev in (("before", args.before), ("after", args.after)):
+        row = one_build(service_src(rev), name, args.kib, args.quiet)
+        print(json.dumps(row), flush=True)
+        runs.append(row)
+    write_json("registry-load", {"machine": machine(), "kib": args.kib, "runs": runs})
+
+
+if __name__ == "__main__":
+    main()
