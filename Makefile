@@ -93,7 +93,7 @@ container-smoke: $(VENV)/.installed
 	$(BIN)/python tools/container_smoke.py
 
 # A throwaway PostgreSQL primary and streaming hot standby on loopback, to try CONTEXT_STORE (issue 18;
-# docs/postgresql.md): prints CONTEXT_STORE and CONTEXT_STORE_REPLICA, stops and removes both on Ctrl-C.
+# docs/postgresql.md): prints CONTEXT_STORE and CONTEXT_STORE_REPLICA, stops and removes both on Ctrl-C or SIGTERM.
 pg-cluster: $(VENV)/.installed
 	$(BIN)/python tools/pg_cluster.py
 

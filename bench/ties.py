@@ -31,7 +31,7 @@ def main(argv=None) -> None:
     from corpus import queries
     from service import create_app
     from service.params import parse_search
-    from service.ranking.bm25 import K1
+    from service.ranking.bm25 import K1, length_norm
     from service.readindex import searcher as index
     from tantivy import Occur, Query
 
@@ -69,7 +69,7 @@ def main(argv=None) -> None:
             avgdl = index.average_length(view, terms, hits[0])
             scoring = index.scoring_terms(terms, weights)
             exact = sorted((-x.score, index.unit_of(x.doc)["cid"]) for x in (
-                index.score_exactly(view.searcher, h, n, index.length_norm(n, avgdl), scoring, len(terms))
+                index.score_exactly(view.searcher, h, n, length_norm(n, avgdl), scoring, len(terms))
                 for h, n in zip(hits, lengths)))[:a.top_k]
             naive_ms = (time.perf_counter() - t) * 1000
             same = [cid for _, cid in exact] == got

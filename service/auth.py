@@ -94,6 +94,12 @@ PLACEHOLDERS = ("change-me", "changeme", "change_me", "replace-me", "replaceme",
                 "your-api-key", "placeholder", "example", "secret", "password", "xxxx")
 
 
+def _json_kind(value) -> str:
+    """What a JSON value is, in JSON's words (a message must not echo a key that may be in it)."""
+    return {dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number")
+
+
 def _read_keys_file(path: str) -> list[tuple[str, str, frozenset[str]]]:
     """Every entry of a keys file; ValueError (the start stops) when it yields no key or has
     unknown fields: a typo must never turn authentication off."""
@@ -102,9 +108,13 @@ def _read_keys_file(path: str) -> list[tuple[str, str, frozenset[str]]]:
             data = json.load(fh)
         except ValueError as e:
             raise ValueError(f"keys file {path}: not valid JSON ({e})") from None
-    if not isinstance(data, dict) or set(data) != {"keys"} or not isinstance(data["keys"], list):
+    if not isinstance(data, dict) or set(data) != {"keys"}:
         found = sorted(data) if isinstance(data, dict) else type(data).__name__
         raise ValueError(f'keys file {path}: expected {{"keys": [...]}} and nothing else, found {found}')
+    if not isinstance(data["keys"], list):
+        # {"keys": "nope"} has the right key: say what is wrong with its value
+        raise ValueError(f'keys file {path}: "keys" must be a list of key entries '
+                         f'([{{"key_sha256": ..., "tenant": ..., "scopes": [...]}}]), found {_json_kind(data["keys"])}')
     if not data["keys"]:
         raise ValueError(f"keys file {path} holds no keys; add one with `context-mode keys add`, "
                          "or unset CONTEXT_API_KEYS_FILE to run without keys (loopback only)")

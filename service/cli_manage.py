@@ -54,7 +54,7 @@ def _line(text: str, n: int = SAMPLE_CHARS) -> str:
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1), help="Units to show in all.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON unit per line.")
 def list_units(url, api_key, types, source, since, until, parent_cid, limit, as_json):
-    """List live units, newest first: seq, CID, type, time, source and a one-line excerpt."""
+    """List live units, latest stored first: seq, CID, type, time, source and a one-line excerpt."""
     client = _client(url, api_key)
     shown = 0
     cursor = None
@@ -84,7 +84,7 @@ def list_units(url, api_key, types, source, since, until, parent_cid, limit, as_
 @_options
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON answer.")
 def stats(url, api_key, as_json):
-    """What the memory holds: units and bytes per type and per day, index backlog, day files."""
+    """What the memory holds: units and bytes per type and per day, index backlog, days stored."""
     try:
         s = _client(url, api_key).stats()
     except ContextModeError as e:
@@ -95,9 +95,10 @@ def stats(url, api_key, as_json):
     click.echo(f"tenant {s['tenant']}: {s['units']} live units, {s['bytes']} bytes of content")
     click.echo(f"oldest {_when(s['oldest'])}, newest {_when(s['newest'])}")
     click.echo(f"waiting for indexing {s['index_pending']}, read index lag {s['replica_lag_ms']} ms")
-    files = s["day_files"]
-    click.echo(f"day files {files['count']} ({files['bytes']} bytes)"
-               + (f", {files['first']} .. {files['last']}" if files["count"] else ""))
+    # days: SQLite's day files or PostgreSQL's days with rows (the answer's day_files covers both)
+    days = s["day_files"]
+    click.echo(f"days stored {days['count']} ({days['bytes']} bytes on disk)"
+               + (f", {days['first']} .. {days['last']}" if days["count"] else ""))
     for name, t in s["types"].items():
         click.echo(f"  {name:<16} {t['units']:>9} units {t['bytes']:>12} bytes")
     for d in s["days"]:

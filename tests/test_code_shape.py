@@ -10,6 +10,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT
 
 SERVICE = ROOT / "service"
@@ -181,6 +183,40 @@ def test_no_sql_text_outside_sql_files_and_the_statement_builders():
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL_RE.match(node.value):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value[:40]!r}")
     assert found == []
+
+
+# --- BM25 written once (service/ranking/bm25.py) -------------------------------------------------------
+# The length norm k1 * (1 - b + b * n / avgdl) and a term's share weight * tf / (tf + norm), in Python or as
+# SQL text, in any spelling of the names: only ranking/bm25.py may hold them (ties are equal floats, so every
+# path must compute them one way).
+_NORM_RE = re.compile(r"1\s*-\s*\S+\s*\+\s*\S+\s*\*\s*\S+\s*/")
+_TERM_RE = re.compile(r"\*\s*\S+\s*/\s*\(\s*\S+\s*\+\s*\S*norm")
+
+
+def bm25_expressions(text: str) -> list[str]:
+    """The BM25 expressions in Python source or SQL text, comments and docstrings included (a copy in a
+    comment is where the next copy in code starts)."""
+    return [m.group(0) for pattern in (_NORM_RE, _TERM_RE) for m in pattern.finditer(text)]
+
+
+def test_the_bm25_formula_is_written_once():
+    home = ROOT / "service" / "ranking" / "bm25.py"
+    assert len(bm25_expressions(home.read_text(encoding="utf-8"))) >= 4     # in Python and as SQL, each
+    found = [f"{path.relative_to(ROOT)}: {expr}" for path in [*service_modules().values(), *ROOT.glob("sql/**/*.sql")]
+             if path != home for expr in bm25_expressions(path.read_text(encoding="utf-8"))]
+    assert found == []
+
+
+@pytest.mark.parametrize("copy", [
+    "norm = k1 * (1 - b + b * ntok / avgdl)",
+    "K1 * (1 - B + B * r[f'n_{col}'] / avg[col])",
+    "':k1 * (1 - :b + :b * ntok / :avgdl) AS norm'",
+    "'%(k1)s * (1 - %(b)s + %(b)s * ntok / %(avgdl)s)'",
+    "score += w * tf / (tf + norm)",
+    "':w0 * tf0 / (tf0 + norm)'",
+])
+def test_the_formula_check_sees_a_copy(copy):
+    assert bm25_expressions(copy)
 
 
 # --- the two stores as peers (service/store/, docs/design.md §5) -----------------------------------------

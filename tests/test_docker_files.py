@@ -169,6 +169,13 @@ def test_compose_refuses_to_run_without_a_key(tmp_path):
     assert rv.returncode != 0 and "CONTEXT_API_KEY" in rv.stderr
 
 
+def test_compose_files_pass_only_the_current_allow_list_names():
+    """Every guide says CONTEXT_ALLOWED_HOSTS; the compose files passed the older CONTEXT_MCP_ALLOWED_HOSTS too,
+    which made a newcomer wonder which one counts."""
+    for path in ROOT.glob("docker-compose*.yml"):
+        assert "CONTEXT_MCP_ALLOWED" not in path.read_text(encoding="utf-8"), path.name
+
+
 @needs_compose
 def test_env_example_works_with_compose():
     rv = compose("config", env_file=ROOT / ".env.example")

@@ -257,7 +257,6 @@ def test_python_client_readme_runs_and_finds_what_it_pushed(server):
     """The issue: following clients/python/README top to bottom, context() and recall() came back empty."""
     [code] = blocks(ROOT / "clients" / "python" / "README.md", "python")
     code = code.replace('"http://localhost:5000"', repr(server.url)).replace('api_key="..."', f"api_key={KEY!r}")
-    prelude = "units = [make_unit('README batch unit ' + str(i), source='readme_v1') for i in range(3)]\n"
     scope: dict = {}
     lines = code.splitlines()
     # Keep each statement's value, as a reader at a REPL would see it.
@@ -265,7 +264,7 @@ def test_python_client_readme_runs_and_finds_what_it_pushed(server):
         m = re.match(r"(cm\.(?:search|context|recall)\(.*)$", line.split("  #")[0].strip())
         if m:
             lines[i] = f"_{i} = " + m.group(1)
-    exec(compile(prelude.join(["\n".join(lines[:1]) + "\n", "\n".join(lines[1:])]), "README", "exec"), scope)
+    exec(compile("\n".join(lines), "README", "exec"), scope)      # as written: it defines its own `units`
     values = [scope[k] for k in sorted((k for k in scope if re.fullmatch(r"_\d+", k)), key=lambda k: int(k[1:]))]
     searched, context, recalled = values
     assert any("ORD-7890" in r["content"] for r in searched["results"])

@@ -96,6 +96,9 @@ def test_no_keys_mode_refuses_a_public_bind(make_app, bind, refused):
     ({"Keys": [{"key": "k-0123456789abcdef", "tenant": "acme", "scopes": ["push"]}]}, "nothing else"),
     ({}, "nothing else"),
     ([], "nothing else"),
+    # the right key with a wrong value: the message says what is wrong with the value, not "found ['keys']"
+    ({"keys": "nope"}, r'"keys" must be a list of key entries .* found a string'),
+    ({"keys": {"key": "k-0123456789abcdef"}}, r'"keys" must be a list .* found an object'),
     ({"keys": [{"key": "k-0123456789abcdef", "tenant": "acme", "scope": ["push"]}]}, "unknown field"),
     ({"keys": [{"key": "change-me", "tenant": "acme", "scopes": ["push"]}]}, "placeholder"),
     ({"keys": [{"key": "please-change-me-now-0000", "tenant": "acme", "scopes": ["push"]}]}, "placeholder"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import time
 from contextlib import asynccontextmanager
@@ -86,6 +87,8 @@ def test_cli_list_stats_forget(server):
     assert [json.loads(x)["cid"] for x in rv.stdout.splitlines()] == [cids[3]]
     rv = cli(server, "stats")
     assert rv.returncode == 0 and "tenant acme:" in rv.stdout and "system_notice" in rv.stdout
+    # days in words true of both stores (PostgreSQL has no day files)
+    assert re.search(r"^days stored [1-9]\d* \(\d+ bytes on disk\), ", rv.stdout, re.M) and "day files" not in rv.stdout
     assert json.loads(cli(server, "stats", "--json").stdout)["tenant"] == "acme"
 
     rv = cli(server, "forget", "--source", source, "--query", "CLIMANAGE", "--dry-run")

@@ -116,5 +116,9 @@ def test_healthz_and_readyz(client):
     body = client.get("/readyz").get_json()
     assert body["status"] == "ok" and body["storage_writable"] is True
     assert body["index_pending"] == 0
+    assert body["read_index"] == {"behind_units": 0, "lag_ms": 0, "units": 0}
     client.post("/mcp/push", json=make_unit("pending one"))
-    assert client.get("/readyz").get_json()["index_pending"] == 1
+    body = client.get("/readyz").get_json()
+    assert body["index_pending"] == 1
+    # units the read index lacks; "units" is the old name of the same count, kept for monitors
+    assert body["read_index"]["behind_units"] == body["read_index"]["units"] == 1

@@ -2,7 +2,8 @@
 
 The test fixtures start their cluster with this (tests/conftest.py, ``pg_cluster``), and it runs
 alone: ``python tools/pg_cluster.py`` starts both from Debian's binaries (``.ci/setup.d/postgresql.sh``
-installs them), prints ``CONTEXT_STORE=...`` and ``CONTEXT_STORE_REPLICA=...`` and waits for Ctrl-C.
+installs them), prints ``CONTEXT_STORE=...`` and ``CONTEXT_STORE_REPLICA=...`` and waits; Ctrl-C, SIGTERM or
+SIGHUP stops both servers and removes their folder.
 The standby is made with ``pg_basebackup -R`` and streams from the primary. PostgreSQL refuses to run
 as root: as root the servers run as the ``postgres`` user (the package creates it), otherwise as the
 current user. Both listen on 127.0.0.1 only and trust local connections: for tests and trials only.
@@ -91,9 +92,13 @@ class Cluster:
     def _start(self, data: Path, port: int) -> None:
         opts = (f"-p {port} -k {self.sockets} -c listen_addresses=127.0.0.1 -c max_connections=300 "
                 "-c max_wal_senders=5 -c wal_keep_size=256MB -c hot_standby=on" + self.extra)
-        self._run("pg_ctl", "-D", str(data), "-o", opts, "-l", str(data.parent / f"{data.name}.log"), "-w",
-                  "-t", "60", "start")
-        self.started.append(data)
+        self.started.append(data)      # first: a signal during pg_ctl's wait must still stop what it started
+        try:
+            self._run("pg_ctl", "-D", str(data), "-o", opts, "-l", str(data.parent / f"{data.name}.log"), "-w",
+                      "-t", "60", "start")
+        except RuntimeError:
+            self.started.remove(data)   # pg_ctl says it did not start
+            raise
 
     def start(self) -> "Cluster":
         self._run_as_owner(lambda: self.sockets.mkdir(exist_ok=True))
@@ -158,14 +163,30 @@ class Cluster:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-if __name__ == "__main__":
-    cluster = Cluster(Path(sys.argv[1]) if len(sys.argv) > 1 else None).start()
-    print(f"# or, surviving a promotion of the standby:\n# CONTEXT_STORE={cluster.hosts_url('read-write')}\n"
-          f"# CONTEXT_STORE_REPLICA={cluster.hosts_url('prefer-standby')}")
-    print(f"CONTEXT_STORE={cluster.primary_url}\nCONTEXT_STORE_REPLICA={cluster.standby_url}", flush=True)
+def _stop_on(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+def main() -> None:
+    # SIGTERM (a service manager, `kill`, make passing on its own SIGTERM) and SIGHUP (the terminal closed) clean up
+    # like Ctrl-C: both servers stopped, the temporary folder removed
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_on)
+    cluster = Cluster(Path(sys.argv[1]) if len(sys.argv) > 1 else None)
     try:
+        cluster.start()
+        print(f"# data in {cluster.base}, removed when this stops (Ctrl-C or SIGTERM)")
+        print(f"# or, surviving a promotion of the standby:\n# CONTEXT_STORE={cluster.hosts_url('read-write')}\n"
+              f"# CONTEXT_STORE_REPLICA={cluster.hosts_url('prefer-standby')}")
+        print(f"CONTEXT_STORE={cluster.primary_url}\nCONTEXT_STORE_REPLICA={cluster.standby_url}", flush=True)
         signal.pause()
     except KeyboardInterrupt:
         pass
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)      # a second signal must not cut the cleanup short
         cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -16,7 +16,10 @@ export async function computeCid(content, timestamp, source) {
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("").slice(0, 12);
 }
 
-/** A unit object with its CID filled in; timestamp defaults to now (integer seconds), no ttl to the server's default. */
+/**
+ * A unit object with its CID filled in; timestamp defaults to now (integer seconds), no ttl to the server's default.
+ * Async (WebCrypto digests are): `const unit = await makeUnit(...)`. push() and pushBatch() also take the promise itself.
+ */
 export async function makeUnit(content, { type = "tool_output", source, ttl, timestamp, metadata, parentCid } = {}) {
   if (!source) throw new TypeError("makeUnit: 'source' is required");
   const ts = timestamp ?? Math.floor(Date.now() / 1000);
@@ -100,15 +103,17 @@ export class ContextModeClient {
     }
   }
 
-  /** Push one unit: a unit object, or content plus makeUnit() options (`source` required). */
+  /** Push one unit: a unit object (or makeUnit()'s promise of one), or content plus makeUnit() options (`source` required). */
   async push(contentOrUnit, options = {}) {
-    const unit = typeof contentOrUnit === "string" ? await makeUnit(contentOrUnit, options) : contentOrUnit;
+    // awaited here, as Python's make_unit needs no await: a forgotten await once posted "{}" (400 missing_field type)
+    const given = await contentOrUnit;
+    const unit = typeof given === "string" ? await makeUnit(given, options) : given;
     return this.request("POST", "/mcp/push", unit);
   }
 
-  /** One batch (at most 1,000 units): per unit {index, status, cid, seq} or {index, status: "error", code, error}. */
+  /** One batch (at most 1,000 units, or makeUnit() promises): per unit {index, status, cid, seq} or {index, status: "error", code, error}. */
   async pushBatch(units) {
-    return (await this.request("POST", "/mcp/push", { units })).results;
+    return (await this.request("POST", "/mcp/push", { units: await Promise.all(units) })).results;
   }
 
   /** POST /mcp/search; params: top_k, types, source, since, until, min_score, consistency ("strong"), ... */
@@ -127,12 +132,12 @@ export class ContextModeClient {
 
   async deleteUnit(cid) { return this.request("DELETE", `/mcp/units/${encodeURIComponent(cid)}`); }
 
-  /** GET /mcp/units: one page, newest first: {units, next_cursor}. Filters: types, source, since, until, parent_cid. */
+  /** GET /mcp/units: one page, latest stored first: {units, next_cursor}. Filters: types, source, since, until, parent_cid. */
   async listUnits({ limit = 50, cursor, ...filters } = {}) {
     return this.request("GET", withQuery("/mcp/units", { ...filters, limit, cursor }));
   }
 
-  /** Every live unit matching the filters, newest first, page after page (an async iterator). */
+  /** Every live unit matching the filters, latest stored first, page after page (an async iterator). */
   async *iterUnits({ pageSize = 200, ...filters } = {}) {
     let cursor;
     do {

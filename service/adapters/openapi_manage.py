@@ -44,7 +44,8 @@ def paths(config) -> dict:
         "newest": _nullable({"type": "integer"}, "Newest live unit's timestamp."),
         "index_pending": {"type": "integer", "description": "Units stored but not yet indexed."},
         "read_index": {"type": "object"}, "replica_lag_ms": {"type": "integer"},
-        "day_files": {"type": "object", "description": "Day files on disk: count, bytes, first, last."},
+        "day_files": {"type": "object", "description": "Days stored (SQLite: its day files; PostgreSQL: days "
+                                                       "holding rows): count, bytes on disk, first, last."},
         "generated_at": {"type": "integer"}}}
     forget_body = {"type": "object", "properties": {
         **{k: props[k] for k in ("types", "source", "since", "until", "parent_cid")},
@@ -64,7 +65,7 @@ def paths(config) -> dict:
     return {
         "/mcp/units": {"get": {
             "operationId": "listUnits", "summary": "List context units",
-            "description": "Live context units, newest first, with the search filters; page on with `cursor`. "
+            "description": "Live context units, latest stored first, with the search filters; page on with `cursor`. "
                            "A page may be short when few units match or its units are large (a page ends once its "
                            "contents pass 8 MiB): follow `next_cursor` until it is null.",
             "parameters": filters + [
@@ -76,7 +77,7 @@ def paths(config) -> dict:
         "/mcp/stats": {"get": {
             "operationId": "getStats", "summary": "What the memory holds",
             "description": "Live units and content bytes per type and per day, oldest and newest, units waiting "
-                           "for indexing, read-index lag and day files.",
+                           "for indexing, read-index lag and days stored.",
             "responses": _responses(_json(stats, "Statistics of the caller's tenant."), "400", "401", "403", "429")}},
         "/mcp/export": {"get": {
             "operationId": "exportUnits", "summary": "Export context units (JSONL)",

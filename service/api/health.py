@@ -22,14 +22,16 @@ def readyz():
     writable = problem is None
     problems = [problem] if problem else []
     pending = replica_lag_ms = 0
-    behind = {"units": 0, "lag_ms": 0}
+    behind_units = behind_ms = 0
     for name in s.tenant_names():
         fresh = s.freshness(name)
         pending += fresh["index_pending"]
         replica_lag_ms = max(replica_lag_ms, fresh["replica_lag_ms"])
         lag = s.read_index_lag(name)
         if lag is not None:
-            behind = {"units": behind["units"] + lag["units"], "lag_ms": max(behind["lag_ms"], lag["lag_ms"])}
+            behind_units, behind_ms = behind_units + lag["units"], max(behind_ms, lag["lag_ms"])
+    # "units" is the old name of "behind_units", kept for monitors that read it (docs/design.md §4)
+    behind = {"behind_units": behind_units, "lag_ms": behind_ms, "units": behind_units}
     maint = current_app.extensions.get("context_maintenance")
     body = {"status": "ok" if writable else "unavailable", "storage_writable": writable,
             "index_pending": pending, "replica_lag_ms": replica_lag_ms,

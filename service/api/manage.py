@@ -62,7 +62,7 @@ def _query_args(allowed: tuple[str, ...]) -> dict:
 @bp.get("/mcp/units")
 @require("search")
 def list_units(tenant):
-    """Live units, newest first, with the search filters; ``cursor`` from ``next_cursor`` pages on."""
+    """Live units, latest stored first, with the search filters; ``cursor`` from ``next_cursor`` pages on."""
     args = _query_args(LIST_FIELDS + ("limit", "cursor"))
     p = parse_filters(args)
     limit = args.get("limit", DEFAULT_LIMIT)
@@ -84,7 +84,7 @@ def list_units(tenant):
 @bp.get("/mcp/stats")
 @require("search")
 def stats(tenant):
-    """Units and bytes per type and per day, oldest and newest, index backlog, replica lag, day files."""
+    """Units and bytes per type and per day, oldest and newest, index backlog, replica lag, days stored."""
     _query_args(())
     return jsonify({"tenant": tenant, **store().stats(tenant)})
 

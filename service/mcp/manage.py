@@ -21,7 +21,7 @@ STATS_TTL_MS = 5_000
 STATS_TEMPLATE = types.ResourceTemplate(
     name="context-stats", title="Context stats", uri_template=uris.STATS_URI, mime_type="application/json",
     description="What the memory holds: live units and content bytes per type and per day, oldest and newest, "
-                "units waiting for indexing, read-index lag, day files. One fixed URI (no parameters).")
+                "units waiting for indexing, read-index lag, days stored. One fixed URI (no parameters).")
 
 _CID = {"type": "string", "pattern": CID_SCHEMA["pattern"]}
 

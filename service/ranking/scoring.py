@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .bm25 import unknown_idf
+from .bm25 import length_norm, term_score, unknown_idf
 
 # Context built for a model (packed context, prompts) leaves out results scoring under this share of
 # the best one's raw BM25: on the judged sets fewer than 1 % of the relevant top-10 units do
@@ -76,12 +76,12 @@ def near_best(results: list[dict], share: float = NEAR_BEST) -> tuple[list[dict]
 def explain(r: Ranked, terms: list[str], stats: Stats, scale: Scale) -> dict:
     """Per-term idf and tf contributions of one result (``explain: true``)."""
     k1, b, avgdl = stats.k1, stats.b, stats.avgdl
-    norm = k1 * (1 - b + b * r.doc_len / avgdl) if avgdl else None
+    norm = length_norm(r.doc_len, avgdl, k1, b) if avgdl else None
     return {
         "doc_len": r.doc_len, "doc_len_scored": r.doc_len,
         "avg_doc_len": round(avgdl, 3) if avgdl else None, "documents": stats.documents,
         "k1": k1, "b": b, "max_attainable": round(sum(w * (k1 + 1) for w in stats.idf), 6),
         "best_bm25": round(scale.best, 6), "best_coverage": round(scale.coverage, 6),
         "terms": [{"term": term, "idf": round(w, 6), "tf": tf,
-                   "score": round(w * (k1 + 1) * tf / (tf + norm), 6) if norm else None}
+                   "score": round(term_score(w * (k1 + 1), tf, norm), 6) if norm else None}
                   for term, w, tf in zip(terms, stats.idf, r.tfs)]}

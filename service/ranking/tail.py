@@ -123,7 +123,5 @@ def score_counts(tfs: list[int], ntok: int, cid: str, rowid: int, p: SearchParam
     """One unit scored from its query terms' frequencies, exactly as scoring_sql scores a row."""
     if not ntok or (p.operator == "and" and not all(tfs)) or not any(tfs):
         return None
-    k1, b, avgdl = bm25.k1, bm25.b, bm25.avgdl
-    norm = k1 * (1 - b + b * ntok / avgdl) if avgdl else k1    # (nothing indexed yet: its own length)
-    return ShardHit(sum(w * tf / (tf + norm) for w, tf in zip(bm25.weights, tfs)), cid, rowid, ntok, tfs)
+    return ShardHit(bm25.score(tfs, bm25.norm(ntok)), cid, rowid, ntok, tfs)
 

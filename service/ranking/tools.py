@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from ..toolcheck import Tool, tool_dict
-from .bm25 import K1, B, idf_of
+from .bm25 import K1, idf_of, length_norm, term_score
 
 # BM25 per token column, summed with these weights, with the unit search's always-positive idf and k1, b
 # (service/ranking/bm25.py). The description weighs most: it is where a tool's meaning is written, while
@@ -83,8 +83,8 @@ def bm25(rows, terms: list[str], stats, df: dict[str, int]) -> dict[int, float]:
             # each token between two spaces, spaces doubled: counted in C, occurrences never overlap
             padded = " " + text.replace(" ", "  ") + " "
             counts = {t: c for t in idf if (c := padded.count(f" {t} "))}
-            norm = K1 * (1 - B + B * r[f"n_{col}"] / avg[col])
-            total += weight * sum(idf[t] * tf * (K1 + 1) / (tf + norm) for t, tf in counts.items())
+            norm = length_norm(r[f"n_{col}"], avg[col])
+            total += weight * sum(term_score(idf[t] * (K1 + 1), tf, norm) for t, tf in counts.items())
         scores[r["id"]] = total
     return scores
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tantivy import FieldType, Occur, Query
 
-from ..ranking.bm25 import B, K1
+from ..ranking.bm25 import length_norm, term_score
 from ..ranking.scoring import Ranked
 from .reader import Hit, View
 from .schema import unit_of
@@ -141,12 +141,6 @@ def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float],
     return out[:end], complete
 
 
-def length_norm(n: int, avgdl: float) -> float:
-    """BM25's length factor k1 * (1 - b + b * n / avgdl): one expression wherever a score is made, since
-    ties are told apart by equal floats (settle_ties)."""
-    return K1 * (1 - B + B * n / avgdl)
-
-
 def scoring_terms(terms: list[str], weights: list[float]) -> list[tuple[int, str, float]]:
     """(position, term, weight) of the terms the index holds (weight > 0); the others have no frequency."""
     return [(j, term, w) for j, (term, w) in enumerate(zip(terms, weights)) if w]
@@ -163,7 +157,7 @@ def score_exactly(searcher, h: Hit, length: int, norm: float, scoring: list, n_t
     score = 0.0
     for j, term, w in scoring:
         tf = tfs[j] = count(term)
-        score += w * tf / (tf + norm)
+        score += term_score(w, tf, norm)
     return Scored(h, score, length, tfs, doc)
 
 

@@ -62,6 +62,20 @@ test("pushBatch reports each unit; errors carry the server's code", live, async 
   await assert.rejects(cm.getUnit("ffffffffffff"), (e) => e.status === 404 && e.code === "not_found");
 });
 
+test("makeUnit without await: push and pushBatch take its promise, as Python's make_unit needs no await", live, async () => {
+  const cm = client();
+  const tag = `JSNOAWAIT${Date.now()}`;
+  const pending = makeUnit(`${tag} one`, { source: "js_test_1.0_ci" });
+  assert.ok(pending instanceof Promise);
+  const rv = await cm.push(pending);                                  // was 400 missing_field type: "{}" was posted
+  assert.equal(rv.status, "ok");
+  assert.equal(rv.cid, (await pending).cid);
+  const results = await cm.pushBatch([makeUnit(`${tag} two`, { source: "js_test_1.0_ci" }), await pending]);
+  assert.deepEqual(results.map((r) => r.status), ["ok", "duplicate"]);
+  const found = await cm.search(tag, { consistency: "strong" });
+  assert.equal(found.results.length, 2);
+});
+
 test("retries 503 with backoff, never 400 (local stub server)", async () => {
   let calls = 0;
   let mode = "503";
@@ -93,7 +107,7 @@ test("retries 503 with backoff, never 400 (local stub server)", async () => {
   }
 });
 
-test("listUnits pages newest first, stats count them, exportUnits streams them, forget needs a dry run", live, async () => {
+test("listUnits pages latest stored first, stats count them, exportUnits streams them, forget needs a dry run", live, async () => {
   const cm = client();
   const tag = `JSMANAGE${Date.now()}`;
   const source = `js_manage_${Date.now()}`;
@@ -105,7 +119,7 @@ test("listUnits pages newest first, stats count them, exportUnits streams them, 
   assert.ok(first.next_cursor);
   const all = [];
   for await (const u of cm.iterUnits({ source, pageSize: 2 })) all.push(u.cid);
-  assert.deepEqual(all, pushed.slice().reverse());                     // newest first
+  assert.deepEqual(all, pushed.slice().reverse());                     // latest stored first
   const inputs = await cm.listUnits({ source, types: ["user_input"] });
   assert.deepEqual(inputs.units.map((u) => u.cid), [pushed[3], pushed[1]]);
 

@@ -151,7 +151,7 @@ class ContextModeClient(LiveMixin):
 
     # --- seeing and managing the memory (issue 15) --------------------------------------------
     def list_units(self, *, limit: int = 50, cursor: Optional[str] = None, **filters) -> dict:
-        """GET /mcp/units: one page, newest first: ``{"units", "next_cursor"}``. Filters: ``types``,
+        """GET /mcp/units: one page, latest stored first: ``{"units", "next_cursor"}``. Filters: ``types``,
         ``source`` (exact or prefix ``*``), ``since``, ``until``, ``parent_cid``."""
         params = _filter_params(filters)
         params["limit"] = limit
@@ -160,7 +160,7 @@ class ContextModeClient(LiveMixin):
         return self.request("GET", "/mcp/units", params=params)
 
     def iter_units(self, page_size: int = 200, **filters) -> Iterator[dict]:
-        """Every live unit matching the filters, newest first, page after page."""
+        """Every live unit matching the filters, latest stored first, page after page."""
         cursor = None
         while True:
             page = self.list_units(limit=page_size, cursor=cursor, **filters)

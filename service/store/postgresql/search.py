@@ -22,7 +22,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import PoolTimeout
 
 from ...errors import StorageUnavailable, TooCostly
-from ...ranking.bm25 import B, K1, Bm25, ShardHit, idf_of, unknown_idf
+from ...ranking.bm25 import B, K1, Bm25, ShardHit, idf_of, scoring_sql as bm25_sql, unknown_idf
 from ...readindex import searcher as index
 from ...ranking.results import MAX_QUERY_TERMS, shape_results
 from ...ranking.scoring import Ranked, Stats
@@ -56,14 +56,13 @@ def scoring_sql(where: list[str], n_terms: int) -> str:
     tf1, ..., day): fts.scoring_sql's arithmetic, with each term's frequency looked up in tfs (parameter
     %(p<i>)s) instead of counted."""
     tf_cols = [f"coalesce((u.tfs ->> %(p{i})s)::int, 0) AS tf{i}" for i in range(n_terms)]
-    score_terms = [f"%(w{i})s * tf{i} / (tf{i} + norm)" for i in range(n_terms)]
+    norm, score = bm25_sql("%({})s".format, n_terms)
     tfs = [f"tf{i}" for i in range(n_terms)]
     return (
         f"WITH c AS MATERIALIZED (SELECT u.seq AS id, u.cid, u.ntok, u.day, {', '.join(tf_cols)} "
         f"FROM unit_terms u WHERE {' AND '.join(where)}), "
-        f"s AS MATERIALIZED (SELECT id, cid, ntok, day, %(k1)s * (1 - %(b)s + %(b)s * ntok / %(avgdl)s) AS norm, "
-        f"{', '.join(tfs)} FROM c) "
-        f"SELECT {' + '.join(score_terms)} AS score, cid, id, ntok, {', '.join(tfs)}, day::text "
+        f"s AS MATERIALIZED (SELECT id, cid, ntok, day, {norm} AS norm, {', '.join(tfs)} FROM c) "
+        f"SELECT {score} AS score, cid, id, ntok, {', '.join(tfs)}, day::text "
         'FROM s ORDER BY score DESC, cid COLLATE "C" LIMIT %(k)s')
 
 
@@ -81,7 +80,7 @@ def essential_terms(conn, p, live: list[str], terms: list[str], bm25: Bm25, df: 
     """MaxScore (docs/design.md §11's lever), exact: the terms a unit must hold to reach the top k.
 
     A unit's score is below the summed weights of the query terms it holds (each term adds
-    w * tf / (tf + norm) < w). Score the units holding the rarest terms first (few, cheap): their k-th
+    bm25.term_score < w). Score the units holding the rarest terms first (few, cheap): their k-th
     score is a floor the final k-th best reaches. The most common terms whose weights sum below that
     floor cannot lift a unit holding only them into the top k, so only the units holding another term
     are scored. Worth it only when the common terms match many units."""
@@ -233,7 +232,7 @@ class PgSearcher:
         unknown = unknown_idf(view.ndocs) if ryw else 0.0     # a term only the tail holds weighs as in one unit
         idf = [view.idf(term) or unknown for term in terms]
         avgdl = index.mean_length(view, terms) if terms else 0.0
-        bm25 = Bm25([w * (K1 + 1) for w in idf], avgdl)
+        bm25 = Bm25.of(idf, avgdl)
         ranked = []
         if terms and (all(idf) or p.operator == "or"):
             ranked = index.best(view, p, terms, bm25.weights, now, lambda cids: read.gone.intersection(cids))
@@ -298,12 +297,11 @@ class PgSearcher:
             return [], None, unseen
         n, ntokens = int(first["stats"]["ndocs"]), int(first["stats"]["ntokens"])
         df = {r["term"]: int(r["df"]) for r in first["df"]}
-        k1, b = K1, B
         # a term no indexed unit holds weighs what it would in one (a queued unit may hold it)
         unknown = unknown_idf(n) if unseen is not None else 0.0
         idf = [idf_of(n, df.get(term, 0)) or unknown for term in terms]
         avgdl = ntokens / n if n else 0.0
-        bm25 = Bm25([w * (k1 + 1) for w in idf], avgdl, k1, b)
+        bm25 = Bm25.of(idf, avgdl)
         hits: list[tuple[ShardHit, str]] = []
         live = [term for term in dict.fromkeys(terms) if df.get(term)]
         if live and n and not (p.operator == "and" and len(live) < len(set(terms))):
@@ -316,10 +314,10 @@ class PgSearcher:
         hits.sort(key=lambda h: h[0].order)
         hits = hits[:p.top_k]
         if not hits:
-            return [], Stats(idf, k1, b, avgdl, n), unseen
+            return [], Stats(idf, K1, B, avgdl, n), unseen
         units = self._units(conn, args, [(h.cid, day) for h, day in hits])
         ranked = [Ranked(unit_dict(units[h.cid]), h.score, h.ntok, h.tfs) for h, _ in hits if h.cid in units]
-        return ranked, Stats(idf, k1, b, avgdl, n), unseen
+        return ranked, Stats(idf, K1, B, avgdl, n), unseen
 
     @staticmethod
     def _units(conn, args: dict, located: list[tuple[str, str]]) -> dict:

@@ -16,7 +16,7 @@ import time
 
 from ...errors import TooCostly
 from ...params import SearchParams
-from ...ranking.bm25 import Bm25, ShardHit
+from ...ranking.bm25 import Bm25, ShardHit, scoring_sql as bm25_sql
 from ..filters import filters
 from .shards import sql
 
@@ -36,7 +36,7 @@ def scoring_sql(source: str, n_terms: int, require: str | None = None) -> str:
     term's weight. ``require`` ("or", "and") keeps only units holding any or every query term (for a
     ``source`` that is not an FTS5 match)."""
     tf_cols = [f"(length(t) - length(replace(t, :p{i}, ''))) / length(:p{i}) AS tf{i}" for i in range(n_terms)]
-    score_terms = [f":w{i} * tf{i} / (tf{i} + norm)" for i in range(n_terms)]
+    norm, score = bm25_sql(":{}".format, n_terms)
     tfs = [f"tf{i}" for i in range(n_terms)]
     having = ""
     if require == "and":
@@ -46,8 +46,8 @@ def scoring_sql(source: str, n_terms: int, require: str | None = None) -> str:
     return (
         "WITH c AS MATERIALIZED (SELECT u.id AS id, u.cid AS cid, u.ntok AS ntok, "
         f"' ' || replace(u.tokens, ' ', '  ') || ' ' AS t {source}), "
-        f"s AS MATERIALIZED (SELECT id, cid, ntok, :k1 * (1 - :b + :b * ntok / :avgdl) AS norm, {', '.join(tf_cols)} FROM c) "
-        f"SELECT {' + '.join(score_terms)} AS score, cid, id, ntok, {', '.join(tfs)} "
+        f"s AS MATERIALIZED (SELECT id, cid, ntok, {norm} AS norm, {', '.join(tf_cols)} FROM c) "
+        f"SELECT {score} AS score, cid, id, ntok, {', '.join(tfs)} "
         f"FROM s {having}ORDER BY score DESC, cid LIMIT :k")
 
 

@@ -139,12 +139,11 @@ class Searcher:
         """The read index's candidates (tantivy), scored again with exact lengths, merged with the
         units it lacks (``tail``, read from the primaries); the top k with the units' fields. None
         when a commit made while the tail was read cannot be loaded."""
-        k1, b = K1, B
         for _ in range(3):
             # a term only the tail holds weighs what it would in one unit
             unknown = unknown_idf(view.ndocs) if tail is not None else 0.0
             idf = [view.idf(term) or unknown for term in terms]
-            bm25 = Bm25([w * (k1 + 1) for w in idf], index.mean_length(view, terms), k1, b)
+            bm25 = Bm25.of(idf, index.mean_length(view, terms))
             unseen = Unseen()
             fresh = self.tail.top(t, p, terms, bm25, tail, now, budget, unseen) if tail else []
             # A pass that committed while the tail was read may have flagged rows sent that this view
@@ -160,7 +159,7 @@ class Searcher:
             fresher = {r.unit["cid"] for r in fresh}
             ranked += index.best(view, p, terms, bm25.weights, now,
                                  lambda cids: self._gone(t, cids, now) | fresher.intersection(cids))
-        stats = Stats(idf, k1, b, index.mean_length(view, terms), view.ndocs)
+        stats = Stats(idf, K1, B, index.mean_length(view, terms), view.ndocs)
         return ranked, stats, (unseen if tail is not None else None)
 
     def _gone(self, t, cids: list[str], now: int) -> set[str]:
@@ -184,7 +183,6 @@ class Searcher:
         n = sum(st["ndocs"] for _, st in per_day.values())
         if n <= 0 and unseen is None:
             return [], None
-        k1, b = K1, B
         # a term no indexed unit holds weighs what it would in one (a pending unit may hold it)
         unknown = unknown_idf(n) if unseen is not None else 0.0
         idf = [idf_of(n, sum(st["df"][term] for _, st in per_day.values())) or unknown for term in terms]
@@ -192,7 +190,7 @@ class Searcher:
         if not live or (p.operator == "and" and len(live) < len(terms)):
             return [], None
         avgdl = sum(st["ntokens"] for _, st in per_day.values()) / n if n else 0.0
-        bm25 = Bm25([w * (k1 + 1) for w in idf], avgdl, k1, b)
+        bm25 = Bm25.of(idf, avgdl)
         ryw = TailBudget(self.config.read_your_writes_ms, budget)    # read-your-writes' time and CPU
         local_n = max(self.config.local_top_n, 3 * p.top_k)   # generous: 3x what the shard may contribute
 
@@ -214,7 +212,7 @@ class Searcher:
 
         found = [x for part in self._map(top, list(per_day)) for x in part]
         found.sort(key=lambda x: x[0].order)
-        return self._fetch(found[:p.top_k]), Stats(idf, k1, b, avgdl, n)
+        return self._fetch(found[:p.top_k]), Stats(idf, K1, B, avgdl, n)
 
     def _fetch(self, found: list) -> list[Ranked]:
         """The units of the winning (hit, shard) pairs, one read per shard."""
