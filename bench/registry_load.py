@@ -5,8 +5,9 @@ For each build (``--before`` and the code under test), a fresh gunicorn as `make
 threads, no nginx) with the keys of bench/large_answers.py; beta holds a few hundred small units. Beta's probes
 run alone for ``--quiet`` seconds, then while alpha's admin key registers two tools at once, each with
 ``--kib`` KiB of ``a+`` (then ``a.``, then ``token``) in its input schema's description (the schema may hold 256
-KiB), one pair after another. Reported: each registration's status and seconds (a gunicorn timeout shows as a
-connection error), beta's p50/p95 and timeouts per phase, and the attack phase's p50 over the quiet one's.
+KiB), two loops registering for ``--attack`` seconds. Reported: each registration's status and seconds (a
+gunicorn timeout shows as a connection error), beta's p50/p95 and timeouts per phase, and the attack phase's
+p50 over the quiet one's.
 
     .venv/bin/python bench/registry_load.py                  # before = 14e547d, this worktree after
 
@@ -38,7 +39,19 @@ def register(url: str, name: str, text: str, out: list) -> None:
     out.append({"name": name, "status": status, "seconds": round(time.perf_counter() - started, 2)})
 
 
-def one_build(src, name: str, kib: int, quiet: float) -> dict:
+def hostile(url: str, until: float, kib: int, worker: int, out: list) -> None:
+    """Register tools until ``until``, cycling through the three texts, each under a new name."""
+    i = 0
+    while time.monotonic() < until:
+        kind, unit_text = TEXTS[i % len(TEXTS)]
+        register(url, f"hostile_{worker}_{i}_{kind}", unit_text * (kib * 1024 // len(unit_text)), out)
+        i += 1
+
+
+TEXTS = (("a_plus", "a+"), ("a_dot", "a."), ("token", "token"))
+
+
+def one_build(src, name: str, kib: int, quiet: float, seconds: float) -> dict:
     proc, url, data = start(src, name)
     try:
         small = [unit(f"order ORD-{i} shipped by carrier {i % 7}, 订单 {i} 已发货", "orders_v1") for i in range(300)]
@@ -50,18 +63,21 @@ def one_build(src, name: str, kib: int, quiet: float) -> dict:
         time.sleep(quiet)
         probes.phase = "attack"
         registrations: list = []
-        for unit_text in ("a+", "a.", "token"):
-            text = unit_text * (kib * 1024 // len(unit_text))
-            pair = [threading.Thread(target=register, args=(url, f"hostile_{unit_text.strip('+.')}_{i}", text,
-                                                            registrations)) for i in range(2)]
-            for t in pair:
-                t.start()
-            for t in pair:
-                t.join()
+        until = time.monotonic() + seconds
+        pair = [threading.Thread(target=hostile, args=(url, until, kib, w, registrations)) for w in range(2)]
+        for t in pair:
+            t.start()
+        for t in pair:
+            t.join()
         probes.stopping = True
         for t in probes.threads:
             t.join(timeout=15)
-        return {"build": name, "service": service_rev(src), "registrations": registrations, "probes": probes.report()}
+        statuses: dict = {}
+        for r in registrations:
+            statuses[str(r["status"])] = statuses.get(str(r["status"]), 0) + 1
+        return {"build": name, "service": service_rev(src), "registration_statuses": statuses,
+                "registration_seconds_max": max(r["seconds"] for r in registrations),
+                "registrations": registrations, "probes": probes.report()}
     finally:
         stop(proc, data)
 
@@ -71,11 +87,12 @@ def main(argv=None) -> None:
     ap.add_argument("--before", default="14e547d")
     ap.add_argument("--after", default="worktree")
     ap.add_argument("--kib", type=int, default=250)
-    ap.add_argument("--quiet", type=float, default=10.0)
+    ap.add_argument("--quiet", type=float, default=15.0)
+    ap.add_argument("--attack", type=float, default=30.0, help="seconds the two registering loops run")
     args = ap.parse_args(argv)
     runs = []
     for name, rev in (("before", args.before), ("after", args.after)):
-        row = one_build(service_src(rev), name, args.kib, args.quiet)
+        row = one_build(service_src(rev), name, args.kib, args.quiet, args.attack)
         print(json.dumps(row), flush=True)
         runs.append(row)
     write_json("registry-load", {"machine": machine(), "kib": args.kib, "runs": runs})
