@@ -172,11 +172,12 @@ class Config:
     stream_key_share: int = -1
     shard_share: int = -1             # of max_open_shards: day files one tenant keeps open in a process
     tool_search_bytes: int = 8 << 20  # token bytes one tool search scores at most (name, text, schema columns)
-    # Large answers (exports, big searches, lineage, listing pages): one over large_answer_bytes may hold a
-    # thread while a slow client reads it, so a worker writes at most large_answers of them at once (-1: half its
-    # threads), one tenant at most large_answer_share of those and one key large_answer_key_share (-1: half /
-    # the tenant's); past them 429 (a key's or tenant's share) or 503 (the worker's), with Retry-After.
-    large_answer_bytes: int = 1 << 20
+    # Large answers: one over large_answer_bytes (what the slow-client guard's poller keeps for a slow reader,
+    # service/guard_socket.py) holds a thread while a slow client reads it, so a worker writes at most
+    # large_answers of them at once (-1: half its threads), one tenant at most large_answer_share of those and
+    # one key large_answer_key_share (-1: half / the tenant's); past them 429 (a key's or tenant's share) or 503
+    # (the worker's), with Retry-After.
+    large_answer_bytes: int = 8 << 20
     large_answers: int = -1
     large_answer_share: int = -1
     large_answer_key_share: int = -1
