@@ -7,8 +7,8 @@ the schema, recursion is told apart from expansion.
 - A cycle of references applied *in place* only (``$ref``, ``allOf``, ``not``, ``if``, ...) never reaches a
   deeper part of the instance: a validator loops. Refused.
 - *Expansion*: a client that inlines every reference builds the schema's inlined size (a recursive
-  reference counts once); past ``MAX_REF_EXPANSION`` nodes it is a schema bomb (2^59 fan-out fits in a
-  few KiB). Refused.
+  reference counts once); when that adds more than ``MAX_REF_EXPANSION`` nodes to the schema's own, it is
+  a schema bomb (2^59 fan-out fits in a few KiB). Refused.
 References are JSON pointers (``#``, ``#/$defs/a``) or anchors (``#name``, from ``$anchor`` or
 ``$dynamicAnchor``); anything else would make every client that resolves it fetch a URL.
 """
@@ -123,6 +123,15 @@ def _no_cycle_in_place(schema: dict, resolve, bad) -> None:
 
 
 def _expansion(schema: dict, resolve, bad) -> None:
+    """Inlining every reference adds at most MAX_REF_EXPANSION nodes to the schema's own (which its 256 KiB
+    bound limits already: a large enum is no bomb)."""
+    own, stack = 0, [schema]
+    while stack:
+        n = stack.pop()
+        own += 1
+        if isinstance(n, (dict, list)):
+            stack.extend(n.values() if isinstance(n, dict) else n)
+    limit = own + MAX_REF_EXPANSION
     sizes: dict[int, int] = {}
     resolving: set[int] = set()
 
@@ -144,8 +153,8 @@ def _expansion(schema: dict, resolve, bad) -> None:
                     total += size(resolve(node[kw]))
         resolving.discard(key)
         sizes[key] = total
-        if total > MAX_REF_EXPANSION:
-            raise bad(f"inlining its $refs would build more than {MAX_REF_EXPANSION} schema nodes.")
+        if total > limit:
+            raise bad(f"inlining its $refs would add more than {MAX_REF_EXPANSION} schema nodes.")
         return total
     try:
         size(schema)

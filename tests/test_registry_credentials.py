@@ -180,3 +180,12 @@ def test_near_misses_are_registered_as_written(server):
         assert rv.status_code == 200, (text, rv.text)
         got = requests.get(f"{server.url}/mcp/tools/near_miss_{i}", headers=server.headers(READER), timeout=10)
         assert got.json()["description"] == body["description"]
+
+
+def test_a_large_schema_without_references_is_no_bomb(server):
+    """Its own size is bounded by the 256 KiB cap; only what references add is an expansion (it used to be
+    refused past 10,000 nodes, saying "inlining its $refs", with none in it)."""
+    big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "d"} for i in range(5000)}}
+    rv = requests.post(server.url + "/mcp/tools", json=tool(name="wide_schema", input_schema=big),
+                       headers=server.headers(ADMIN), timeout=30)
+    assert rv.status_code == 200, rv.text[:300]

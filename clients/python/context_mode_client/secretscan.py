@@ -563,8 +563,15 @@ def _by_start(span: Span) -> int:
 
 def first(text: str) -> Optional[str]:
     """The name of a rule that finds a secret in ``text``, or None (stops at the first)."""
-    for _start, _end, name in _all_spans(text):
-        return name
+    span = first_span(text)
+    return None if span is None else span[2]
+
+
+def first_span(text: str) -> Optional[Span]:
+    """The first secret a rule finds in ``text`` (not necessarily the leftmost), or None; stops there."""
+    for span in _all_spans(text):
+        if span[0] < span[1]:
+            return span
     return None
 
 
