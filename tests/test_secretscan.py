@@ -147,3 +147,21 @@ def test_the_detector_runs_on_the_clients_oldest_python():
         rv = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
         assert rv.returncode == 0, rv.stderr
         assert rv.stdout.strip().endswith("[] []"), (python, rv.stdout)
+
+
+def test_metadata_read_in_one_pass_masks_as_string_by_string_would():
+    """mask_value reads a value's strings joined by newlines in one pass; what it masks is what masking each
+    string alone masks, over every shape and near-miss of the corpus, as values and as keys."""
+    def one_by_one(value):
+        if isinstance(value, str):
+            return secretscan.mask(value)
+        if isinstance(value, list):
+            return [one_by_one(v) for v in value]
+        if isinstance(value, dict):
+            return {secretscan.mask(k): "[REDACTED:secret_name]" if secretscan.secret_name(k) and v else one_by_one(v)
+                    for k, v in value.items()}
+        return value
+    texts = [text for _, text, _ in SECRETS] + NEAR_MISSES
+    meta = {"values": texts, "nested": [{"note": t, "n": i} for i, t in enumerate(texts)],
+            **{f"key {i}: {t[:60]}": i for i, t in enumerate(texts)}}
+    assert secretscan.mask_value(meta) == one_by_one(meta)

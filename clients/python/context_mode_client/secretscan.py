@@ -22,6 +22,7 @@ Standard library only, Python 3.9 and later (the client's constraints).
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from functools import lru_cache
 from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
@@ -474,34 +475,32 @@ _PEM_END = r"-----END[ A-Z0-9_-]{0,64}PRIVATE KEY(?: BLOCK)?-----"
 
 
 def _private_key_blocks(text: str, low: str) -> Iterator[Span]:
-    """A PEM private key from its BEGIN line through its END line, or to the end of the text when cut off."""
-    pos = 0
+    """A PEM private key from its BEGIN line through its END line, or to the end of the text when cut off
+    (every BEGIN is reported: mask_value reads many strings joined, and each string's key is cut at its end)."""
+    pos, ends = 0, True
     while True:
         begin = _re(_PEM_BEGIN).search(text, pos)
         if begin is None:
             return
-        end = _re(_PEM_END).search(text, begin.end())
-        stop = len(text) if end is None else end.end()
-        yield begin.start(), stop, "private_key"
-        if end is None:
-            return
-        pos = stop
+        end = _re(_PEM_END).search(text, begin.end()) if ends else None
+        ends = end is not None                  # no END after here: none after any later BEGIN either
+        yield begin.start(), len(text) if end is None else end.end(), "private_key"
+        pos = begin.end() if end is None else end.end()
 
 
 def _putty_blocks(text: str, low: str) -> Iterator[Span]:
     """A PuTTY key file (.ppk): from its first line through ``Private-MAC``'s line, or to the end of the text."""
-    pos = 0
+    pos, macs = 0, True
     while True:
         start = text.find("PuTTY-User-Key-File-", pos)
         if start < 0:
             return
-        mac = text.find("Private-MAC:", start)
+        mac = text.find("Private-MAC:", start) if macs else -1
+        macs = mac >= 0
         stop = len(text) if mac < 0 else text.find("\n", mac)
         stop = len(text) if stop < 0 else stop
         yield start, stop, "putty-private-key"
-        if mac < 0:
-            return
-        pos = stop
+        pos = start + 20 if mac < 0 else stop
 
 
 # Finders beyond the pattern rules: (keywords, finder), run after RULES.
@@ -539,12 +538,15 @@ def _all_spans(text: str, literals: Iterable[str] = ()) -> Iterator[Span]:
 
 
 def find(text: str, literals: Iterable[str] = ()) -> List[Span]:
-    """The secrets in ``text``: ``(start, end, rule)`` in order, overlaps merged (the first-starting, longest
-    one names it). ``literals`` (e.g. the caller's own key) are found wherever they appear, whatever their
-    shape."""
+    """The secrets in ``text``: ``(start, end, rule)`` in order, overlaps merged (the first-starting one names
+    it). ``literals`` (e.g. the caller's own key) are found wherever they appear, whatever their shape."""
+    return _merged(_all_spans(text, literals))
+
+
+def _merged(spans: Iterable[Span]) -> List[Span]:
     merged: List[Span] = []
     last_end = -1
-    for start, end, name in sorted(_all_spans(text, literals), key=_by_start):
+    for start, end, name in sorted(spans, key=_by_start):
         if start >= end:
             continue
         if start < last_end:
@@ -578,7 +580,10 @@ def first_span(text: str) -> Optional[Span]:
 def mask(text: str, literals: Iterable[str] = ()) -> str:
     """``text`` with every secret replaced by ``[REDACTED:<rule>]``; the names, users and schemes around it
     stay, so the text still says what was there."""
-    spans = find(text, literals)
+    return _apply(text, find(text, literals))
+
+
+def _apply(text: str, spans: List[Span]) -> str:
     if not spans:
         return text
     out, pos = [], 0
@@ -592,19 +597,55 @@ def mask(text: str, literals: Iterable[str] = ()) -> str:
 
 def mask_value(value, literals: Iterable[str] = ()):
     """A JSON value with every string masked, keys included; the value of a key named like a secret
-    (``PRIVATE-TOKEN``, ``passphrase``, ``auth``) goes whole."""
-    literals = tuple(literals)
+    (``PRIVATE-TOKEN``, ``passphrase``, ``auth``) goes whole. Its strings are read in one pass, joined by
+    newlines (no rule matches across a line break), not one by one: metadata of many short strings costs
+    what its text does."""
+    strings: List[str] = []
+    _strings_of(value, strings)
+    joined = "\n".join(strings)
+    starts, at = [], 0
+    for text in strings:
+        starts.append(at)
+        at += len(text) + 1
+    per_string: dict = {}
+    for start, stop, name in _all_spans(joined, literals):
+        k = bisect_right(starts, start) - 1       # a block that runs on (a cut-off key) ends with its string
+        if start < stop:
+            per_string.setdefault(k, []).append((start - starts[k], min(stop - starts[k], len(strings[k])), name))
+    masked = {starts[k]: _apply(strings[k], _merged(spans)) for k, spans in per_string.items()}
+    return _rebuild(value, iter(strings), masked, [0])
+
+
+def _strings_of(value, out: List[str]) -> None:
     if isinstance(value, str):
-        return mask(value, literals)
+        out.append(value)
+    elif isinstance(value, list):
+        for v in value:
+            _strings_of(v, out)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(k, str):
+                out.append(k)
+            _strings_of(v, out)
+
+
+def _rebuild(value, strings, masked: dict, at: list):
+    """``value`` again, each of its strings (in ``_strings_of``'s order) replaced by its masked form."""
+    def next_string() -> str:
+        text = next(strings)
+        out = masked.get(at[0], text)
+        at[0] += len(text) + 1
+        return out
+    if isinstance(value, str):
+        return next_string()
     if isinstance(value, list):
-        return [mask_value(v, literals) for v in value]
+        return [_rebuild(v, strings, masked, at) for v in value]
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
-            key = mask(k, literals) if isinstance(k, str) else k
-            if isinstance(k, str) and secret_name(k) and v not in (None, "", False, [], {}):
-                out[key] = "[REDACTED:secret_name]"
-            else:
-                out[key] = mask_value(v, literals)
+            key = next_string() if isinstance(k, str) else k
+            inner = _rebuild(v, strings, masked, at)
+            secret = isinstance(k, str) and secret_name(k) and v not in (None, "", False, [], {})
+            out[key] = "[REDACTED:secret_name]" if secret else inner
         return out
     return value
