@@ -99,8 +99,12 @@ def _re(source: str, flags: int = 0) -> re.Pattern:
     return found
 
 
+_PLACEHOLDER_STARTS = frozenset("$%{<*xX.[nNtTfFuUsSiIbBrRoO")   # the first characters _REFERENCE can match
+_FLAGS = re.I | re.X
+
+
 def _placeholder(value: str) -> bool:
-    return _re(_REFERENCE, re.I | re.X).match(value) is not None
+    return value[:1] in _PLACEHOLDER_STARTS and _re(_REFERENCE, _FLAGS).match(value) is not None
 
 
 # --- rules ---------------------------------------------------------------------------------------------------
