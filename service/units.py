@@ -231,6 +231,25 @@ def _check_cid(cid, expected: str) -> None:
                          f"= {expected}.", code="invalid_cid", field="cid")
 
 
+def _masked(content: str, source: str, metadata_text: str | None, config: Config) -> tuple:
+    """CONTEXT_MASK_PUSHES: the unit's strings with credentials masked by the hooks' own detector (the client
+    package's secretscan: linear in its input), metadata keys and values included. A text that its tags make
+    longer than its cap is refused, as a longer one sent would be."""
+    from context_mode_client.secretscan import mask, mask_value
+    content, source = mask(content), mask(source)
+    if metadata_text is not None:
+        metadata_text = encode_metadata(mask_value(json.loads(metadata_text)))
+    for name, text, cap, code in (("content", content, config.max_content_bytes, "content_too_large"),
+                                  ("metadata", metadata_text or "", config.max_metadata_bytes, "metadata_too_large")):
+        if len(text.encode("utf-8")) > cap:
+            raise BadRequest(f"Field {name!r} exceeds {cap} bytes once its credentials are masked.", code=code,
+                             field=name)
+    if len(source) > config.max_source_chars:
+        raise BadRequest(f"Field 'source' exceeds {config.max_source_chars} characters once its credentials are "
+                         "masked.", field="source")
+    return content, source, metadata_text
+
+
 def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
     """Check one pushed unit against every rule of the unit table; raise ApiError on the first failure
     (fields checked in the order below)."""
@@ -255,6 +274,9 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
     parent = _check_parent(raw.get("parent_cid"))
     expected = compute_cid(content, timestamp, source)
     _check_cid(raw.get("cid"), expected)
+    if config.mask_pushes:
+        content, source, metadata_text = _masked(content, source, metadata_text, config)
+        expected = compute_cid(content, timestamp, source)
     if parent == expected:
         raise Unprocessable("A unit cannot be its own parent.", code="parent_not_found", field="parent_cid")
     if timestamp + ttl <= now:
@@ -277,8 +299,10 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
 RAW_FIELD_BYTES = 64 * 1024
 _FIRST_WINDOW = 4096
 _WS = re.compile(rb"[ \t\n\r]*")
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_SCALAR = re.compile(rb'[^,\]}\[{" \t\n\r:]+')
+# Possessive (Python 3.11): the scan keeps no state per escape. The former backtracking form kept a mark per
+# escape, so a 31 MB string of `\\n` cost a worker 1.9 GB before its cap was checked (issue 39, finding 4).
+_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.S)
+_SCALAR = re.compile(rb'[^,\]}\[{" \t\n\r:]++')
 _UNITS_KEY = re.compile(rb'\{[ \t\n\r]*"units"[ \t\n\r]*:[ \t\n\r]*')
 
 
@@ -324,17 +348,25 @@ def _loads(raw: bytes, i: int, end: int):
         raise _syntax(e.msg, i + e.pos) from None
 
 
+def _scan(raw: bytes, i: int, cap: int, pattern: re.Pattern, what: str, field_name: str | None) -> int:
+    """The end of the string or scalar at byte ``i``, scanning at most ``cap`` bytes of the body (the cap
+    is checked while scanning, not after: the scan never reads past it); 400 ``unit_too_large`` when the
+    value goes on past the cap."""
+    m = pattern.match(raw, i, i + cap + 1)
+    if m is not None and m.end() - i <= cap:
+        return m.end()
+    if m is None and (pattern is _SCALAR or len(raw) <= i + cap + 1):
+        raise _syntax("Unterminated string" if pattern is _STRING else "Expecting value", i)
+    raise _too_large(what, cap, field_name)
+
+
 def _value(raw: bytes, i: int, cap: int, what: str, field_name: str | None):
     """(end, value) of the JSON value at byte ``i``, decoded from at most ``cap`` bytes of the body;
     400 ``unit_too_large`` when it is longer."""
     first = raw[i:i + 1]
     if first == b'"' or first not in (b"[", b"{"):
-        m = (_STRING if first == b'"' else _SCALAR).match(raw, i)
-        if m is None:
-            raise _syntax("Expecting value", i)
-        if m.end() - i > cap:
-            raise _too_large(what, cap, field_name)
-        return m.end(), _loads(raw, i, m.end())
+        end = _scan(raw, i, cap, _STRING if first == b'"' else _SCALAR, what, field_name)
+        return end, _loads(raw, i, end)
     # A container: decode a growing window (x4 each time, up to the cap) until the value fits in it.
     size = min(_FIRST_WINDOW, cap)
     while True:
@@ -366,11 +398,11 @@ def _decode_unit(raw: bytes, i: int, caps: RawCaps, what: str, config: Config, n
         j += 1
     else:
         while True:
-            m = _STRING.match(raw, j)
-            if m is None or m.end() - j > caps.other:
+            if not raw.startswith(b'"', j):
                 raise _syntax("Expecting property name enclosed in double quotes", j)
-            name = _loads(raw, j, m.end())
-            j = _ws(raw, m.end())
+            end = _scan(raw, j, caps.other, _STRING, f"{what}'s field name", None)
+            name = _loads(raw, j, end)
+            j = _ws(raw, end)
             if not raw.startswith(b":", j):
                 raise _syntax("Expecting ':' delimiter", j)
             j = _ws(raw, j + 1)
