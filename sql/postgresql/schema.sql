@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS catalog (
     digest      text   NOT NULL,
     expires_at  bigint NOT NULL,
     parent_cid  text,
+    thread      text,              -- its thread and place in it (docs/design.md §3), fixed at its first push
+    tpos        integer,
     PRIMARY KEY (tenant, cid)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS catalog_seq ON catalog (tenant, seq);
@@ -66,6 +68,8 @@ CREATE TABLE IF NOT EXISTS units (
     metadata    text,
     parent_cid  text,
     pushed_ms   bigint NOT NULL,
+    thread      text,              -- as the catalog has them (what the node index and the tail read)
+    tpos        integer,
     PRIMARY KEY (tenant, day, cid)
 ) PARTITION BY RANGE (day);
 CREATE INDEX IF NOT EXISTS units_expires ON units (expires_at);
@@ -223,3 +227,14 @@ ALTER INDEX unit_terms_tfs SET (fastupdate = on);
 UPDATE cms_meta SET value = 2 WHERE key = 'schema_version' AND value < 2;
 -- Version 3 (a read index on every node): pending_seq (above).
 UPDATE cms_meta SET value = 3 WHERE key = 'schema_version' AND value < 3;
+-- Version 4 (threads, docs/design.md §3): each unit's thread and place, on the catalog and the units (above;
+-- added here to a database made before), a unit's next place found through catalog_thread. A database made
+-- before gets its units' threads from the store at this upgrade (service/store/postgresql/threads.py,
+-- ``migrate``), in the same transaction. The index by source and time that CONTEXT_THREAD_GAP_S needs is
+-- made by a node that starts with it set (``ensure_gap_index``).
+ALTER TABLE catalog ADD COLUMN IF NOT EXISTS thread text;
+ALTER TABLE catalog ADD COLUMN IF NOT EXISTS tpos integer;
+ALTER TABLE units ADD COLUMN IF NOT EXISTS thread text;
+ALTER TABLE units ADD COLUMN IF NOT EXISTS tpos integer;
+CREATE INDEX IF NOT EXISTS catalog_thread ON catalog (tenant, thread, tpos);
+UPDATE cms_meta SET value = 4 WHERE key = 'schema_version' AND value < 4;

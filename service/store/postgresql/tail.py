@@ -121,4 +121,5 @@ class NodeTail:
             if hit is not None:
                 hits.append((hit, r, content))
         hits.sort(key=lambda x: x[0].order)
-        return [Ranked(unit_dict({**r, "content": content}), h.score, h.ntok, h.tfs) for h, r, content in hits[:p.top_k]]
+        return [Ranked(unit_dict({**r, "content": content}), h.score, h.ntok, h.tfs, r["tpos"] or 0)
+                for h, r, content in hits[:p.top_k]]
