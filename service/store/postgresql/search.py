@@ -227,8 +227,8 @@ class PgSearcher:
                     read) -> tuple[list[Ranked], IndexStats, Unseen]:
         """The best k of the index and the tail's units (read-your-writes: ``fresh``, scored first with the
         index's statistics), ranked with threads as the SQLite store's default searches are
-        (readindex/threaded.py), leaving out of the index's what the tail ``read`` says is gone; and the
-        tail's units left unscored."""
+        (readindex/threaded.py), leaving out of the index's what the tail ``read`` says is gone
+        (``TailRead.left_out``); and the tail's units left unscored."""
         ryw = self.config.read_your_writes_ms > 0
         unknown = unknown_idf(view.ndocs) if ryw else 0.0     # a term only the tail holds weighs as in one unit
         idf = [view.idf(term) or unknown for term in terms]
@@ -238,7 +238,8 @@ class PgSearcher:
         fresh = self.tail.top(tenant, read, p, terms, bm25, now, unseen) if ryw and terms and not read.too_many else []
         ranked = list(fresh)
         if terms and (all(idf) or p.operator == "or"):
-            ranked = threaded.best(view, p, terms, bm25.weights, now, lambda cids: read.gone.intersection(cids), fresh)
+            ranked = threaded.best(view, p, terms, bm25.weights, now, read.left_out(p, now), fresh)
+            read.refresh(ranked)
         return ranked, IndexStats(bm25, Stats(idf, K1, B, avgdl, view.ndocs)), unseen
 
     def _live_days(self, tenant: str) -> int:
