@@ -15,6 +15,10 @@ SELECT pg_try_advisory_xact_lock(%(key)s) AS ok;
 -- made before a table was added runs the re-runnable script again) ...
 SELECT to_regclass('tools') IS NOT NULL AS ok;
 
+-- name: meta_present
+-- Whether the database holds any version of the schema (the upgrade reads its version, a new one has none).
+SELECT to_regclass('cms_meta') IS NOT NULL AS ok;
+
 -- name: schema_version
 -- ... and its version, the last upgrade step it ran (schema.sql's end; a database made by an earlier
 -- version runs the script again, which upgrades it).

@@ -119,9 +119,9 @@ class PgStore(StoreApi):
         if not (conn.execute(sql("schema_present")).fetchone()["ok"]
                 and conn.execute(sql("schema_version")).fetchone()["version"] >= SCHEMA_VERSION):
             conn.execute(sql("advisory_lock"), {"key": SCHEMA_LOCK})
-            # (read again under the lock: another node may have upgraded it meanwhile)
+            # (read again under the lock: another node may have upgraded it meanwhile; no meta table: a new database)
             before = (conn.execute(sql("schema_version")).fetchone()["version"]
-                      if conn.execute(sql("schema_present")).fetchone()["ok"] else SCHEMA_VERSION)
+                      if conn.execute(sql("meta_present")).fetchone()["ok"] else SCHEMA_VERSION)
             conn.execute(schema())
             if before < THREADS_VERSION:
                 threads.migrate(conn, gap)
