@@ -45,7 +45,7 @@ from pathlib import Path
 
 import requests
 
-from common import ROOT, TMP, machine, service_rev, service_src, write_json
+from common import ROOT, TMP, machine, quiet_service_logs, service_rev, service_src, write_json
 
 DEFAULT_DATA = ROOT.parent / "shared" / "eval" / "locomo-dev"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -56,6 +56,9 @@ TTL = 365 * 86_400
 # --- the data -----------------------------------------------------------------------------------------
 def load(path: Path, names: list[str] | None) -> dict[str, dict]:
     """sample_id -> sample, from locomo10.json or a folder of conv-*.json."""
+    if not path.exists():
+        raise SystemExit(f"{path} does not exist: get data/locomo10.json from github.com/snap-research/locomo "
+                         "(CC BY-NC 4.0) and pass it with --data (make memory LOCOMO=...)")
     if path.is_dir():
         samples = []
         for f in sorted(path.glob("conv-*.json")):
@@ -115,6 +118,12 @@ def pushes(sample: dict, mode: str, now: int) -> list[tuple[dict | None, list[di
                           "ttl": TTL, "content": text, "metadata": meta})
         out.append((root, units))
     return out
+
+
+def anchor() -> int:
+    """The start of today (UTC): the pushes' timestamps, so their CIDs and the ties they settle, are the same
+    in every run of a day."""
+    return int(time.time()) // 86_400 * 86_400
 
 
 def recall(ranked: list[str | None], evidence: list[str], k: int) -> float:
@@ -221,7 +230,7 @@ def run_http(src: Path, samples: dict, modes: list[str], store_env: dict) -> dic
     url = f"http://127.0.0.1:{port}"
     try:
         hb.wait_ready(port)
-        now = int(time.time())
+        now = anchor()
         for sid, sample in samples.items():
             for mode in modes:
                 n = push_all(Http(url, keys[tenant_of(sid, mode)]), sample, mode, now)
@@ -239,7 +248,7 @@ def run_http(src: Path, samples: dict, modes: list[str], store_env: dict) -> dic
 
 # --- baselines over the same turns --------------------------------------------------------------------
 def turns_of(sample: dict) -> list[tuple[str, str]]:
-    return [(u["metadata"]["dia_id"], u["content"]) for _, units in pushes(sample, "flat", int(time.time()))
+    return [(u["metadata"]["dia_id"], u["content"]) for _, units in pushes(sample, "flat", anchor())
             for u in units]
 
 
@@ -290,40 +299,45 @@ def run_tantivy(samples: dict) -> dict:
 # --- ablations (in process) ---------------------------------------------------------------------------
 ABLATIONS = {
     # name: (what it changes, the patch)
-    "BM25 alone (no thread, no neighbour)": {"THREAD_WEIGHT": 0.0, "NEIGHBOUR_WEIGHT": 0.0},
-    "thread evidence only (neighbour 0)": {"NEIGHBOUR_WEIGHT": 0.0},
-    "neighbour evidence only (thread 0)": {"THREAD_WEIGHT": 0.0},
-    "no neighbours pulled in (PULL 0)": {"PULL": 0},
-    "pool of 30": {"POOL": 30},
-    "pool of 200": {"POOL": 200},
-    "thread 0.3, neighbour 0.2": {"THREAD_WEIGHT": 0.3, "NEIGHBOUR_WEIGHT": 0.2},
-    "thread 1.0, neighbour 0.6": {"THREAD_WEIGHT": 1.0, "NEIGHBOUR_WEIGHT": 0.6},
+    "BM25 alone (no thread, no neighbor)": {"THREAD_WEIGHT": 0.0, "NEIGHBOR_WEIGHT": 0.0},
+    "thread evidence only (neighbor 0)": {"NEIGHBOR_WEIGHT": 0.0},
+    "neighbor evidence only (thread 0)": {"THREAD_WEIGHT": 0.0},
+    "thread evidence from its best match only (SECOND 0)": {"SECOND": 0.0},
+    "thread evidence with its second match in full (SECOND 1)": {"SECOND": 1.0},
+    "no neighbors pulled in (PULL 0)": {"PULL": 0},
+    "pool of 50": {"POOL": 50},
+    "pool of 100": {"POOL": 100},
+    "neighbors of the pool's best 5 pulled in (PULL 5)": {"PULL": 5},
+    "thread 0.3, neighbor 0.2": {"THREAD_WEIGHT": 0.3, "NEIGHBOR_WEIGHT": 0.2},
+    "thread 1.0, neighbor 0.6": {"THREAD_WEIGHT": 1.0, "NEIGHBOR_WEIGHT": 0.6},
     "heads as plain units": {"head": False},
+    "time adjacency per source, 30 min (CONTEXT_THREAD_GAP_S=1800)": {"config": {"thread_gap_s": 1800}},
 }
 
 
 def run_ablations(samples: dict, modes: list[str]) -> dict:
+    quiet_service_logs()
     from service import create_app
     from service.ranking import threads
     from service.readindex import threaded
     out = {}
     for name, patch in {"kept (as shipped)": {}, **ABLATIONS}.items():
-        saved = {k: getattr(threads, k) for k in patch if k != "head"}
+        saved = {k: getattr(threads, k) for k in patch if k not in ("head", "config")}
         head = threads.Evidence.head
         for k, v in patch.items():
             if k == "head":
                 threads.Evidence.head = lambda self, c: False
-            else:
+            elif k != "config":
                 setattr(threads, k, v)
                 if hasattr(threaded, k):
                     setattr(threaded, k, v)
         try:
             data = Path(tempfile.mkdtemp(prefix="memory-ab-", dir=TMP))
             keys = {tenant_of(s, m): f"memory-bench-key-{tenant_of(s, m)}" for s in samples for m in modes}
-            app = create_app({"data_dir": str(data), "background": False,
+            app = create_app({"data_dir": str(data), "background": False, **patch.get("config", {}),
                               "api_keys": ";".join(f"{k}:{t}:push+search" for t, k in keys.items())})
             client = app.test_client()
-            now = int(time.time())
+            now = anchor()
             for sid, sample in samples.items():
                 for mode in modes:
                     push_all(InProcess(client, keys[tenant_of(sid, mode)]), sample, mode, now)

@@ -15,6 +15,7 @@ from functools import lru_cache
 from .config import Config
 from .errors import ApiError, BadRequest, Unprocessable
 from .formats import CONTROL_CHARS_RE, is_cid
+from .unitkeys import derive
 
 CID_SCHEMA = {"type": "string", "pattern": "^[0-9a-f]{12}$", "description": "12 lowercase hex digits.",
               "examples": ["1f0c2a9be7d4"]}
@@ -69,6 +70,8 @@ class Unit:
     metadata: dict | None          # the decoded object when built by hand; validate_unit keeps only the text
     parent_cid: str | None
     metadata_text: str | None = field(default=None, compare=False, repr=False)   # the metadata as stored
+    # what search filters on, from the metadata (service/unitkeys.py); validate_unit derives them
+    keys: dict | None = field(default=None, compare=False, repr=False)
     # derived once here (a push reads them several times)
     day: str = field(init=False, compare=False, repr=False)
     digest: str = field(init=False, compare=False, repr=False)
@@ -78,6 +81,8 @@ class Unit:
         object.__setattr__(self, "digest", content_digest(self.content))
         if self.metadata is not None and self.metadata_text is None:
             object.__setattr__(self, "metadata_text", encode_metadata(self.metadata))
+        if self.keys is None:
+            object.__setattr__(self, "keys", derive(self.metadata))
 
     @property
     def expires_at(self) -> int:
@@ -85,29 +90,6 @@ class Unit:
 
     def metadata_json(self) -> str | None:
         return self.metadata_text
-
-
-# --- threads (docs/design.md §3 "Threads"; assigned at push: service/store/push.py) ----------------------
-# How a unit joined its thread (the read index keeps it; ranking reads it): by time alone, or as its thread's
-# first unit; by metadata.session; by its parent.
-JOINED_BY_TIME, JOINED_BY_SESSION, JOINED_BY_PARENT = 0, 1, 2
-
-
-def session_thread(metadata_text: str | None) -> str | None:
-    """The thread ``metadata.session`` names (a string or an integer, tenant-wide), or None."""
-    if not metadata_text or '"session"' not in metadata_text:
-        return None
-    value = json.loads(metadata_text).get("session")
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
-        return None
-    return hashlib.sha256(b"session\0" + str(value).encode("utf-8")).hexdigest()[:12]
-
-
-def joined_by(parent_cid: str | None, metadata_text: str | None) -> int:
-    """How a stored unit joined its thread (``Threads.assign``'s rule that applied, read back from its fields)."""
-    if parent_cid:
-        return JOINED_BY_PARENT
-    return JOINED_BY_SESSION if session_thread(metadata_text) else JOINED_BY_TIME
 
 
 def _is_int(v) -> bool:
@@ -269,6 +251,7 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
     ttl = _check_ttl(raw.get("ttl"), config)
     content = _check_content(raw.get("content"), config)
     metadata_text = _check_metadata(raw.get("metadata"), config)
+    keys = derive(raw.get("metadata"))      # (checked: an object or None)
     parent = _check_parent(raw.get("parent_cid"))
     expected = compute_cid(content, timestamp, source)
     _check_cid(raw.get("cid"), expected)
@@ -278,7 +261,7 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
         raise Unprocessable("The unit expired before it arrived (timestamp + ttl is in the past).",
                             code="already_expired", field="ttl")
     return Unit(cid=expected, type=utype, source=source, timestamp=timestamp, ttl=ttl,
-                content=content, metadata=None, parent_cid=parent, metadata_text=metadata_text)
+                content=content, metadata=None, parent_cid=parent, metadata_text=metadata_text, keys=keys)
 
 
 # --- decoding a push body, one unit at a time ---------------------------------------------------------
@@ -529,6 +512,12 @@ RESULT_FIELDS: tuple[Shape, ...] = (
                               "BM25 divided by the query's maximum attainable BM25."), True),
     Shape("bm25_score", _described({"type": "number"}, "Raw BM25, higher is better."), True),
     Shape("snippet", lambda c: {"type": "string"}),
+    Shape("neighbors", lambda c: {
+        "type": "object", "description": "With 'neighbors': n, the units up to n places before and after it in "
+                                        "its thread (docs/design.md §3), nearest last and first.",
+        "properties": {"before": {"type": "array", "items": {"type": "object"}},
+                       "after": {"type": "array", "items": {"type": "object"}},
+                       "omitted": {"type": "integer"}}}),
 )
 
 

@@ -16,7 +16,9 @@ CREATE TABLE IF NOT EXISTS units (
                                              -- read index, 3 in it but changed since (service/store/sqlite/readsync.py)
     ntok        INTEGER NOT NULL DEFAULT 0,  -- document length in tokens, for global BM25
     tokens      TEXT,                        -- space-joined tokens (service/tokenize.py), set when indexed
-    thread      TEXT,                        -- its thread and place in it, as the catalog has them
+    project     TEXT,                        -- keys derived from the metadata at push time, for search
+    is_global   INTEGER NOT NULL DEFAULT 0,  -- filters (service/unitkeys.py; schema 3)
+    thread      TEXT,                        -- its thread and place in it, as the catalog has them (schema 3)
     tpos        INTEGER
 );
 CREATE INDEX IF NOT EXISTS units_pending ON units(id) WHERE indexed = 0;

@@ -15,6 +15,7 @@ from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 from conftest import ROOT, drain, make_unit, new_app
+from service.store.postgresql.rows import SCHEMA_VERSION
 from service.units import compute_cid
 
 WORDS = ("order shipped refund invoice payment customer address warehouse delay carrier parcel label "
@@ -286,7 +287,7 @@ def test_a_database_made_before_threads_gets_them_at_start(tmp_path, pg_cluster)
             assert expected[cid_of(units[-1])] == (cid_of(units[0]), len([u for u in units[:7]
                                                                            if u.get("parent_cid") == cid_of(units[0])]) + 1)
             with psycopg.connect(url) as c:
-                assert c.execute("SELECT value FROM cms_meta WHERE key = 'schema_version'").fetchone()[0] == 4
+                assert c.execute("SELECT value FROM cms_meta WHERE key = 'schema_version'").fetchone()[0] == SCHEMA_VERSION
                 for tenant, want in (("default", expected), ("other", lineage_threads(other))):
                     for table in ("catalog", "units"):
                         got = {cid: (thread, tpos) for cid, thread, tpos in c.execute(

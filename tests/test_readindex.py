@@ -320,3 +320,26 @@ def test_searches_read_the_primaries_while_the_index_is_rebuilt(app):
     view = store.searcher.view(t)
     assert view is not None and view.searcher.num_docs == 12
     assert len(search(client, "kestrel")["results"]) == 12
+
+
+def test_long_units_are_counted_from_the_postings_and_read_only_when_answered(make_app, monkeypatch):
+    """A candidate past LARGE_TOKENS is scored from tantivy's postings, not by splitting its stored tokens (a
+    unit may hold 1 MiB: 200 of them took a default search 15-36 s), with the scores of the primaries'
+    exact BM25; only the answered ones' stored fields are read."""
+    from service.readindex import searcher as index
+    app = make_app(**INDEX_NOW)
+    client = app.test_client()
+    filler = " ".join(f"w{i}" for i in range(index.LARGE_TOKENS + 500))
+    now = int(time.time())
+    units = [make_unit(f"big page {i} {filler} {'big ' * (i % 7)}tail{i}", timestamp=now - i) for i in range(40)]
+    rv = client.post("/mcp/push", json={"units": units})
+    assert all(r["status"] == "ok" for r in rv.get_json()["results"])
+    drain(app)
+    reads = []
+    original = tantivy.Searcher.doc
+    monkeypatch.setattr(tantivy.Searcher, "doc", lambda self, address: reads.append(address) or original(self, address))
+    fast = search(client, "big tail3", top_k=5)["results"]
+    assert 0 < len(reads) <= 5 + 2       # (the answered ones, not every rescored candidate)
+    monkeypatch.undo()
+    exact = search(client, "big tail3", top_k=5, consistency="strong")["results"]
+    assert [(r["cid"], r["bm25_score"]) for r in fast] == [(r["cid"], r["bm25_score"]) for r in exact]

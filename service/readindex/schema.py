@@ -8,9 +8,9 @@ from pathlib import Path
 
 import tantivy
 
-from ..units import joined_by
+from ..unitkeys import joined_by
 
-FORMAT = 9                     # 9: threads (thread, tpos, joined, tkey)
+FORMAT = 10                    # 10: projects (project, global) and threads (thread, place, tkey)
 TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
 NO_TOKENS = "cm_none"
 DAY_SHIFT = 2 ** 40            # SQLite's keys: day ordinal * DAY_SHIFT + rowid
@@ -34,12 +34,13 @@ def build_schema() -> tantivy.Schema:
     sb.add_integer_field("ts", fast=True)
     sb.add_integer_field("len", fast=True)     # the exact length in tokens (tantivy keeps one byte of it)
     sb.add_integer_field("cidn", fast=True)    # the CID (12 hex digits) as a number: ties are ordered by it
-    # its thread (12 hex digits as a number), place in it, and whether it has a parent (docs/design.md §3)
+    # its thread (12 hex digits as a number), and its place in it × 4 + how it joined it (unitkeys.joined_by):
+    # one fast field read for both (docs/design.md §3)
     sb.add_integer_field("thread", fast=True)
-    sb.add_integer_field("tpos", fast=True)
-    sb.add_integer_field("joined", fast=True)  # how it joined its thread (service/store/push.py)
-    for name in ("day", "type", "src", "parent", "tkey"):
+    sb.add_integer_field("place", fast=True)
+    for name in ("day", "type", "src", "parent", "project", "tkey"):
         sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    sb.add_integer_field("global", indexed=True)     # 1: seen from every project (service/unitkeys.py)
     # the unit's public fields: a hit is answered from here, not from ten day files
     sb.add_text_field("content", stored=True, tokenizer_name=NO_TOKENS, index_option="basic")
     sb.add_text_field("unit", stored=True, tokenizer_name=NO_TOKENS, index_option="basic")
@@ -71,7 +72,7 @@ def thread_of(r) -> tuple[str, int]:
 
 
 def thread_key(thread: str, tpos: int) -> str:
-    """The term that finds the unit at this place of this thread (neighbours, context windows)."""
+    """The term that finds the unit at this place of this thread (neighbors, context windows)."""
     return f"{thread}.{tpos}"
 
 
@@ -90,14 +91,17 @@ def document(day: str, key: int, r, tokens: str | None = None, unit: str | None 
     doc.add_integer("len", r["ntok"])
     doc.add_integer("cidn", int(r["cid"], 16))
     doc.add_integer("thread", int(thread, 16))
-    doc.add_integer("tpos", tpos)
-    doc.add_integer("joined", joined_by(r["parent_cid"], r["metadata"]))
+    doc.add_integer("place", tpos * 4 + joined_by(r["parent_cid"], r["metadata"]))
     doc.add_text("tkey", thread_key(thread, tpos))
     doc.add_text("day", day)
     doc.add_text("type", r["type"])
     doc.add_text("src", r["source"])
     if r["parent_cid"]:
         doc.add_text("parent", r["parent_cid"])
+    if r["project"] is not None:
+        doc.add_text("project", r["project"])
+    if r["is_global"]:
+        doc.add_integer("global", 1)
     return doc
 
 

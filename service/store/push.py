@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..errors import Conflict, Unprocessable
-from ..units import Unit, session_thread
+from ..units import Unit
+from ..unitkeys import session_thread
 
 
 def collision(cid: str) -> Conflict:

@@ -24,6 +24,22 @@ SELECT to_regclass('cms_meta') IS NOT NULL AS ok;
 -- version runs the script again, which upgrades it).
 SELECT value AS version FROM cms_meta WHERE key = 'schema_version';
 
+-- name: keys_backfill_rows
+-- Schema version 4: the units stored before it whose metadata may name a project or global (their keys are
+-- derived in Python, by the rule every push follows: service/unitkeys.py).
+SELECT tenant, day::text AS day, cid, metadata FROM units
+WHERE metadata IS NOT NULL AND (strpos(metadata, '"project"') > 0 OR strpos(metadata, '"global"') > 0);
+
+-- name: keys_backfill_units
+UPDATE units SET project = %(project)s, is_global = %(is_global)s
+WHERE tenant = %(tenant)s AND day = %(day)s AND cid = %(cid)s;
+
+-- name: keys_backfill_pending
+UPDATE pending SET project = %(project)s, is_global = %(is_global)s WHERE tenant = %(tenant)s AND cid = %(cid)s;
+
+-- name: keys_backfill_terms
+UPDATE unit_terms SET project = %(project)s, is_global = %(is_global)s WHERE tenant = %(tenant)s AND cid = %(cid)s;
+
 -- name: writable_probe
 UPDATE cms_meta SET value = value WHERE key = 'schema_version';
 
@@ -155,26 +171,29 @@ UPDATE catalog SET expires_at = %(expires_at)s, parent_cid = %(parent_cid)s WHER
 
 -- name: unit_insert
 INSERT INTO units(tenant, day, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, pushed_ms,
-                  thread, tpos)
+                  project, is_global, thread, tpos)
 VALUES (%(tenant)s, %(day)s, %(cid)s, %(seq)s, %(type)s, %(source)s, %(timestamp)s, %(ttl)s, %(expires_at)s,
-        %(content)s, %(metadata)s, %(parent_cid)s, %(pushed_ms)s, %(thread)s, %(tpos)s);
+        %(content)s, %(metadata)s, %(parent_cid)s, %(pushed_ms)s, %(project)s, %(is_global)s, %(thread)s, %(tpos)s);
 
 -- name: unit_update_mutable
 UPDATE units SET type = %(type)s, ttl = %(ttl)s, expires_at = %(expires_at)s, metadata = %(metadata)s,
-    parent_cid = %(parent_cid)s
+    parent_cid = %(parent_cid)s, project = %(project)s, is_global = %(is_global)s
 WHERE tenant = %(tenant)s AND day = %(day)s AND cid = %(cid)s;
 
 -- name: pending_insert
-INSERT INTO pending(tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at, parent_cid)
+INSERT INTO pending(tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at, parent_cid, project,
+                    is_global)
 VALUES (%(tenant)s, %(cid)s, %(day)s, %(seq)s, %(pushed_ms)s, %(type)s, %(source)s, %(timestamp)s, %(expires_at)s,
-        %(parent_cid)s);
+        %(parent_cid)s, %(project)s, %(is_global)s);
 
 -- name: pending_update_mutable
-UPDATE pending SET type = %(type)s, expires_at = %(expires_at)s, parent_cid = %(parent_cid)s
+UPDATE pending SET type = %(type)s, expires_at = %(expires_at)s, parent_cid = %(parent_cid)s,
+    project = %(project)s, is_global = %(is_global)s
 WHERE tenant = %(tenant)s AND cid = %(cid)s;
 
 -- name: unit_terms_update_mutable
-UPDATE unit_terms SET type = %(type)s, expires_at = %(expires_at)s, parent_cid = %(parent_cid)s
+UPDATE unit_terms SET type = %(type)s, expires_at = %(expires_at)s, parent_cid = %(parent_cid)s,
+    project = %(project)s, is_global = %(is_global)s
 WHERE tenant = %(tenant)s AND cid = %(cid)s;
 
 -- --- reads --------------------------------------------------------------------------------------
@@ -235,30 +254,34 @@ SELECT set_config('jit', 'off', true);
 -- it cost time in proportion to the queue's length, at every claim. Each one's content is then one
 -- primary-key lookup in its day's partition (NULL: the unit is gone, nothing to index).
 WITH p AS MATERIALIZED (
-    SELECT tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at, parent_cid FROM pending
+    SELECT tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at, parent_cid, project, is_global
+    FROM pending
     ORDER BY pushed_ms LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 SELECT p.tenant, p.cid, p.day::text AS day, p.seq, p.pushed_ms, p.type, p.source, p.timestamp, p.expires_at,
-       p.parent_cid,
+       p.parent_cid, p.project, p.is_global,
        (SELECT u.content FROM units u WHERE u.tenant = p.tenant AND u.day = p.day AND u.cid = p.cid) AS content
 FROM p;
 
 -- name: pending_claim_tenant
 WITH p AS MATERIALIZED (
-    SELECT tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at, parent_cid FROM pending
+    SELECT tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at, parent_cid, project, is_global
+    FROM pending
     WHERE tenant = %(tenant)s ORDER BY pushed_ms LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 SELECT p.tenant, p.cid, p.day::text AS day, p.seq, p.pushed_ms, p.type, p.source, p.timestamp, p.expires_at,
-       p.parent_cid,
+       p.parent_cid, p.project, p.is_global,
        (SELECT u.content FROM units u WHERE u.tenant = p.tenant AND u.day = p.day AND u.cid = p.cid) AS content
 FROM p;
 
 -- name: unit_terms_insert
 -- A batch's rows in one statement: a JSON array of objects (one parameter, encoded by json in C; an
 -- executemany cost ~250 us of Python per unit).
-INSERT INTO unit_terms(tenant, cid, day, seq, type, source, timestamp, expires_at, parent_cid, ntok, tfs)
-SELECT r.tenant, r.cid, r.day, r.seq, r.type, r.source, r.timestamp, r.expires_at, r.parent_cid, r.ntok, r.tfs
+INSERT INTO unit_terms(tenant, cid, day, seq, type, source, timestamp, expires_at, parent_cid, ntok, tfs, project,
+                       is_global)
+SELECT r.tenant, r.cid, r.day, r.seq, r.type, r.source, r.timestamp, r.expires_at, r.parent_cid, r.ntok, r.tfs,
+       r.project, r.is_global
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(tenant text, cid text, day date, seq bigint, type text, source text,
                                               timestamp bigint, expires_at bigint, parent_cid text, ntok integer,
-                                              tfs jsonb)
+                                              tfs jsonb, project text, is_global boolean)
 ON CONFLICT (cid, tenant) DO NOTHING;
 
 -- name: unit_terms_clean
@@ -504,7 +527,7 @@ WITH c AS MATERIALIZED (
     WHERE tenant = %(tenant)s AND seq > %(after)s AND expires_at > %(now)s ORDER BY seq LIMIT %(limit)s)
 SELECT c.seq, c.cid, c.day::text AS day, t.ntok, (SELECT string_agg(repeat(e.key || ' ', e.value::int), '') FROM jsonb_each_text(t.tfs) e) AS tokens,
        t.cid IS NOT NULL AS indexed, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid,
-       u.content, c.thread, c.tpos,
+       u.content, u.project, u.is_global, c.thread, c.tpos,
        -- (the document's stored fields, in service/readindex/schema.py's UNIT_FIELDS order; a unit stored
        -- before threads is its own)
        json_build_array(c.cid, u.type, u.source, u.timestamp, u.ttl, u.metadata, u.parent_cid,
@@ -512,20 +535,20 @@ SELECT c.seq, c.cid, c.day::text AS day, t.ntok, (SELECT string_agg(repeat(e.key
 FROM c
 LEFT JOIN unit_terms t ON t.tenant = %(tenant)s AND t.cid = c.cid
 CROSS JOIN LATERAL (
-    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, content FROM units
+    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, content, project, is_global FROM units
     WHERE tenant = %(tenant)s AND day = c.day AND cid = c.cid LIMIT 1) u
 ORDER BY c.seq;
 
 -- name: node_units_by_cid
 SELECT c.seq, c.cid, c.day::text AS day, t.ntok, (SELECT string_agg(repeat(e.key || ' ', e.value::int), '') FROM jsonb_each_text(t.tfs) e) AS tokens, u.type, u.source, u.timestamp, u.ttl, u.expires_at,
-       u.metadata, u.parent_cid, u.content, c.thread, c.tpos,
+       u.metadata, u.parent_cid, u.content, u.project, u.is_global, c.thread, c.tpos,
        -- (the document's stored fields, in service/readindex/schema.py's UNIT_FIELDS order)
        json_build_array(c.cid, u.type, u.source, u.timestamp, u.ttl, u.metadata, u.parent_cid,
                         u.expires_at, coalesce(c.thread, c.cid))::text AS unit
 FROM catalog c
 JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
 CROSS JOIN LATERAL (
-    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, content FROM units
+    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, content, project, is_global FROM units
     WHERE tenant = %(tenant)s AND day = c.day AND cid = c.cid LIMIT 1) u
 WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s) AND c.expires_at > %(now)s;
 
@@ -560,10 +583,11 @@ SELECT coalesce((SELECT last_seq FROM tenants WHERE tenant = %(tenant)s), 0) AS 
 -- into a join, which the search pool's generic plans made a hash of every day's rows: ~150 ms at 100k
 -- units, whatever the tail). A unit deleted since node_tail read it has no row: it is gone.
 SELECT p.seq, p.cid, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid, u.pushed_ms,
-       u.thread, u.tpos
+       u.project, u.is_global, u.thread, u.tpos
 FROM unnest(%(seqs)s::bigint[], %(cids)s::text[], %(days)s::date[]) AS p(seq, cid, day)
 CROSS JOIN LATERAL (
-    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, pushed_ms, thread, tpos FROM units
+    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, pushed_ms, project, is_global, thread, tpos
+    FROM units
     WHERE tenant = %(tenant)s AND day = p.day AND cid = p.cid LIMIT 1) u
 ORDER BY p.seq;
 

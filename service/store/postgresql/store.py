@@ -32,6 +32,7 @@ from .rows import (
     SCHEMA_LOCK,
     SCHEMA_VERSION,
     THREADS_VERSION,
+    backfill_keys,
     content_rows,
     escape_content,
     next_day,
@@ -114,15 +115,18 @@ class PgStore(StoreApi):
     @staticmethod
     def _ensure_schema(conn, gap: int) -> None:
         """Create the tables once, or upgrade them from an earlier schema version (re-runnable; under a
-        lock, since every node starts with this): a database made before threads gets its units' threads
-        (threads.migrate) in the same transaction. With CONTEXT_THREAD_GAP_S, the index time adjacency reads."""
-        if not (conn.execute(sql("schema_present")).fetchone()["ok"]
-                and conn.execute(sql("schema_version")).fetchone()["version"] >= SCHEMA_VERSION):
+        lock, since every node starts with this): a database made before version 4 gets its units' keys
+        (backfill_keys), one made before threads (5) its units' threads (threads.migrate), in the same
+        transaction. With CONTEXT_THREAD_GAP_S, the index time adjacency reads."""
+        present = conn.execute(sql("schema_present")).fetchone()["ok"]
+        if not (present and conn.execute(sql("schema_version")).fetchone()["version"] >= SCHEMA_VERSION):
             conn.execute(sql("advisory_lock"), {"key": SCHEMA_LOCK})
             # (read again under the lock: another node may have upgraded it meanwhile; no meta table: a new database)
             before = (conn.execute(sql("schema_version")).fetchone()["version"]
                       if conn.execute(sql("meta_present")).fetchone()["ok"] else SCHEMA_VERSION)
             conn.execute(schema())
+            if before < 4:                  # (version 4 added the keys derived from metadata)
+                backfill_keys(conn)
             if before < THREADS_VERSION:
                 threads.migrate(conn, gap)
         if gap > 0:
@@ -467,7 +471,7 @@ class Plan(PushPlan):
         params = {"tenant": self.tenant, "cid": u.cid, "day": u.day, "timestamp": u.timestamp,
                   "source": u.source, "digest": u.digest, "expires_at": u.expires_at,
                   "parent_cid": u.parent_cid, "type": u.type, "ttl": u.ttl, "content": escape_content(u.content),
-                  "metadata": u.metadata_json(), "pushed_ms": self.ms, "thread": thread, "tpos": tpos}
+                  "metadata": u.metadata_json(), "pushed_ms": self.ms, "thread": thread, "tpos": tpos, **u.keys}
         if row is None:
             self.last += 1
             params["seq"] = self.last

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from ...units import session_thread
+from ...unitkeys import session_thread
 from ..push import Threads
 from .queries import sql
 from .rows import SCHEMA_LOCK

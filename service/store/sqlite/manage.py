@@ -76,6 +76,11 @@ def _fetch(t, p: SearchParams, rows, now: int) -> dict[str, dict]:
     return out
 
 
+def units_of_rows(t, rows, now: int) -> dict[str, dict]:
+    """The live units of these catalog rows (cid, day), by CID, whatever a search's filters."""
+    return _fetch(t, SearchParams(query=""), rows, now)
+
+
 def _units_of(t, p: SearchParams, rows, now: int):
     """(catalog row, its unit or None) in the rows' order, the units read FETCH_ROWS at a time."""
     for i in range(0, len(rows), FETCH_ROWS):

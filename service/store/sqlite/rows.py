@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 
+from ...unitkeys import derive_text
 from ...units import now_ms
 from .shards import schema, sql
 
@@ -28,8 +29,11 @@ def migrate_shard(conn: sqlite3.Connection, threads=None) -> None:
         log.info("migrating shard to schema 2 (tokens in units, external-content FTS5)")
         run_script(conn, "shard_migrate_v2.sql")
     if version <= 2:
-        # threads: the columns, filled from the catalog (the read index is rebuilt with them)
+        log.info("migrating shard to schema 3 (keys derived from metadata: project, is_global; threads)")
         run_script(conn, "shard_migrate_v3.sql")
+        # keys derived by the push's own rule; threads as the (migrated) catalog has them
+        conn.executemany(sql("migrate_v3_set"), [{"id": r["id"], **derive_text(r["metadata"])}
+                                                 for r in conn.execute(sql("migrate_v3_rows")).fetchall()])
         conn.executemany(sql("unit_set_thread"), [dict(r) for r in (threads() if threads else [])])
 
 

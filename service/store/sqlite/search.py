@@ -36,6 +36,9 @@ from .tail import Tail, TailReader
 
 
 
+EXPIRY_CACHE = 200_000          # catalog expiries a process keeps per tenant between catalog commits
+
+
 class Searcher:
     def __init__(self, config, tokenizer, readers: Readers):
         self.config = config
@@ -44,6 +47,7 @@ class Searcher:
         self.tokens = TokenCache()
         self.tail = TailReader(config, tokenizer, self.tokens)
         self._live_days: dict[str, tuple[float, list[str]]] = {}
+        self._expiry: dict[str, tuple[int, dict]] = {}     # tenant -> (catalog version, cid -> expiry)
         self.pool = ThreadPoolExecutor(max(1, self.config.search_threads), thread_name_prefix="search")
 
     def close(self) -> None:
@@ -162,10 +166,21 @@ class Searcher:
 
     def _gone(self, t, cids: list[str], now: int) -> set[str]:
         """Of these CIDs, the ones deleted or expired (by a push that changed their ttl) since the read
-        index got them: they leave search at once, not at its next pass."""
+        index got them: they leave search at once, not at its next pass. Their catalog expiries are kept per
+        tenant until the catalog next commits (``catalog_version``: every delete, forget and re-push is a commit
+        there), so a search that meets units already looked up reads nothing."""
         if not cids:
             return set()
-        return {r[0] for r in t.catalog.read(fetch_all, "ryw_gone", {"cids": json.dumps(cids), "now": now})}
+        sig = t.catalog_version()
+        cached = self._expiry.get(t.name)
+        if cached is None or cached[0] != sig or len(cached[1]) > EXPIRY_CACHE:
+            cached = self._expiry[t.name] = (sig, {})
+        known = cached[1]
+        missing = [cid for cid in cids if cid not in known]
+        if missing:
+            rows = t.catalog.read(fetch_all, "ryw_expiry", {"cids": json.dumps(missing)})
+            known.update((r["cid"], r["expires_at"]) for r in rows)
+        return {cid for cid in cids if known.get(cid) is None or known[cid] <= now}
 
     # --- the primary files (strong reads; no read index yet) -------------------------------------
     def _search_shards(self, t, p: SearchParams, terms: list[str], days: list[str], now: int, budget: CpuBudget,

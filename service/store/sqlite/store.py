@@ -192,7 +192,7 @@ class Store(StoreApi):
             cur = conn.execute(sql("unit_upsert"), {
                 "cid": u.cid, "seq": seq, "type": u.type, "source": u.source, "timestamp": u.timestamp,
                 "ttl": u.ttl, "expires_at": u.expires_at, "content": u.content,
-                "metadata": u.metadata_json(), "parent_cid": u.parent_cid, "pushed_ms": ms,
+                "metadata": u.metadata_json(), "parent_cid": u.parent_cid, "pushed_ms": ms, **u.keys,
                 "thread": thread, "tpos": tpos})
             if cur.rowcount == 0:
                 results[i] = collision(u.cid)      # the shard holds a different unit under this CID: kept
@@ -223,6 +223,14 @@ class Store(StoreApi):
             return None
         urow = shard.read(lambda c: c.execute(sql("unit_get"), {"cid": cid, "now": int(time.time())}).fetchone())
         return unit_dict(urow) if urow is not None else None
+
+    def thread_window(self, tenant: str, cids: list[str], n: int) -> dict[str, list[tuple[int, dict]]]:
+        t = self.tenant(tenant)
+        now = int(time.time())
+        places = t.catalog.read(lambda c: {cid: c.execute(sql("catalog_window"), {"cid": cid, "n": n, "now": now})
+                                           .fetchall() for cid in cids})
+        units = manage.units_of_rows(t, [r for rows in places.values() for r in rows], now)
+        return {cid: [(r["offset"], units[r["cid"]]) for r in rows if r["cid"] in units] for cid, rows in places.items()}
 
     def children(self, tenant: str, cid: str, limit: int) -> list[str]:
         rows = self.tenant(tenant).catalog.read(lambda c: c.execute(

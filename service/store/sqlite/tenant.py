@@ -17,7 +17,7 @@ from ...config import Config
 from ...formats import DAY_FILE_RE, TENANT_RE
 from ..push import Threads
 from .rows import migrate_shard, run_script
-from .shards import Db, OpenShards, fetch_all, fetch_one, sql
+from .shards import Db, OpenShards, connect, fetch_all, fetch_one, sql
 
 SHARD_SCHEMA_VERSION = 3          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
 
@@ -36,9 +36,21 @@ class Tenant:
         (self.dir / "replica").mkdir(parents=True, exist_ok=True)
         # the catalog is never unlinked: its reads skip the day shards' inode check
         self.catalog = Db(self.dir / "catalog.db", "catalog_schema.sql", config, may_be_unlinked=False)
+        self._version_conn: sqlite3.Connection | None = None
+        self._version_lock = threading.Lock()
         self.catalog.write(migrate_catalog, config.thread_gap_s)
         self._shards: dict[str, Db] = {}
         self._lock = threading.Lock()
+
+    def catalog_version(self) -> int:
+        """A number that changes whenever any connection, of any process, commits to the catalog (SQLite's
+        data_version, asked on a connection of this process's own that never writes): a cache of catalog
+        reads holds while it is the same."""
+        with self._version_lock:
+            if self._version_conn is None:
+                self._version_conn = connect(self.dir / "catalog.db", busy_timeout_ms=self.config.busy_timeout_ms,
+                                             synchronous=self.config.synchronous)
+            return self._version_conn.execute(sql("data_version")).fetchone()[0]
 
     def primary_path(self, day: str) -> Path:
         return self.dir / "primary" / f"{day}.db"
@@ -122,6 +134,10 @@ class Tenant:
             for db in self._shards.values():
                 db.close()
             self._shards.clear()
+        with self._version_lock:
+            if self._version_conn is not None:
+                self._version_conn.close()
+                self._version_conn = None
         self.catalog.close()
 
 
