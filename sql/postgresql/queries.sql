@@ -206,6 +206,13 @@ SELECT day::text AS day FROM catalog WHERE tenant = %(tenant)s AND cid = %(cid)s
 SELECT cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, thread, tpos FROM units
 WHERE tenant = %(tenant)s AND day = ANY(%(days)s::date[]) AND cid = ANY(%(cids)s);
 
+-- name: catalog_window
+-- The live units of each of these units' threads up to %(n)s places before and after it (by catalog_thread).
+SELECT h.cid AS around, c.cid, c.day::text AS day, c.tpos - h.tpos AS shift FROM catalog h
+JOIN catalog c ON c.tenant = h.tenant AND c.thread = h.thread AND c.tpos BETWEEN h.tpos - %(n)s AND h.tpos + %(n)s
+WHERE h.tenant = %(tenant)s AND h.cid = ANY(%(cids)s) AND c.cid <> h.cid AND c.expires_at > %(now)s
+ORDER BY h.cid, c.tpos;
+
 -- name: catalog_children
 SELECT cid FROM catalog
 WHERE tenant = %(tenant)s AND parent_cid = %(cid)s AND expires_at > %(now)s ORDER BY seq LIMIT %(limit)s;

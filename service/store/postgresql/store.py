@@ -400,6 +400,18 @@ class PgStore(StoreApi):
         """Stored units by CID, of these (cid, day) pairs."""
         return self.read(units_at, tenant, located)
 
+    def thread_window(self, tenant: str, cids: list[str], n: int) -> dict[str, list[tuple[int, dict]]]:
+        now = int(time.time())
+        rows = self.read(lambda c: c.execute(sql("catalog_window"), {
+            "tenant": tenant, "cids": cids, "n": n, "now": now}).fetchall())
+        units = self.units_at(tenant, list({(r["cid"], r["day"]) for r in rows}))
+        out: dict[str, list[tuple[int, dict]]] = {cid: [] for cid in cids}
+        for r in rows:
+            u = units.get(r["cid"])
+            if u is not None and u["expires_at"] > now:
+                out[r["around"]].append((r["shift"], unit_dict(u)))
+        return out
+
     def children(self, tenant: str, cid: str, limit: int) -> list[str]:
         return [r["cid"] for r in self.read(lambda c: c.execute(sql("catalog_children"), {
             "tenant": tenant, "cid": cid, "now": int(time.time()), "limit": limit}).fetchall())]
