@@ -72,11 +72,13 @@ def test_metadata_session_groups_units_across_sources_and_names_the_same_thread_
 def test_time_adjacency_joins_a_sources_units_only_when_turned_on(make_app, tmp_path):
     for gap, joined in ((0, False), (1800, True)):
         client = make_app(thread_gap_s=gap, data_dir=tmp_path / f"gap-{gap}").test_client()
-        first = push(client, "note one", source="cli_v1", timestamp=NOW - 4000)
-        later = push(client, "note two", source="cli_v1", timestamp=NOW - 3000)      # 1000 s later
-        same_second = push(client, "note three", source="cli_v1", timestamp=NOW - 4000)
-        other = push(client, "note four", source="other_v1", timestamp=NOW - 3990)
-        far = push(client, "note five", source="cli_v1", timestamp=NOW - 3000 + 1801)
+        # (units of their own per pass: on PostgreSQL both apps share the test's database, where a duplicate
+        # keeps the thread it was first stored with)
+        first = push(client, f"note one {gap}", source="cli_v1", timestamp=NOW - 4000)
+        later = push(client, f"note two {gap}", source="cli_v1", timestamp=NOW - 3000)      # 1000 s later
+        same_second = push(client, f"note three {gap}", source="cli_v1", timestamp=NOW - 4000)
+        other = push(client, f"note four {gap}", source="other_v1", timestamp=NOW - 3990)
+        far = push(client, f"note five {gap}", source="cli_v1", timestamp=NOW - 3000 + 1801)
         assert (unit(client, later)["thread"] == first) is joined
         assert unit(client, same_second)["thread"] == same_second        # (a bulk import's units stay apart)
         assert unit(client, other)["thread"] == other

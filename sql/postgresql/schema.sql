@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS catalog (
     digest      text   NOT NULL,
     expires_at  bigint NOT NULL,
     parent_cid  text,
+    thread      text,              -- its thread and place in it (docs/design.md §3), fixed at its first push
+    tpos        integer,
     PRIMARY KEY (tenant, cid)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS catalog_seq ON catalog (tenant, seq);
@@ -68,6 +70,8 @@ CREATE TABLE IF NOT EXISTS units (
     pushed_ms   bigint NOT NULL,
     project     text,                       -- keys derived from the metadata at push time, for search
     is_global   boolean NOT NULL DEFAULT false,  -- filters (service/unitkeys.py; schema version 4)
+    thread      text,              -- as the catalog has them (what the node index and the tail read)
+    tpos        integer,
     PRIMARY KEY (tenant, day, cid)
 ) PARTITION BY RANGE (day);
 CREATE INDEX IF NOT EXISTS units_expires ON units (expires_at);
@@ -238,3 +242,14 @@ ALTER TABLE unit_terms ADD COLUMN IF NOT EXISTS is_global boolean NOT NULL DEFAU
 ALTER TABLE pending ADD COLUMN IF NOT EXISTS project text;
 ALTER TABLE pending ADD COLUMN IF NOT EXISTS is_global boolean NOT NULL DEFAULT false;
 UPDATE cms_meta SET value = 4 WHERE key = 'schema_version' AND value < 4;
+-- Version 5 (threads, docs/design.md §3): each unit's thread and place, on the catalog and the units (above;
+-- added here to a database made before), a unit's next place found through catalog_thread. A database made
+-- before gets its units' threads from the store at this upgrade (service/store/postgresql/threads.py,
+-- ``migrate``), in the same transaction. The index by source and time that CONTEXT_THREAD_GAP_S needs is
+-- made by a node that starts with it set (``ensure_gap_index``).
+ALTER TABLE catalog ADD COLUMN IF NOT EXISTS thread text;
+ALTER TABLE catalog ADD COLUMN IF NOT EXISTS tpos integer;
+ALTER TABLE units ADD COLUMN IF NOT EXISTS thread text;
+ALTER TABLE units ADD COLUMN IF NOT EXISTS tpos integer;
+CREATE INDEX IF NOT EXISTS catalog_thread ON catalog (tenant, thread, tpos);
+UPDATE cms_meta SET value = 5 WHERE key = 'schema_version' AND value < 5;

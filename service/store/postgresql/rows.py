@@ -56,7 +56,8 @@ def content_rows(cursor):
     return row
 
 
-SCHEMA_VERSION = 4            # sql/postgresql/schema.sql's last upgrade step
+SCHEMA_VERSION = 5            # sql/postgresql/schema.sql's last upgrade step
+THREADS_VERSION = 5           # the first with threads (an older database gets them at its upgrade)
 SCHEMA_LOCK = 0x636d_7331      # advisory lock keys: schema set-up, partition create/drop
 PARTITION_LOCK = 0x636d_7332
 JANITOR_LOCKS = 1 << 32        # + crc32(tenant): the advisory lock of one tenant's janitor
