@@ -252,3 +252,64 @@ def test_explain_shows_every_component(app, client):
     assert parts["combined"] == pytest.approx(parts["own_share"] + parts["thread_weight"] * parts["thread_evidence"]
                                               + parts["neighbor_weight"] * parts["neighbor_evidence"], abs=1e-5)
     assert json.dumps(found)        # (plain JSON)
+
+
+# --- files made before threads -------------------------------------------------------------------------
+V1_CATALOG = ("seq INTEGER PRIMARY KEY AUTOINCREMENT, cid TEXT NOT NULL UNIQUE, day TEXT NOT NULL, "
+              "timestamp INTEGER NOT NULL, source TEXT NOT NULL, digest TEXT NOT NULL, expires_at INTEGER NOT NULL, "
+              "parent_cid TEXT, reserved_ms INTEGER NOT NULL")
+V2_UNITS = ("id INTEGER PRIMARY KEY, cid TEXT NOT NULL UNIQUE, seq INTEGER NOT NULL, type TEXT NOT NULL, "
+            "source TEXT NOT NULL, timestamp INTEGER NOT NULL, ttl INTEGER NOT NULL, expires_at INTEGER NOT NULL, "
+            "content TEXT NOT NULL, metadata TEXT, parent_cid TEXT, pushed_ms INTEGER NOT NULL, "
+            "indexed INTEGER NOT NULL DEFAULT 0, ntok INTEGER NOT NULL DEFAULT 0, tokens TEXT")
+
+
+def _columns(spec: str) -> str:
+    return ", ".join(column.split()[0] for column in spec.split(", "))
+
+
+@pytest.mark.sqlite_only
+def test_files_made_before_threads_get_them_by_lineage_when_opened(make_app, tmp_path):
+    """A catalog of schema 1 and day files of schema 2 (no threads) are upgraded when the tenant opens: each
+    unit joins its parent's thread in acknowledgement order (a unit whose parent expired starts its own), the
+    read index is built again with the threads, and new units continue them."""
+    import shutil
+    import sqlite3
+    data = tmp_path / "data"
+    app = make_app(data_dir=data)
+    client = app.test_client()
+    root, turns = session(client, "harbour trip", ["the ferry leaves at noon", "bring the tickets"], start=NOW - 9000)
+    deep = push(client, "tickets printed at the kiosk", parent_cid=turns[1], timestamp=NOW - 8000)
+    lone = push(client, "an unrelated note about kiosks", timestamp=NOW - 7000)
+    before = {cid: unit(client, cid)["thread"] for cid in (root, *turns, deep, lone)}
+    drain(app)
+    app.extensions["context_shutdown"]()
+    tenant = data / "tenants" / "default"
+    with sqlite3.connect(tenant / "catalog.db") as c:       # the catalog as schema 1 made it
+        c.execute("DROP INDEX catalog_thread")
+        c.execute(f"CREATE TABLE catalog_v1 ({V1_CATALOG})")
+        c.execute(f"INSERT INTO catalog_v1 SELECT {_columns(V1_CATALOG)} FROM catalog")
+        c.execute("DROP TABLE catalog")
+        c.execute("ALTER TABLE catalog_v1 RENAME TO catalog")
+        c.execute("UPDATE meta SET value = 1 WHERE key = 'schema_version'")
+    for shard in (tenant / "primary").glob("*.db"):
+        with sqlite3.connect(shard) as c:                   # the units table as schema 2 made it
+            c.execute(f"CREATE TABLE units_v2 ({V2_UNITS})")
+            c.execute(f"INSERT INTO units_v2 SELECT {_columns(V2_UNITS)} FROM units")
+            c.execute("DROP TABLE units")
+            c.execute("ALTER TABLE units_v2 RENAME TO units")
+            c.execute("UPDATE meta SET value = 2 WHERE key = 'schema_version'")
+    shutil.rmtree(tenant / "replica" / "index")
+    again = make_app(data_dir=data)
+    client = again.test_client()
+    assert {cid: unit(client, cid)["thread"] for cid in before} == before
+    with sqlite3.connect(tenant / "catalog.db") as c:
+        places = dict(c.execute("SELECT cid, tpos FROM catalog").fetchall())
+    assert [places[c] for c in (root, *turns, deep)] == [0, 1, 2, 3] and places[lone] == 0
+    drain(again)
+    found = search(client, "ferry kiosk", explain=True)
+    assert found and all(r["thread"] == before[r["cid"]] for r in found)
+    newer = push(client, "the ferry was late", parent_cid=deep, timestamp=NOW - 100)
+    assert unit(client, newer)["thread"] == root
+    with sqlite3.connect(tenant / "catalog.db") as c:
+        assert c.execute("SELECT tpos FROM catalog WHERE cid = ?", (newer,)).fetchone()[0] == 4

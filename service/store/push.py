@@ -97,6 +97,47 @@ class Threads:
         return self.lookup.previous(source, lo, hi)
 
 
+class _Nothing:
+    """A ``ThreadLookup`` with nothing stored: an upgrade's ``Threads`` holds every assignment itself."""
+
+    @staticmethod
+    def last_pos(thread: str) -> None:
+        return None
+
+    @staticmethod
+    def previous(source: str, lo: int, hi: int) -> None:
+        return None
+
+
+class _Stored:
+    """A catalog row as ``Threads.assign`` reads a unit: lineage (and time) only, since no catalog holds
+    metadata, so both stores give an upgraded unit the same thread."""
+
+    def __init__(self, r):
+        self.cid, self.source, self.timestamp = r["cid"], r["source"], r["timestamp"]
+
+    @staticmethod
+    def metadata_json() -> None:
+        return None
+
+
+class StoredInOrder:
+    """Threads for units stored before threads existed, read back in acknowledgement order (an upgrade): a
+    child joins its parent's thread; a parent no longer stored, or acknowledged after its child, leaves it a
+    thread of its own; with ``gap``, time adjacency."""
+
+    def __init__(self, gap: int = 0):
+        self.threads = Threads(_Nothing(), gap)
+        self.known: dict[str, dict] = {}
+
+    def assign(self, r) -> tuple[str, int]:
+        """(thread, place) of the next stored row (cid, source, timestamp, parent_cid)."""
+        parent = self.known.get(r["parent_cid"]) if r["parent_cid"] else None
+        thread, tpos = self.threads.assign(_Stored(r), parent)
+        self.known[r["cid"]] = {"cid": r["cid"], "thread": thread}
+        return thread, tpos
+
+
 class PushPlan:
     """One push transaction's decisions. ``stored``: CID -> stored row (at least digest, timestamp, source,
     expires_at) of every CID and parent of the batch; ``stale(row)``: whether a stored row that is not this

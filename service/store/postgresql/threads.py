@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from ...unitkeys import session_thread
-from ..push import Threads
+from ..push import StoredInOrder
 from .queries import sql
 from .rows import SCHEMA_LOCK
 
@@ -64,30 +64,6 @@ def ensure_gap_index(conn) -> None:
     conn.execute(sql("catalog_index_source_ts"))
 
 
-class _Nothing:
-    """A ``ThreadLookup`` with nothing stored: migrating, ``Threads`` holds every assignment itself."""
-
-    @staticmethod
-    def last_pos(thread: str) -> None:
-        return None
-
-    @staticmethod
-    def previous(source: str, lo: int, hi: int) -> None:
-        return None
-
-
-class _Row:
-    """A catalog row as ``Threads.assign`` reads a unit: lineage only, as on SQLite (whose catalog holds no
-    metadata), so both stores give an upgraded unit the same thread."""
-
-    def __init__(self, r):
-        self.cid, self.source, self.timestamp = r["cid"], r["source"], r["timestamp"]
-
-    @staticmethod
-    def metadata_json() -> None:
-        return None
-
-
 def migrate(conn, gap: int = 0) -> int:
     """Give every unit of a database made before threads its thread and place, tenant by tenant in seq order,
     by the push's rules (``Threads``: a child joins its parent's thread, a parent no longer stored or
@@ -95,7 +71,7 @@ def migrate(conn, gap: int = 0) -> int:
     rows as the catalog has them. In the upgrade's transaction, under the schema lock. Returns the units."""
     total = 0
     for tenant in [r["tenant"] for r in conn.execute(sql("catalog_tenants")).fetchall()]:
-        threads, known = Threads(_Nothing(), gap), {}
+        threads = StoredInOrder(gap)
         after = 0
         while True:
             rows = conn.execute(sql("catalog_for_threads"), {
@@ -104,9 +80,7 @@ def migrate(conn, gap: int = 0) -> int:
                 break
             seqs, names, places = [], [], []
             for r in rows:
-                parent = known.get(r["parent_cid"]) if r["parent_cid"] else None
-                thread, tpos = threads.assign(_Row(r), parent)
-                known[r["cid"]] = {"cid": r["cid"], "thread": thread}
+                thread, tpos = threads.assign(r)
                 seqs.append(r["seq"])
                 names.append(thread)
                 places.append(tpos)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ...config import Config
 from ...formats import DAY_FILE_RE, TENANT_RE
-from ..push import Threads
+from ..push import StoredInOrder
 from .rows import migrate_shard, run_script
 from .shards import Db, OpenShards, connect, fetch_all, fetch_one, sql
 
@@ -141,48 +141,21 @@ class Tenant:
         self.catalog.close()
 
 
-class _Nothing:
-    """A ``ThreadLookup`` with nothing stored: migrating a catalog, ``Threads`` holds every assignment."""
-
-    @staticmethod
-    def last_pos(thread: str) -> None:
-        return None
-
-    @staticmethod
-    def previous(source: str, lo: int, hi: int) -> None:
-        return None
-
-
 def migrate_catalog(conn: sqlite3.Connection, gap: int = 0) -> None:
     """Bring a catalog written before threads to schema 2 (inside the write lock): the columns, then each unit
     its thread and place by the push's rules, in acknowledgement order; then the thread indexes (every open; by
     source and time only where CONTEXT_THREAD_GAP_S asks for them)."""
     if conn.execute(sql("schema_version")).fetchone()[0] < 2:
         run_script(conn, "catalog_migrate_v2.sql")
-        threads = Threads(_Nothing(), gap)
-        known: dict[str, dict] = {}
+        threads = StoredInOrder(gap)
         updates = []
         for r in conn.execute(sql("catalog_for_threads")).fetchall():
-            # (a parent no longer in the catalog, expired meanwhile: the unit starts its own thread)
-            parent = known.get(r["parent_cid"]) if r["parent_cid"] else None
-            thread, tpos = threads.assign(_Row(r), parent)
-            known[r["cid"]] = {"cid": r["cid"], "thread": thread}
+            thread, tpos = threads.assign(r)
             updates.append({"seq": r["seq"], "thread": thread, "tpos": tpos})
         conn.executemany(sql("catalog_set_thread"), updates)
     conn.execute(sql("catalog_index_thread"))
     if gap > 0:
         conn.execute(sql("catalog_index_source_ts"))
-
-
-class _Row:
-    """A catalog row as ``Threads.assign`` reads a unit (no metadata: the catalog holds none)."""
-
-    def __init__(self, r):
-        self.cid, self.source, self.timestamp = r["cid"], r["source"], r["timestamp"]
-
-    @staticmethod
-    def metadata_json() -> None:
-        return None
 
 
 def _older(db: Db) -> bool:
