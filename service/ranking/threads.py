@@ -36,8 +36,9 @@ from ..unitkeys import JOINED_BY_PARENT, JOINED_BY_TIME
 THREAD_WEIGHT = 0.6
 SECOND = 0.5              # the share of a thread's second-best match in its evidence
 NEIGHBOR_WEIGHT = 0.4
-POOL = 20                 # the best matches thread and neighbor evidence are read from (at least 2 × k: the
-                          # candidates BM25's own rescoring reads, so evidence costs tantivy no more work)
+POOL = 50                 # the best matches thread and neighbor evidence are read from (at least 2 × k, the
+                          # candidates BM25's own rescoring reads: one tantivy query serves both; LoCoMo's
+                          # R@10 0.730 with 20, 0.743 with 50 and with 100)
 PULL = 10                 # the neighbors of this many of the pool's best join the candidates (they may match nothing)
 EXTRA = 3                 # candidates past k whose own BM25 is made exact (chosen by the combined estimate)
 
