@@ -57,10 +57,15 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
         if last:
             break
         want *= 4     # a document past these candidates could still win with its exact length
-    answered = [scored[i] for i in order if cids[i] not in drop][:p.top_k]
-    place = view.searcher.fast_field_values("place", [x.hit.address for x in answered]) if answered else []
-    return [Ranked(unit_of(x.document(view.searcher)), x.score, x.length, x.tfs, pos >> 2)
-            for x, pos in zip(answered, place)]
+    answered = [i for i in order if cids[i] not in drop][:p.top_k]
+    place = view.searcher.fast_field_values("place", [scored[i].hit.address for i in answered]) if answered else []
+    return [Ranked(None, scored[i].score, scored[i].length, scored[i].tfs, pos >> 2,
+                   load=loader(view.searcher, scored[i]), known_cid=cids[i]) for i, pos in zip(answered, place)]
+
+
+def loader(searcher, x: "Scored"):
+    """What reads a candidate's public fields when its answer needs them (``Ranked.fields``)."""
+    return lambda: unit_of(x.document(searcher))
 
 
 def search(view: View, p, terms: list[str], now: int, want: int | None = None) -> list[Hit]:
