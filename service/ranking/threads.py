@@ -29,7 +29,7 @@ Weights chosen on LoCoMo's development half (bench/memory.py; the table in bench
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..unitkeys import JOINED_BY_PARENT, JOINED_BY_TIME
 
@@ -43,7 +43,7 @@ PULL = 10                 # the neighbors of this many of the pool's best join t
 EXTRA = 3                 # candidates past k whose own BM25 is made exact (chosen by the combined estimate)
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """A unit that may be answered: where it sits in its thread and its BM25 as the pool has it (``pool``:
     the read index's own score, or the exact one where that is what the path has)."""
@@ -54,7 +54,7 @@ class Candidate:
     pool: float               # 0 for a neighbor pulled in that matches nothing
     key: object = None        # the path's handle on it (a read-index hit, a row)
     ranked: object = None     # its Ranked where the path has it already (exact BM25 and fields)
-    parts: dict = field(default_factory=dict)
+    parts: dict | None = None  # explain's parts, once combined
 
 
 class Evidence:
@@ -85,11 +85,13 @@ class Evidence:
         return c.joined != JOINED_BY_PARENT and c.thread in self.linked
 
     def neighbor(self, c: Candidate) -> Candidate | None:
-        before, after = self.at.get((c.thread, c.tpos - 1)), self.at.get((c.thread, c.tpos + 1))
-        found = [n for n in (before, after) if n is not None and n.pool > 0 and not self.head(n)]
-        if len(found) == 2:
-            return max(found, key=lambda n: (n.pool, n.cid))
-        return found[0] if found else None
+        """The better matching of the units just before and after ``c`` (heads excepted; ties by CID)."""
+        best = None
+        for n in (self.at.get((c.thread, c.tpos - 1)), self.at.get((c.thread, c.tpos + 1))):
+            if n is not None and n.pool > 0 and not self.head(n) and (
+                    best is None or (n.pool, n.cid) > (best.pool, best.cid)):
+                best = n
+        return best
 
     def missing_neighbors(self) -> list[tuple[str, int]]:
         """The places next to the pool's best PULL that no candidate holds (they are read, and those a client

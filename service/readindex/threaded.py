@@ -98,15 +98,13 @@ def candidates(view: View, hits: list[Hit]) -> list[Candidate]:
     if not hits:
         return []
     known = _bounded(view, "fields")
-    new = [h.address for h in hits if (h.address.segment_ord, h.address.doc) not in known]
+    at = [(h.address.segment_ord, h.address.doc) for h in hits]
+    new = [h.address for h, a in zip(hits, at) if a not in known]
     if new:
-        for a, *values in zip(new, *(view.searcher.fast_field_values(name, new) for name in FIELDS)):
-            known[(a.segment_ord, a.doc)] = values
-    out = []
-    for h in hits:
-        c, t, pos = known[(h.address.segment_ord, h.address.doc)]
-        out.append(Candidate(f"{c:012x}", f"{t:012x}", pos >> 2, pos & 3, h.score, h))
-    return out
+        for a, c, t, pos in zip(new, *(view.searcher.fast_field_values(name, new) for name in FIELDS)):
+            # (kept as the candidate's own fields: the pool's units come back search after search)
+            known[(a.segment_ord, a.doc)] = (f"{c:012x}", f"{t:012x}", pos >> 2, pos & 3)
+    return [Candidate(*known[a], h.score, h) for h, a in zip(hits, at)]
 
 
 def _bounded(view: View, name: str) -> dict:
