@@ -18,7 +18,7 @@ import importlib
 __all__ = ["ContextModeClient", "ContextModeError", "RETRY_STATUSES", "Stream", "compute_cid", "make_unit"]
 __version__ = "0.1.0"
 
-_WHERE = {"ContextModeClient": "client", "ContextModeError": "client", "RETRY_STATUSES": "client",
+_WHERE = {"ContextModeClient": "client", "ContextModeError": "errors", "RETRY_STATUSES": "errors",
           "make_unit": "client", "compute_cid": "cid", "Stream": "live"}
 
 
