@@ -128,7 +128,7 @@ def test_the_citation_checks_fail_on_a_bogus_citation(tmp_path):
 
 
 # --- every variable and file a guide names is real ---------------------------------------
-# Read by the clients, not the service (service/client_env.py, clients/): allowed by name, and each must
+# Read by the clients, not the service (service/cli/env.py, clients/): allowed by name, and each must
 # really be read there. CONTEXT_HOOK_* are the agent hooks' settings (clients/python).
 CLIENT_SETTINGS = ("CONTEXT_URL", "CONTEXT_API_KEY", "CONTEXT_MODE_API_KEY", "CONTEXT_MODE_MCP_URL")
 CLIENT_PREFIXES = ("CONTEXT_HOOK_",)
@@ -153,7 +153,7 @@ def compose_settings() -> set[str]:
 
 
 def client_sources() -> str:
-    files = [ROOT / "service" / "client_env.py", *(p for p in (ROOT / "clients").rglob("*")
+    files = [ROOT / "service" / "cli" / "env.py", *(p for p in (ROOT / "clients").rglob("*")
                                                  if p.is_file() and p.suffix in (".py", ".mjs", ".js", ".json", ".ts"))]
     return "\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
 

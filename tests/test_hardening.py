@@ -604,7 +604,7 @@ def test_doctor_checks_the_open_files_limit(tmp_path):
 
 def test_request_buffering_rules():
     """What the guard reads of a head to buffer its body without a thread (tests/test_slow_clients.py runs it)."""
-    from service.guard_arrival import ChunkScanner, parse_head
+    from service.guard.arrival import ChunkScanner, parse_head
     def head(text: bytes):
         return parse_head(text, text.index(b"\r\n\r\n") + 4)
     h = head(b"POST /mcp/search?x=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nExpect: 100-continue\r\n"

@@ -9,11 +9,12 @@ import logging
 
 from flask import Flask
 
+from . import continue_, dify, openapi
+
 log = logging.getLogger(__name__)
 
 
 def init_app(app: Flask) -> None:
-    from . import continue_, dify, openapi
     problem = openapi.public_url_problem(app.config["CONTEXT"].public_url)
     if problem:
         log.warning("%s: Dify refuses to import /openapi.json as a tool from such an address (its SSRF "

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from flask import Flask
 
+from . import manage
+from .transport import bp
+
 
 def init_app(app: Flask) -> None:
-    from . import manage
-    from .transport import bp
     manage.register()         # context_forget and context://stats
     app.register_blueprint(bp)

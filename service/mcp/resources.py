@@ -14,9 +14,8 @@ from datetime import datetime, timezone
 import mcp_types as types
 
 from ..errors import ApiError
-from .. import tokens
+from .. import tokens, uris
 from ..params import ADAPTER_NEIGHBORS, parse_search
-from . import uris
 from .context import Call
 from .protocol import invalid_params
 

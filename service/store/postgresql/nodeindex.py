@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tantivy import FieldType, Query
 
-from ...live import UNIT_PREFIX
+from ...uris import UNITS_PREFIX
 from ...readindex.schema import document, index_dir
 from ...readindex.writer import IndexWriter
 from .queries import sql
@@ -176,8 +176,8 @@ class NodeIndex:
         start = pos["n"] if n is None else n
         changes = conn.execute(sql("live_events_since"), {**args, "after": start}).fetchall()
         units = conn.execute(sql("node_units"), {**args, "after": after}).fetchall()
-        touched = [c["uri"][len(UNIT_PREFIX):] for c in changes
-                   if c["uri"].startswith(UNIT_PREFIX) and c["kind"] == "changed"]
+        touched = [c["uri"][len(UNITS_PREFIX):] for c in changes
+                   if c["uri"].startswith(UNITS_PREFIX) and c["kind"] == "changed"]
         changed = conn.execute(sql("node_units_by_cid"), {**args, "cids": touched}).fetchall() if touched else []
         return start, pos, changes, units, changed
 
@@ -200,8 +200,8 @@ class NodeIndex:
         w = self.index
         replace = not w.building        # (a build's index holds nothing it could duplicate)
         for c in changes:
-            if c["uri"].startswith(UNIT_PREFIX):
-                w.delete_key(key_of(c["uri"][len(UNIT_PREFIX):]))
+            if c["uri"].startswith(UNITS_PREFIX):
+                w.delete_key(key_of(c["uri"][len(UNITS_PREFIX):]))
         for r in changed:               # re-pushed and already sent: the unit as it is now (deleted above)
             if r["ntok"] and (r["seq"] <= self.watermark or r["cid"] in self.above):
                 w.add(as_document(r))

@@ -18,9 +18,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ...config import redact
 from ...errors import ApiError, NotFound, StorageUnavailable
 from ...formats import TENANT_RE, is_cid
-from ...live import UNIT_PREFIX
 from ...tokenize import tokenizer_for
 from ...units import now_ms, unit_dict
+from ...uris import UNITS_PREFIX
 from ..base import StoreApi
 from ...readindex.reader import Readers
 from ..push import PushPlan, check_day_cap
@@ -39,6 +39,7 @@ from .rows import (
     partition_name,
     units_at,
 )
+from .search import PgSearcher
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,6 @@ class PgStore(StoreApi):
         self.listeners: list = []   # callables(tenant, days) told about new queued units
         self.observers: list = []   # callables(tenant, changes) told after a delete or forget committed
         self.tokenizer = tokenizer_for(config)
-        from .search import PgSearcher
         self.searcher = PgSearcher(self)
 
     # --- connections ------------------------------------------------------------------------------
@@ -380,7 +380,7 @@ class PgStore(StoreApi):
         plan.write(conn)
         # a re-pushed unit (its fields may have changed) is a change listeners hear: in the log
         # with the push, so it is there iff the push committed; new units are the feed (service/store/postgresql/live.py)
-        record_changes(conn, tenant, [(UNIT_PREFIX + r["cid"], "changed") for r in results
+        record_changes(conn, tenant, [(UNITS_PREFIX + r["cid"], "changed") for r in results
                                       if isinstance(r, dict) and r["status"] == "duplicate"])
 
     # --- reads ------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ...live import UNIT_PREFIX
+from ...uris import UNITS_PREFIX
 from ...ranking.bm25 import Bm25
 from ...ranking.scoring import Ranked
 from ...ranking.tail import TailBudget, Unseen, score_counts
@@ -100,7 +100,7 @@ class NodeTail:
         if len(at) > self.config.read_your_writes_max or len(changes) > MAX_CHANGES:
             read.too_many = True
             return read
-        read.gone = {uri[len(UNIT_PREFIX):] for uri in changes if uri.startswith(UNIT_PREFIX)}
+        read.gone = {uri[len(UNITS_PREFIX):] for uri in changes if uri.startswith(UNITS_PREFIX)}
         read.gone.update(cid for _, cid, _ in at)       # the tail's version wins over the index's
         if not at:
             return read

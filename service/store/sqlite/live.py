@@ -20,7 +20,8 @@ import secrets
 import threading
 import time
 
-from ...live import KEEP_EVENTS_MS, STALE_MS, UNIT_PREFIX, FeedUnit, LimitReached
+from ...live import KEEP_EVENTS_MS, STALE_MS, FeedUnit, LimitReached
+from ...uris import UNITS_PREFIX
 from .indexer import index_pending
 from .shards import Db, TenantDbs, fetch_all, sql
 from .store import STALE_RESERVATION_MS
@@ -117,7 +118,7 @@ class ChangeLog:
     def observe(self, tenant: str, changes: list[dict]) -> None:
         """Store observer: a re-pushed unit (its fields may have changed) and a deleted one. New units
         are in the feed already. A failure here is logged: the change itself is durable and acked."""
-        rows = [(UNIT_PREFIX + c["cid"], "deleted" if c["status"] == "deleted" else "changed")
+        rows = [(UNITS_PREFIX + c["cid"], "deleted" if c["status"] == "deleted" else "changed")
                 for c in changes if c.get("status") in ("duplicate", "deleted")]
         try:
             self.record(tenant, rows)
