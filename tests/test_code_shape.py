@@ -312,11 +312,11 @@ def test_no_function_over_80_lines():
     assert [f for f in lengths if f[0] > MAX_FUNCTION_LINES] == []
 
 
-# SQL is written in sql/*.sql and run by name; only these modules build statements in Python:
-# shards.py (connection pragmas, transactions, the FTS5 probe), fts.py (the scoring statement, whose
-# shape depends on the query's terms and filters) and manage.py (issue 15's filtered list, export and
-# forget statements, built from fts.filters); on PostgreSQL (issue 18) their counterparts pg/search.py
-# (the match and queued-unit conditions around fts.scoring_sql) and pg/manage.py.
+# SQL is written in sql/*.sql and run by name; only these modules build statements in Python: SQLite's
+# shards.py (connection pragmas, transactions, the FTS5 probe), fts.py (the scoring statement, whose shape
+# depends on the query's terms and filters) and manage.py (issue 15's filtered list, export and forget
+# statements, built from service/store/filters.py); on PostgreSQL (issue 18) their counterparts search.py (the
+# match and queued-unit conditions around ranking/bm25.py's scoring SQL) and manage.py.
 SQL_BUILDERS = {"service.store.sqlite.shards", "service.store.sqlite.fts", "service.store.sqlite.manage",
                 "service.store.postgresql.search", "service.store.postgresql.manage"}
 _SQL_RE = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ATTACH|DETACH|REPLACE)\s+\S")

@@ -1,4 +1,4 @@
-"""Global BM25 across day shards, replicas and the janitor (DESIGN.md sections 5 and 6)."""
+"""Global BM25 across day shards, replicas and the janitor (docs/design.md §5 and §6)."""
 import json
 import os
 import random

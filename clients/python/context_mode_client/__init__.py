@@ -1,6 +1,6 @@
 """Python client for the Context Mode Service: CIDs, push, search, context packing.
 
-Uses only the public HTTP API (DESIGN.md section 4)::
+Uses only the public HTTP API (docs/design.md §4)::
 
     from context_mode_client import ContextModeClient
     cm = ContextModeClient("http://localhost:5000", api_key="...")
