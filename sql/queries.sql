@@ -1,4 +1,4 @@
--- Named statements, loaded once by service/store/sqlite/shards.py:sql(name). Named parameters only.
+-- Named statements, loaded once by service/store/sqlite/queries.py:sql(name). Named parameters only.
 
 -- ===== catalog.db =====
 -- name: catalog_get

@@ -105,7 +105,7 @@ def test_no_import_cycle_among_service_modules():
     graph = import_graph()
     # open_store imports the store inside the function: the graph has that edge too.
     assert "service.store.sqlite.store" in graph["service.store.sqlite"]
-    assert "service.errors" in graph["service.store.sqlite.shards"]
+    assert "service.errors" in graph["service.store.sqlite.connections"]
     assert cycles(graph) == []
 
 
@@ -254,7 +254,7 @@ def test_the_shape_checks_see_layers_packages_and_lazy_imports(tmp_path):
     assert cycles(graph) == []                                    # a -> b -> c -> d: no module cycle
     assert cycles(package_graph(graph, modules, "pkg")) == [["pkg.c", "pkg.sub"]]   # but sub -> c -> sub
     assert [w.split()[-1] for w in function_imports(modules)["pkg.sub.b"]] == ["pkg.c"]
-    assert layer_of("service.store.sqlite.shards") == layer_of("service.store") < layer_of("service.api.stream")
+    assert layer_of("service.store.sqlite.connections") == layer_of("service.store") < layer_of("service.api.stream")
     assert layer_of("service") == len(LAYERS) - 1 and layer_of("service.units") == 1
 
 
@@ -279,7 +279,7 @@ def named_statements(path) -> list[str]:
 
 
 def test_every_named_statement_is_used():
-    """sql/queries.sql and each area's sql/*_queries.sql (shards.sql loads them all: live_queries.sql is
+    """sql/queries.sql and each area's sql/*_queries.sql (queries.sql loads them all: live_queries.sql is
     issue 16's) hold no statement the service never runs (dead SQL drifts from the schema); nor does the
     PostgreSQL backend's sql/postgresql/queries.sql (issue 18) in service/store/postgresql/."""
     names = [n for f in sorted((ROOT / "sql").glob("*queries.sql")) for n in named_statements(f)]
@@ -313,11 +313,11 @@ def test_no_function_over_80_lines():
 
 
 # SQL is written in sql/*.sql and run by name; only these modules build statements in Python: SQLite's
-# shards.py (connection pragmas, transactions, the FTS5 probe), fts.py (the scoring statement, whose shape
+# connections.py (connection pragmas, transactions, the FTS5 probe), fts.py (the scoring statement, whose shape
 # depends on the query's terms and filters) and manage.py (issue 15's filtered list, export and forget
 # statements, built from service/store/filters.py); on PostgreSQL (issue 18) their counterparts search.py (the
 # match and queued-unit conditions around ranking/bm25.py's scoring SQL) and manage.py.
-SQL_BUILDERS = {"service.store.sqlite.shards", "service.store.sqlite.fts", "service.store.sqlite.manage",
+SQL_BUILDERS = {"service.store.sqlite.connections", "service.store.sqlite.fts", "service.store.sqlite.manage",
                 "service.store.postgresql.search", "service.store.postgresql.manage"}
 _SQL_RE = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ATTACH|DETACH|REPLACE)\s+\S")
 

@@ -2,7 +2,7 @@
 catalog and one file per day under ``CONTEXT_DATA_DIR``, FTS5 as the index of record, a tantivy read index
 for default searches.
 
-Modules, in data-flow order: shards.py (files, connections, the writer), rows.py, tenant.py, store.py (push,
+Modules, in data-flow order: connections.py (files, connections, the writer), queries.py (the SQL by name), rows.py, tenant.py, store.py (push,
 reads, delete), groupcommit.py, indexer.py, janitor.py, maintenance.py (the leader's loop and the read
 index's sync), search.py, fts.py and tail.py (ranking), manage.py, live.py, registry.py, backup.py.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 def check(config) -> None:
-    from .shards import check_fts5
+    from .connections import check_fts5
     problem = check_fts5()
     if problem:
         raise RuntimeError(problem)
@@ -19,7 +19,7 @@ def check(config) -> None:
 def doctor(config) -> list[tuple[bool, str]]:
     import sqlite3
 
-    from .shards import check_fts5
+    from .connections import check_fts5
     problem = check_fts5()
     return [(tuple(map(int, sqlite3.sqlite_version.split("."))) >= (3, 35), f"SQLite {sqlite3.sqlite_version}"),
             (problem is None, problem or "FTS5 and fts5vocab available"),

@@ -31,7 +31,7 @@ import click
 from ...config import Config, redact
 from ...formats import DAY_FILE_RE, TENANT_RE
 from .rows import delete_rows
-from .shards import fetch_all, fetch_one, sql
+from .queries import fetch_all, fetch_one, sql
 
 MANIFEST = "manifest.json"
 FORMAT = 1

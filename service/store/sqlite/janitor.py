@@ -12,7 +12,7 @@ import time
 from ...instruments import DAYS_COMPACTED, DAYS_UNLINKED, UNITS_PURGED
 from .manage import compact, compact_due
 from .rows import remove_rows
-from .shards import sql
+from .queries import sql
 
 log = logging.getLogger(__name__)
 

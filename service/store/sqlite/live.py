@@ -23,7 +23,8 @@ import time
 from ...live import KEEP_EVENTS_MS, STALE_MS, FeedUnit, LimitReached
 from ...uris import UNITS_PREFIX
 from .indexer import index_pending
-from .shards import Db, TenantDbs, fetch_all, sql
+from .connections import Db, TenantDbs
+from .queries import fetch_all, sql
 from .store import STALE_RESERVATION_MS
 
 log = logging.getLogger(__name__)

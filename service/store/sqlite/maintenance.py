@@ -17,7 +17,7 @@ from ..loop import Loop, TenantLock
 from . import readsync
 from .indexer import index_pending
 from .janitor import Janitor
-from .shards import fetch_one
+from .queries import fetch_one
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from ..filters import filters
 from .fts import fts_query
 from .indexer import catch_up
 from .rows import remove_rows
-from .shards import fetch_all, fetch_one, sql
+from .queries import fetch_all, fetch_one, sql
 
 SCAN_BUDGET = 20_000           # catalog rows one page may look at; a selective filter gets a shorter page
 COMPACT_SHARE = 0.10           # the janitor compacts a day file once this share of its rows was forgotten

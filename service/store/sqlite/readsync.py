@@ -17,7 +17,7 @@ import time
 from ...readindex.reader import Readers
 from ...readindex.schema import day_key, document, index_dir
 from ...readindex.writer import IndexWriter
-from .shards import sql
+from .queries import sql
 
 SYNC_BATCH = 5000              # rows (and tombstones) read per shard per round
 COMMIT_EVERY = 50_000          # at most this many changes before a commit (bulk builds)

@@ -12,7 +12,8 @@ from ...ranking.tools import COLUMN_BYTES, MAX_CANDIDATES, bounded_candidates
 from ...toolcheck import is_tool_name, not_found, tool_dict, tool_uri, validate_tool
 from ..base import RegistryBase
 from .fts import fts_query
-from .shards import TenantDbs, sql
+from .connections import TenantDbs
+from .queries import sql
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,8 @@ from ..push import PushPlan, check_day_cap, collision
 from . import manage
 from .groupcommit import Group, Job
 from .search import Searcher
-from .shards import OpenShards, fetch_all, fetch_one, sql
+from .connections import OpenShards
+from .queries import fetch_all, fetch_one, sql
 from .tenant import Tenant
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """One tenant's files (docs/design.md §5): ``tenants/<name>/catalog.db``, ``primary/DAY.db`` and
 ``replica/index/`` (the read index, service/readindex/).
 
-A Tenant opens its day shards on demand; the store's ``OpenShards`` (service/store/sqlite/shards.py)
+A Tenant opens its day shards on demand; the store's ``OpenShards`` (service/store/sqlite/connections.py)
 decides which stay open across tenants: a day past the tenant's share is opened for its caller alone. Searcher, maintenance and janitor hold a Tenant,
 never the whole store. (The catalog, ``events.db`` and ``tools.db`` sit beside; the read index's
 folder is named by service/readindex/schema.py.)"""
@@ -17,7 +17,8 @@ from ...config import Config
 from ...formats import DAY_FILE_RE, TENANT_RE
 from ..push import StoredInOrder
 from .rows import migrate_shard, run_script
-from .shards import Db, OpenShards, connect, fetch_all, fetch_one, sql
+from .connections import Db, OpenShards, connect
+from .queries import fetch_all, fetch_one, sql
 
 SHARD_SCHEMA_VERSION = 3          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
 
