@@ -293,7 +293,7 @@ def test_the_tail_reads_plan_one_lookup_per_unit_whatever_the_tables_hold(nodes,
             assert "catalog_expires" not in plan, plan
     # ... and never compiled: a generic plan's estimate grows with the tables, and past jit_above_cost
     # PostgreSQL compiled node_tail at every search (175 ms at 1M units, for 0.2 ms of execution)
-    with a.extensions["context_store"].search_pool.connection() as conn:
+    with a.extensions["context_store"].db.search_pool.connection() as conn:
         row = conn.execute("SELECT current_setting('jit') AS jit, current_setting('plan_cache_mode') AS mode"
                            ).fetchone()
         assert (row["jit"], row["mode"]) == ("off", "force_generic_plan")

@@ -473,8 +473,8 @@ def test_a_lock_timeout_is_a_503_for_that_request_not_a_primary_outage(tmp_path,
                 conn.execute("SET LOCAL lock_timeout = '50ms'")
                 conn.execute("SELECT 1 FROM tenants WHERE tenant = 'default' FOR UPDATE")
             with pytest.raises(StorageUnavailable, match="LockNotAvailable"):
-                store.write(wait_for_the_row)
-        assert not store.primary_down()
+                store.db.write(wait_for_the_row)
+        assert not store.db.primary_down()
         assert pushed(pg, [make_unit("heron after")])[0]["status"] == "ok"
     finally:
         pg.extensions["context_shutdown"]()

@@ -7,8 +7,9 @@ any number of machines share one primary with no other coordination: pushes seri
 on a row lock, indexers claim queue rows with ``FOR UPDATE SKIP LOCKED``, the janitor runs under an
 advisory lock (docs/postgresql.md).
 
-Modules, in data-flow order: queries.py (the SQL by name), rows.py (row functions, partitions, lock keys),
-store.py (connections, push, reads, delete), maintenance.py (indexer, janitor), standby.py (the read replica),
+Modules, in data-flow order: connections.py (the pools and failover), queries.py (the SQL by name), rows.py (row
+functions, partitions, lock keys), store.py (push, reads, delete), maintenance.py (indexer, janitor), standby.py (the
+read replica),
 search.py (BM25), manage.py (list, stats, export, forget), live.py (feed, change log, stream slots, NOTIFY),
 registry.py (the tool registry).
 """

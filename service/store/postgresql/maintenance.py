@@ -100,21 +100,21 @@ def index_pending(store, tokenizer, limit: int = 512, tenant: str | None = None,
 
     for attempt in range(5):
         try:
-            with store.primary.connection() as conn, conn.transaction():
+            with store.db.primary.connection() as conn, conn.transaction():
                 return tx(conn)
         except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
             time.sleep(0.01 * (attempt + 1))
         except (psycopg.OperationalError, PoolTimeout) as e:
             # (a strong search or a forget waits on this: the primary gone is a 503, as for any write)
             raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
-    return store.write(tx)
+    return store.db.write(tx)
 
 
 def catch_up(store, tenant: str, wait_ms: int) -> None:
     """Read-your-writes for strong searches and forget, bounded in time: index the tenant's queue now,
     then wait for the rows another node's indexer holds (the claim skips them) to be committed, so
     every unit pushed before the call is searchable when it returns."""
-    if store.primary_down():
+    if store.db.primary_down():
         raise StorageUnavailable("Storage is unavailable: the PostgreSQL primary does not answer")
     before = time.time() * 1000
     deadline = time.monotonic() + wait_ms / 1000
@@ -122,7 +122,7 @@ def catch_up(store, tenant: str, wait_ms: int) -> None:
     while time.monotonic() < deadline:
         if index_pending(store, store.tokenizer, batch, tenant=tenant) == batch:
             continue
-        if not store.one("pending_before", {"tenant": tenant, "before": before})["waiting"]:
+        if not store.db.one("pending_before", {"tenant": tenant, "before": before})["waiting"]:
             return
         time.sleep(CATCH_UP_POLL_S)
 
@@ -149,7 +149,7 @@ def purge_tenant(store, tenant: str, now: int) -> int:
         for r in conn.execute(sql("days_forget_dead"), {"tenant": tenant, "now": now}).fetchall():
             conn.execute(sql("stats_forget_day"), {"tenant": tenant, "day": r["day"]})
         return total
-    return store.write(tx)
+    return store.db.write(tx)
 
 
 def _partition_dead(conn, part, day: str) -> bool:
@@ -177,9 +177,9 @@ def _drop_if_dead(conn, name: str) -> bool:
 def drop_dead_partitions(store) -> list[str]:
     """Drop day partitions that hold no unit and that no tenant counts as live (the TTL drop)."""
     dropped = []
-    for r in store.read(lambda c: c.execute(sql("partitions")).fetchall()):
+    for r in store.db.read(lambda c: c.execute(sql("partitions")).fetchall()):
         try:
-            if store.write(_drop_if_dead, r["name"]):
+            if store.db.write(_drop_if_dead, r["name"]):
                 dropped.append(partition_day(r["name"]))
                 log.info("dropped expired day partition %s", r["name"])
         except Exception as e:  # noqa: BLE001  (a busy partition is dropped on a later pass)
@@ -267,8 +267,8 @@ class PgMaintenance(Loop):
             now = int(time.time())
             for tenant in self.store.tenant_names():
                 UNITS_PURGED.inc(purge_tenant(self.store, tenant, now))
-            self.store.write(lambda c: c.execute(sql("pending_orphans")))
-            self.store.write(prune_changes, int(time.time() * 1000), INDEX_CHANGES_KEEP_MS)
+            self.store.db.write(lambda c: c.execute(sql("pending_orphans")))
+            self.store.db.write(prune_changes, int(time.time() * 1000), INDEX_CHANGES_KEEP_MS)
             drop_dead_partitions(self.store)
             self._last_janitor = time.time()
             self.sync_node_indexes(purge=True)

@@ -135,7 +135,7 @@ class NodeIndex:
         ahead = None                    # still queued keeps the watermark below it, not the reads)
         while True:
             if ahead is None:
-                ahead = reads.submit(self.store.read_replica, self.tenant, self._read, after, self.n)
+                ahead = reads.submit(self.store.db.read_replica, self.tenant, self._read, after, self.n)
             start, pos, changes, units, changed = ahead.result()
             ahead = None
             why = self._diverged(start, pos, changes)
@@ -150,7 +150,7 @@ class NodeIndex:
                 after = units[-1]["seq"]
             more = len(units) == PAGE or len(changes) == PAGE
             if more:
-                ahead = reads.submit(self.store.read_replica, self.tenant, self._read, after,
+                ahead = reads.submit(self.store.db.read_replica, self.tenant, self._read, after,
                                      changes[-1]["n"] if changes else start)
             done = self._apply(pos, changes, units, changed)
             sent += done
