@@ -25,7 +25,7 @@ ORDER BY timestamp DESC, seq DESC LIMIT 1;
 
 -- name: catalog_index_thread
 -- (this index and the next after the schema script: an older catalog gets the columns first,
--- tenant.migrate_catalog)
+-- threads.migrate)
 CREATE INDEX IF NOT EXISTS catalog_thread ON catalog(thread, tpos);
 
 -- name: catalog_index_source_ts

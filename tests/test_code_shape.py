@@ -438,6 +438,35 @@ CONTRACTS = [   # (the contract, then the class each backend implements it with)
 ]
 
 
+# A newcomer adding a backend copies a sibling module by module: a role both backends have has one file name on both
+# (readsync.py was nodeindex.py on PostgreSQL). A backend's own modules, and what the other does instead:
+OWN_MODULES = {
+    "sqlite": {"tenant": "one tenant's files (PostgreSQL: every table keyed by tenant)",
+               "groupcommit": "one commit per group of pushes (PostgreSQL: one transaction per push)",
+               "fts": "the strong search's FTS5 statements (PostgreSQL's conditions are in its search.py)",
+               "backup": "an online copy of the files (PostgreSQL: its own tools and replication)"},
+    "postgresql": {"standby": "the streaming standby default searches may read (SQLite has none)"},
+}
+
+
+def backend_modules() -> dict[str, set[str]]:
+    return {b: {p.stem for p in (STORE / b).glob("*.py")} - {"__init__"} for b in OWN_MODULES}
+
+
+def test_both_backends_name_each_role_alike():
+    mods = backend_modules()
+    for own, other in (("sqlite", "postgresql"), ("postgresql", "sqlite")):
+        assert sorted(mods[own] - mods[other] - set(OWN_MODULES[own])) == [], f"{own} only, not in OWN_MODULES"
+        assert sorted(set(OWN_MODULES[own]) - (mods[own] - mods[other])) == [], f"{own}: OWN_MODULES is stale"
+
+
+def test_each_backend_package_names_its_modules():
+    """The package docstring lists the modules (it listed gone ones): every module, none that is not."""
+    for backend, mods in backend_modules().items():
+        doc = ast.get_docstring(ast.parse((STORE / backend / "__init__.py").read_text(encoding="utf-8")))
+        assert set(re.findall(r"(?<![/\w])(\w+)\.py\b", doc)) == mods, backend     # (a path: another file)
+
+
 def test_every_member_both_stores_implement_is_in_the_contract():
     missing = []
     for (base_path, base), (a_path, a), (b_path, b) in CONTRACTS:

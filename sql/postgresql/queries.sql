@@ -512,7 +512,7 @@ GROUP BY term;
 -- name: tools_by_names
 SELECT * FROM tools WHERE tenant = %(tenant)s AND name = ANY(%(names)s::text[]);
 
--- --- the read index of each node (service/store/postgresql/nodeindex.py) ---------------------------------
+-- --- the read index of each node (service/store/postgresql/readsync.py) ---------------------------------
 
 -- name: node_positions
 -- Where the tenant is, in the snapshot its changes and units are read in: the newest seq and change, and

@@ -7,11 +7,13 @@ any number of machines share one primary with no other coordination: pushes seri
 on a row lock, indexers claim queue rows with ``FOR UPDATE SKIP LOCKED``, the janitor runs under an
 advisory lock (docs/postgresql.md).
 
-Modules, in data-flow order: connections.py (the pools and failover), queries.py (the SQL by name), rows.py (row
-functions, partitions, lock keys), store.py (push, reads, delete), maintenance.py (indexer, janitor), standby.py (the
-read replica),
-search.py (BM25), manage.py (list, stats, export, forget), live.py (feed, change log, stream slots, NOTIFY),
-registry.py (the tool registry).
+Modules, in data-flow order, each role under the SQLite backend's name for it (tests/test_code_shape.py):
+connections.py (the pools and failover), queries.py (the SQL by name), rows.py (row functions, partitions, lock
+keys), store.py (push, reads, delete), threads.py (a new unit's thread; databases made before threads),
+indexer.py (the queue -> unit_terms, on any node), janitor.py (expiry, day partitions), maintenance.py (the loop),
+readsync.py (this node's read index), search.py and tail.py (BM25 over the tables and over the node's index,
+read-your-writes), manage.py (list, stats, export, forget), live.py (feed, change log, stream slots, NOTIFY),
+registry.py (the tool registry). Its own: standby.py (the streaming standby).
 """
 from __future__ import annotations
 

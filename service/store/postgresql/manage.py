@@ -14,7 +14,7 @@ import time
 from ...ranking.results import MAX_QUERY_TERMS
 from ...units import day_of, export_fields, unit_dict
 from ..base import FORGET_CHUNK, PAGE_BYTES, PAGE_ROWS
-from .maintenance import catch_up
+from .indexer import catch_up
 from .queries import sql
 from .rows import remove_units
 from .search import match_where, pg_filters

@@ -29,7 +29,7 @@ from ...ranking.scoring import Ranked, Stats
 from ...ranking.tail import TailBudget, TokenCache, Unseen, score_tokens
 from ...units import day_of, now_ms, unit_dict
 from ..filters import pg_filters
-from .maintenance import catch_up
+from .indexer import catch_up
 from .queries import sql
 from .rows import units_at
 from .tail import NodeTail
@@ -176,7 +176,7 @@ class PgSearcher:
 
     # --- the node's read index (default searches) ----------------------------------------------
     def _search_index(self, tenant: str, p, terms: list[str], start: float) -> dict | None:
-        """The node's read index (service/store/postgresql/nodeindex.py) with the units it lacks, read from
+        """The node's read index (service/store/postgresql/readsync.py) with the units it lacks, read from
         PostgreSQL (tail.py): the ranking of the SQLite store's default searches. None when this node has no
         usable index for the tenant yet (or it is too far behind): the tables answer.
 

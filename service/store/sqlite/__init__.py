@@ -2,9 +2,14 @@
 catalog and one file per day under ``CONTEXT_DATA_DIR``, FTS5 as the index of record, a tantivy read index
 for default searches.
 
-Modules, in data-flow order: connections.py (files, connections, the writer), queries.py (the SQL by name), rows.py, tenant.py, store.py (push,
-reads, delete), groupcommit.py, indexer.py, janitor.py, maintenance.py (the leader's loop and the read
-index's sync), search.py, fts.py and tail.py (ranking), manage.py, live.py, registry.py, backup.py.
+Modules, in data-flow order, each role under the PostgreSQL backend's name for it (tests/test_code_shape.py):
+connections.py (files, connections, the per-file writer), queries.py (the SQL by name), rows.py (row functions,
+the day files' upgrades), store.py (push, reads, delete), threads.py (a new unit's thread; catalogs made before
+threads), indexer.py (pending rows -> FTS5), janitor.py (expiry, day drops, compaction), maintenance.py (the
+leader's loop), readsync.py (the read index's sync), search.py and tail.py (default searches, read-your-writes),
+manage.py (list, stats, export, forget), live.py (feed, change log, stream slots), registry.py (the tool registry).
+Its own: tenant.py (one tenant's files), groupcommit.py (one commit per group of pushes), fts.py (strong searches
+over FTS5), backup.py (backup and restore of the files).
 """
 from __future__ import annotations
 

@@ -41,17 +41,17 @@ class Maintenance(Loop):
         self._dirty_lock = threading.Lock()
         self._last_full = 0.0
         self.janitor = Janitor()
-        self.read_writers: dict[str, readsync.Writer] = {}
+        self.read_syncs: dict[str, readsync.ReadSync] = {}
 
     def stopped(self) -> None:
         self.step_down()
 
     def step_down(self) -> None:
-        if not self._locks and not self.read_writers:
+        if not self._locks and not self.read_syncs:
             return
-        for w in self.read_writers.values():
+        for w in self.read_syncs.values():
             w.close()
-        self.read_writers.clear()
+        self.read_syncs.clear()
         for lock in self._locks.values():
             lock.release()
         self._locks.clear()
@@ -84,7 +84,7 @@ class Maintenance(Loop):
                 continue
             t = self.store.tenant(name)
             total += self.index_tenant(t, full)
-            writer = self.read_writer(t)
+            writer = self.read_sync(name)
             if janitor_due:
                 for day in self.janitor.run(t)["unlinked_days"]:
                     if writer is not None:
@@ -95,13 +95,13 @@ class Maintenance(Loop):
             self._last_janitor = time.time()
         return total
 
-    def read_writer(self, t):
+    def read_sync(self, tenant: str) -> readsync.ReadSync | None:
         """This leader's writer of the tenant's read index (None when searches do not use one)."""
         if not self.config.replicas:
             return None
-        w = self.read_writers.get(t.name)
+        w = self.read_syncs.get(tenant)
         if w is None:
-            w = self.read_writers[t.name] = readsync.Writer(t, self.config, self.store.readers)
+            w = self.read_syncs[tenant] = readsync.ReadSync(self.store.tenant(tenant), self.config, self.store.readers)
         return w
 
     def sync_read_index(self, writer) -> int:

@@ -50,7 +50,7 @@ def _mark_sent(conn, rows, last_delete: int | None) -> None:
         conn.execute(sql("sync_deletes_done"), {"n": last_delete})
 
 
-class Writer:
+class ReadSync:
     """The leader's side of one tenant's read index: sync passes, day drops, rebuilds."""
 
     def __init__(self, t, config, readers: Readers):

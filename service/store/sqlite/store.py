@@ -20,21 +20,21 @@ import tempfile
 import threading
 import time
 
-from ...readindex.reader import Readers
-from . import readsync
 from ...config import Config
 from ...errors import ApiError, NotFound
 from ...formats import TENANT_RE, is_cid
+from ...readindex.reader import Readers
 from ...tokenize import tokenizer_for
 from ...units import now_ms, unit_dict
 from ..base import StoreApi
 from ..push import PushPlan, check_day_cap, collision
-from . import manage
-from .groupcommit import Group, Job
-from .search import Searcher
+from . import manage, readsync
 from .connections import OpenShards
+from .groupcommit import Group, Job
 from .queries import fetch_all, fetch_one, sql
+from .search import Searcher
 from .tenant import Tenant
+from .threads import CatalogThreads
 
 log = logging.getLogger(__name__)
 
@@ -315,17 +315,3 @@ class Store(StoreApi):
     # --- search -------------------------------------------------------------------------------
     def _search(self, tenant: str, params) -> dict:
         return self.searcher.search(self.tenant(tenant), params)
-
-
-class CatalogThreads:
-    """The catalog's answers to thread assignment (``push.ThreadLookup``), in the push's transaction."""
-
-    def __init__(self, conn: sqlite3.Connection):
-        self.conn = conn
-
-    def last_pos(self, thread: str) -> int | None:
-        return self.conn.execute(sql("catalog_thread_last"), {"thread": thread}).fetchone()[0]
-
-    def previous(self, source: str, lo: int, hi: int) -> str | None:
-        row = self.conn.execute(sql("catalog_source_previous"), {"source": source, "lo": lo, "hi": hi}).fetchone()
-        return row[0] if row else None

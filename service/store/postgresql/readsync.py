@@ -53,7 +53,7 @@ def as_document(r) -> object:
     return document(r["day"], key_of(r["cid"]), r, r["tokens"] or "", r["unit"])
 
 
-class NodeIndex:
+class ReadSync:
     """This node's writer of one tenant's read index (only the tenant's maintenance leader holds one)."""
 
     def __init__(self, store, tenant: str):
