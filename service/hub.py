@@ -4,9 +4,9 @@ A listener (an MCP ``subscriptions/listen`` stream, service/mcp/listen.py, or a 
 service/api/stream.py) is one long-lived response on one gunicorn thread. The hub's single thread
 looks, only for tenants that have listeners here, at the shared sources (the feed of new units, the
 change log) and hands each listener what it watches. Nothing is queued between workers: whichever
-worker took a push, every worker reads it from storage. The sources are the backend's: FileSources
-(SQLite files, service/store/sqlite/live.py, polled every ``listen_poll_ms``) or service/store/postgresql/live.py's PgSources
-(tables every node shares, woken by LISTEN/NOTIFY); the API and MCP layers never tell them apart.
+worker took a push, every worker reads it from storage. The sources are the backend's Sources: SQLite's
+files (service/store/sqlite/live.py, polled every ``listen_poll_ms``) or the tables every PostgreSQL node shares
+(service/store/postgresql/live.py, woken by LISTEN/NOTIFY); the API and MCP layers never tell them apart.
 
 Bounds (README, docs/configuration.md):
 - per worker at most ``config.stream_cap`` open streams (each holds a gunicorn thread; the others
@@ -225,7 +225,7 @@ class Hub:
     def __init__(self, store, sources):
         self.store = store
         self.config = store.config
-        self.sources = sources              # FileSources (SQLite) or service/store/postgresql/live.py's PgSources
+        self.sources = sources              # the backend's Sources (service/store/base.py SourcesApi)
         self.changes = sources.changes
         self.slots = sources.slots
         self.lock = threading.RLock()

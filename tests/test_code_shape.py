@@ -424,18 +424,44 @@ def _class_members(path: Path, name: str) -> set[str]:
 
 
 STORE = SERVICE / "store"
-CONTRACTS = [   # (the contract, then the class each backend implements it with)
-    ((STORE / "base.py", "StoreApi"), (STORE / "sqlite" / "store.py", "Store"),
-     (STORE / "postgresql" / "store.py", "PgStore")),
-    ((STORE / "base.py", "RegistryBase"), (STORE / "sqlite" / "registry.py", "Registry"),
-     (STORE / "postgresql" / "registry.py", "PgRegistry")),
-    ((STORE / "base.py", "Sources"), (STORE / "sqlite" / "live.py", "FileSources"),
-     (STORE / "postgresql" / "live.py", "PgSources")),
-    ((STORE / "base.py", "ChangeLog"), (STORE / "sqlite" / "live.py", "ChangeLog"),
-     (STORE / "postgresql" / "live.py", "PgChangeLog")),
-    ((STORE / "base.py", "Slots"), (STORE / "sqlite" / "live.py", "Slots"),
-     (STORE / "postgresql" / "live.py", "PgSlots")),
-]
+BACKEND_NAMES = ("sqlite", "postgresql")
+
+
+def classes_of(path: Path) -> list[str]:
+    return [n.name for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.ClassDef)]
+
+
+def contracts() -> list[tuple[tuple[Path, str], ...]]:
+    """One naming rule (docs/design.md §5): a contract is a class ``<Role>Api`` of service/store/ (a Protocol or a
+    base class), and each backend's class for it is ``<Role>``: (the contract, then each backend's class)."""
+    found = []
+    for path in sorted(STORE.glob("*.py")):
+        for name in classes_of(path):
+            if name.endswith("Api"):
+                impls = tuple((m, name[:-3]) for b in BACKEND_NAMES for m in sorted((STORE / b).glob("*.py"))
+                              if name[:-3] in classes_of(m))
+                found.append(((path, name), *impls))
+    return found
+
+
+def test_each_backend_has_one_class_for_each_contract():
+    """StoreApi, RegistryApi, SourcesApi, ChangeLogApi, SlotsApi and MaintenanceApi (the maintenance loop, which the
+    member check below did not cover while it was ``Loop``)."""
+    found = contracts()
+    assert {c[0][1] for c in found} >= {"StoreApi", "RegistryApi", "SourcesApi", "ChangeLogApi", "SlotsApi",
+                                        "MaintenanceApi"}
+    assert [c[0][1] for c in found if [p.parent.name for p, _ in c[1:]] != list(BACKEND_NAMES)] == []
+
+
+def test_no_class_is_named_after_its_backend_and_no_contract_after_a_class():
+    """Only PostgreSQL's classes carried a prefix (PgStore beside Store): a class says its role, its package the
+    backend. And a contract is named apart from the classes that implement it (ChangeLog named both)."""
+    backend_classes = {name: m for b in BACKEND_NAMES for m in sorted((STORE / b).glob("*.py")) for name in classes_of(m)}
+    named = [f"{m.relative_to(ROOT)}: {name}" for name, m in backend_classes.items()
+             if re.match(r"(Pg|Postgres|SQLite|Sqlite|File)[A-Z]", name)]
+    assert named == []
+    neutral = {name for m in STORE.glob("*.py") for name in classes_of(m)}
+    assert sorted(neutral & set(backend_classes)) == []
 
 
 # A newcomer adding a backend copies a sibling module by module: a role both backends have has one file name on both
@@ -469,7 +495,7 @@ def test_each_backend_package_names_its_modules():
 
 def test_every_member_both_stores_implement_is_in_the_contract():
     missing = []
-    for (base_path, base), (a_path, a), (b_path, b) in CONTRACTS:
+    for (base_path, base), (a_path, a), (b_path, b) in contracts():
         declared = _class_members(base_path, base)
         both = (_class_members(a_path, a) & _class_members(b_path, b)) - {"__init__"}
         missing += [f"{base}.{m} (implemented by {a} and {b})" for m in sorted(both - declared)]

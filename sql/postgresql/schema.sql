@@ -234,7 +234,7 @@ UPDATE cms_meta SET value = 2 WHERE key = 'schema_version' AND value < 2;
 -- Version 3 (a read index on every node): pending_seq (above).
 UPDATE cms_meta SET value = 3 WHERE key = 'schema_version' AND value < 3;
 -- Version 4 (project scopes): the keys derived from the metadata (service/unitkeys.py) on every table search
--- filters; the rows stored before are given theirs by the store after this script (PgStore._ensure_schema).
+-- filters; the rows stored before are given theirs by the store after this script (Store._ensure_schema).
 ALTER TABLE units ADD COLUMN IF NOT EXISTS project text;
 ALTER TABLE units ADD COLUMN IF NOT EXISTS is_global boolean NOT NULL DEFAULT false;
 ALTER TABLE unit_terms ADD COLUMN IF NOT EXISTS project text;

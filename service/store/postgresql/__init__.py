@@ -46,15 +46,15 @@ def reachable_problem(url: str) -> str | None:
 
 
 def open_store(config):
-    from .maintenance import PgMaintenance
-    from .store import PgStore
-    store = PgStore(config)
-    return store, PgMaintenance(store)
+    from .maintenance import Maintenance
+    from .store import Store
+    store = Store(config)
+    return store, Maintenance(store)
 
 
 def open_live(store):
     """The live hub's sources (tables every node shares, woken by NOTIFY) and the tool registry."""
-    from .live import PgSources
-    from .registry import PgRegistry
-    sources = PgSources(store)
-    return sources, PgRegistry(store, sources.changes)
+    from .live import Sources
+    from .registry import Registry
+    sources = Sources(store)
+    return sources, Registry(store, sources.changes)

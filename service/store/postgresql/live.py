@@ -1,7 +1,7 @@
 """Live context on PostgreSQL (docs/design.md §12): every node's listeners hear
 every node's changes.
 
-The tables are the source of truth; NOTIFY only wakes (service/hub.py's interface, as FileSources):
+The tables are the source of truth; NOTIFY only wakes (service/hub.py's interface, as Sources):
 
 - **the feed**: new units in the catalog's ``seq`` order. Seqs are assigned under the tenant's row lock,
   so once a seq is visible every lower one is visible or gone: the feed never skips a unit. A unit's
@@ -57,8 +57,8 @@ def wake(store, tenant: str) -> None:
         log.warning("could not notify listeners of tenant %s", tenant, exc_info=True)
 
 
-class PgChangeLog:
-    """live_events, read by every node's hub (the SQLite backend's events.ChangeLog)."""
+class ChangeLog:
+    """live_events, read by every node's hub (the SQLite backend's ChangeLog: events.db)."""
 
     def __init__(self, store):
         self.store = store
@@ -78,8 +78,9 @@ class PgChangeLog:
         pass
 
 
-class PgSlots:
-    """Open streams of every worker of every node (hub.Slots on SQLite), counted under a per-tenant lock."""
+class Slots:
+    """Open streams of every worker of every node (the SQLite backend's Slots: streams.db), counted under a
+    per-tenant lock."""
 
     def __init__(self, store):
         self.store = store
@@ -121,13 +122,13 @@ class PgSlots:
         pass
 
 
-class PgSources:
+class Sources:
     """What service/hub.py reads on PostgreSQL: feed, change log, slots, and NOTIFY wake-ups."""
 
     def __init__(self, store):
         self.store = store
-        self.changes = PgChangeLog(store)
-        self.slots = PgSlots(store)
+        self.changes = ChangeLog(store)
+        self.slots = Slots(store)
         self._conn: psycopg.Connection | None = None     # this worker's listening connection (hub thread)
         store.listeners.append(lambda tenant, days: wake(store, tenant))      # a push committed
         store.observers.append(lambda tenant, changes: wake(store, tenant))   # a delete or forget committed

@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from ...instruments import UNITS_INDEXED, UNITS_PURGED
-from ..loop import Loop, TenantLock
+from ..loop import MaintenanceApi
 from .indexer import index_pending
 from .janitor import drop_dead_partitions, purge_tenant
 from .live import prune_changes
@@ -24,35 +24,17 @@ log = logging.getLogger(__name__)
 INDEXERS = 2
 
 
-class PgMaintenance(Loop):
+class Maintenance(MaintenanceApi):
     """The background indexer and janitor of one process (every node runs one; no leader), and this node's
     read indexes of the tenants it leads (one process of the node per tenant, as on SQLite)."""
 
     def __init__(self, store):
         super().__init__(store)
-        self._locks: dict[str, TenantLock] = {}
-        self.read_syncs: dict[str, ReadSync] = {}
         self.indexers = ThreadPoolExecutor(INDEXERS, thread_name_prefix="pg-indexer")
 
     def stopped(self) -> None:
         self.indexers.shutdown(wait=True)
         self.step_down()
-
-    def step_down(self) -> None:
-        for ni in self.read_syncs.values():
-            ni.close()
-        self.read_syncs.clear()
-        for lock in self._locks.values():
-            lock.release()
-        self._locks.clear()
-
-    def leads(self, tenant: str) -> bool:
-        lock = self._locks.get(tenant)
-        if lock is None:
-            folder = self.store.root / "tenants" / tenant
-            folder.mkdir(parents=True, exist_ok=True)
-            lock = self._locks[tenant] = TenantLock(folder / "maintenance.lock")
-        return lock.try_acquire()
 
     def read_sync(self, tenant: str) -> ReadSync | None:
         """This node's writer of the tenant's read index (None when searches do not use one)."""

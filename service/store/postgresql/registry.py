@@ -15,12 +15,12 @@ import psycopg
 from ...errors import Conflict, Unprocessable
 from ...ranking.tools import COLUMN_BYTES, MAX_CANDIDATES, WEIGHTS, bounded_candidates
 from ...toolcheck import is_tool_name, not_found, tool_dict, tool_uri, validate_tool
-from ..base import RegistryBase
+from ..base import RegistryApi
 from .live import record_changes, wake
 from .queries import sql
 
 
-class PgRegistry(RegistryBase):
+class Registry(RegistryApi):
     """The registry over the ``tools`` table (one transaction per write)."""
 
     def _row(self, tenant: str, tool) -> dict:

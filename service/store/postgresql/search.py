@@ -32,7 +32,7 @@ from ..filters import pg_filters
 from .indexer import catch_up
 from .queries import sql
 from .rows import units_at
-from .tail import NodeTail
+from .tail import TailReader
 
 # MaxScore pruning (essential_terms) when the query's terms match more units than this; its first pass
 # scores the units of the rarest terms, about this many
@@ -119,7 +119,7 @@ class IndexStats:
     stats: Stats        # what the answer reports (explain)
 
 
-class PgSearcher:
+class Searcher:
     def __init__(self, store):
         self.store = store
         self.config = store.config
@@ -127,7 +127,7 @@ class PgSearcher:
         self.tokens = TokenCache()
         self.standby = store.db.standby
         self.reads = {"primary": 0, "standby": 0, "index": 0}    # what answered (tests, bench)
-        self.tail = NodeTail(self.config, self.tokenizer)
+        self.tail = TailReader(self.config, self.tokenizer)
         self._days: dict[str, tuple[float, int]] = {}               # tenant -> (when, live days), 1 s
 
     def _target(self, tenant: str, p) -> str:

@@ -35,7 +35,7 @@ from .rows import (
     partition_name,
     units_at,
 )
-from .search import PgSearcher
+from .search import Searcher
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class PartitionGone(Exception):
     """A day partition a push needs was dropped (empty) between its look and its lock."""
 
 
-class PgStore(StoreApi):
+class Store(StoreApi):
     """Every tenant in one PostgreSQL database; ``searcher.standby`` a streaming hot standby of it."""
 
     backend = "postgresql"
@@ -61,7 +61,7 @@ class PgStore(StoreApi):
         self.listeners: list = []   # callables(tenant, days) told about new queued units
         self.observers: list = []   # callables(tenant, changes) told after a delete or forget committed
         self.tokenizer = tokenizer_for(config)
-        self.searcher = PgSearcher(self)
+        self.searcher = Searcher(self)
 
     # --- connections ------------------------------------------------------------------------------
     @staticmethod

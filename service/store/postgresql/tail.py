@@ -80,7 +80,7 @@ class TailRead:
                 r.unit.update({k: fresh[k] for k in MUTABLE})
 
 
-class NodeTail:
+class TailReader:
     def __init__(self, config, tokenizer):
         self.config = config
         self.tokenizer = tokenizer

@@ -40,7 +40,7 @@ def open_store(config):
 
 def open_live(store):
     """The live hub's sources (the tenants' files, polled) and the tool registry."""
-    from .live import FileSources
+    from .live import Sources
     from .registry import Registry
-    sources = FileSources(store)
+    sources = Sources(store)
     return sources, Registry(store, sources.changes)

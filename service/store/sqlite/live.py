@@ -174,10 +174,10 @@ class Slots:
         self.db.close()
 
 
-class FileSources:
+class Sources:
     """Where the hub reads changes on the SQLite backend: the feed and the change log in the tenant's files,
     the stream slots in ``<data>/streams.db``; polled every ``listen_poll_ms``. The PostgreSQL backend's
-    counterpart, with the same methods, is service/store/postgresql/live.py's PgSources (tables, woken by NOTIFY)."""
+    counterpart, with the same methods, is service/store/postgresql/live.py's Sources (tables, woken by NOTIFY)."""
 
     def __init__(self, store):
         self.store = store

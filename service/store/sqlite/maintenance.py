@@ -13,7 +13,7 @@ import threading
 import time
 
 from ...instruments import UNITS_INDEXED
-from ..loop import Loop, TenantLock
+from ..loop import MaintenanceApi
 from . import readsync
 from .indexer import index_pending
 from .janitor import Janitor
@@ -28,12 +28,11 @@ IN_FLIGHT_MS = 2000
 FULL_SCAN_S = 1.0
 
 
-class Maintenance(Loop):
+class Maintenance(MaintenanceApi):
     """Background indexer, read-index sync and janitor for every tenant this process leads."""
 
     def __init__(self, store):
         super().__init__(store)
-        self._locks: dict[str, TenantLock] = {}
         self._recovered: set[str] = set()
         # Days pushes wrote since this tenant's last pass: a pass reads only those, and every live
         # day once per FULL_SCAN_S (what a lost wake-up or another program's write left behind).
@@ -41,7 +40,6 @@ class Maintenance(Loop):
         self._dirty_lock = threading.Lock()
         self._last_full = 0.0
         self.janitor = Janitor()
-        self.read_syncs: dict[str, readsync.ReadSync] = {}
 
     def stopped(self) -> None:
         self.step_down()
@@ -49,19 +47,8 @@ class Maintenance(Loop):
     def step_down(self) -> None:
         if not self._locks and not self.read_syncs:
             return
-        for w in self.read_syncs.values():
-            w.close()
-        self.read_syncs.clear()
-        for lock in self._locks.values():
-            lock.release()
-        self._locks.clear()
+        super().step_down()
         self._recovered.clear()        # leading again later starts with a full pass over every file
-
-    def leads(self, tenant: str) -> bool:
-        lock = self._locks.get(tenant)
-        if lock is None:
-            lock = self._locks[tenant] = TenantLock(self.store.tenant(tenant).dir / "maintenance.lock")
-        return lock.try_acquire()
 
     def mark(self, tenant: str | None, days) -> None:
         if tenant is not None and days:
