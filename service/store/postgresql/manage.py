@@ -14,13 +14,13 @@ import time
 from ...ranking.results import MAX_QUERY_TERMS
 from ...units import day_of, export_fields, unit_dict
 from ..base import FORGET_CHUNK, PAGE_BYTES, PAGE_ROWS
+from ..statements import expand
 from .indexer import catch_up
 from .queries import sql
 from .rows import remove_units
 from .search import match_where, pg_filters
 
-UNIT_COLUMNS = ("u.cid, u.seq, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.content, u.metadata, "
-                "u.parent_cid, u.day::text AS day, u.thread, u.tpos")
+UNIT_COLUMNS = expand("@unit_columns(u), u.day::text AS day", "postgresql")     # (service/units.py's)
 
 
 def _page(store, tenant: str, p, pos: int, descending: bool, n: int, max_seq: int | None = None) -> tuple[list, bool]:

@@ -289,10 +289,9 @@ class Plan(PushPlan):
     def add(self, u) -> dict:
         row, _ = self.check(u)
         thread, tpos = self.thread(u, row)      # (a duplicate keeps its own)
-        params = {"tenant": self.tenant, "cid": u.cid, "day": u.day, "timestamp": u.timestamp,
-                  "source": u.source, "digest": u.digest, "expires_at": u.expires_at,
-                  "parent_cid": u.parent_cid, "type": u.type, "ttl": u.ttl, "content": escape_content(u.content),
-                  "metadata": u.metadata_json(), "pushed_ms": self.ms, "thread": thread, "tpos": tpos, **u.keys}
+        # the unit's columns (its seq comes below), the catalog's and the queue's; PostgreSQL's text holds no NUL
+        params = {**u.columns(seq=None, thread=thread, tpos=tpos), "content": escape_content(u.content),
+                  "tenant": self.tenant, "day": u.day, "digest": u.digest, "pushed_ms": self.ms}
         if row is None:
             self.last += 1
             params["seq"] = self.last

@@ -18,12 +18,11 @@ from ...uris import UNITS_PREFIX
 from ...ranking.bm25 import Bm25
 from ...ranking.scoring import Ranked
 from ...ranking.tail import TailBudget, Unseen, score_counts
-from ...units import unit_dict
+from ...units import MUTABLE_FIELDS, unit_dict
 from ..filters import passes
 from .queries import sql
 
 MAX_CHANGES = 5000          # changes a search reads past the index's state; more: the tables answer instead
-MUTABLE = ("type", "ttl", "expires_at", "metadata", "parent_cid")     # what a re-push may change (docs/design.md §3)
 
 
 class UnitTexts:
@@ -77,7 +76,7 @@ class TailRead:
             row = rows.get(r.unit["cid"])
             if row is not None:
                 fresh = unit_dict({**row, "content": ""})
-                r.unit.update({k: fresh[k] for k in MUTABLE})
+                r.unit.update({k: fresh[k] for k in MUTABLE_FIELDS})
 
 
 class TailReader:

@@ -190,11 +190,7 @@ class Store(StoreApi):
         for i, u, seq, status, thread, tpos in items:
             if status == "duplicate" and conn.execute(sql("unit_exists"), {"cid": u.cid}).fetchone() is None:
                 status = "ok"   # reserved by an earlier push that failed before its shard write: first store
-            cur = conn.execute(sql("unit_upsert"), {
-                "cid": u.cid, "seq": seq, "type": u.type, "source": u.source, "timestamp": u.timestamp,
-                "ttl": u.ttl, "expires_at": u.expires_at, "content": u.content,
-                "metadata": u.metadata_json(), "parent_cid": u.parent_cid, "pushed_ms": ms, **u.keys,
-                "thread": thread, "tpos": tpos})
+            cur = conn.execute(sql("unit_upsert"), {**u.columns(seq=seq, thread=thread, tpos=tpos), "pushed_ms": ms})
             if cur.rowcount == 0:
                 results[i] = collision(u.cid)      # the shard holds a different unit under this CID: kept
                 continue
