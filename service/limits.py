@@ -61,17 +61,47 @@ def caller_key() -> str | None:
     return getattr(principal, "key_id", None)
 
 
-class SearchSlots:
+class FairShares:
+    """What is held at once, in all and per tenant and per API key, against each one's cap."""
+
+    def __init__(self, total: int, per_tenant: int, per_key: int):
+        self.total, self.per_tenant, self.per_key = total, per_tenant, per_key
+        self.used = 0
+        self.tenants: dict[str, int] = {}
+        self.keys: dict[str, int] = {}
+
+    def full(self, tenant: str, key: str | None) -> str | None:
+        """Whose share one more would pass ("key", "tenant", "server"), or None."""
+        if key is not None and self.keys.get(key, 0) >= self.per_key:
+            return "key"
+        if self.tenants.get(tenant, 0) >= self.per_tenant:
+            return "tenant"
+        return "server" if self.used >= self.total else None
+
+    def add(self, tenant: str, key: str | None) -> None:
+        self.used += 1
+        self.tenants[tenant] = self.tenants.get(tenant, 0) + 1
+        if key is not None:
+            self.keys[key] = self.keys.get(key, 0) + 1
+
+    def remove(self, tenant: str, key: str | None) -> None:
+        self.used -= 1
+        for counts, name in ((self.tenants, tenant), (self.keys, key)):
+            if name is not None:
+                counts[name] -= 1
+                if not counts[name]:
+                    del counts[name]
+
+
+class SearchSlots(FairShares):
     """A worker's search slots with fair shares: at most ``total`` searches at once, of which one tenant
     holds at most ``per_tenant`` and one API key at most ``per_key``, so a tenant running slow searches
     leaves slots for the others. A search that finds no slot within ``wait_s`` is refused with 503
     ``search_busy`` + Retry-After (service/errors.py ``Busy``)."""
 
     def __init__(self, total: int, per_tenant: int, per_key: int, wait_s: float):
-        self.total, self.per_tenant, self.per_key, self.wait_s = total, per_tenant, per_key, wait_s
-        self.used = 0
-        self.tenants: dict[str, int] = {}
-        self.keys: dict[str, int] = {}
+        super().__init__(total, per_tenant, per_key)
+        self.wait_s = wait_s
         self._cond = threading.Condition()
 
     @classmethod
@@ -83,37 +113,23 @@ class SearchSlots:
         key = share(config.search_key_share, n) if config.search_key_share >= 0 else tenant
         return cls(n, tenant, min(key, tenant), config.search_wait_s)
 
-    def _free(self, tenant: str, key: str | None) -> bool:
-        return (self.used < self.total and self.tenants.get(tenant, 0) < self.per_tenant
-                and (key is None or self.keys.get(key, 0) < self.per_key))
-
     @contextlib.contextmanager
     def hold(self, tenant: str, key: str | None = None):
         """One slot for the duration of the block, or ``Busy`` when none came free in time."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self._free(tenant, key), timeout=self.wait_s):
-                mine = self.tenants.get(tenant, 0) >= self.per_tenant or (
-                    key is not None and self.keys.get(key, 0) >= self.per_key)
-                raise Busy("This tenant already runs its share of this server's searches; retry shortly."
-                           if mine else "Too many searches at once; retry shortly.")
-            self.used += 1
-            self.tenants[tenant] = self.tenants.get(tenant, 0) + 1
-            if key is not None:
-                self.keys[key] = self.keys.get(key, 0) + 1
+            if not self._cond.wait_for(lambda: self.full(tenant, key) is None, timeout=self.wait_s):
+                raise Busy("Too many searches at once; retry shortly." if self.full(tenant, key) == "server" else
+                           "This tenant already runs its share of this server's searches; retry shortly.")
+            self.add(tenant, key)
         try:
             yield
         finally:
             with self._cond:
-                self.used -= 1
-                for counts, name in ((self.tenants, tenant), (self.keys, key)):
-                    if name is not None:
-                        counts[name] -= 1
-                        if not counts[name]:
-                            del counts[name]
+                self.remove(tenant, key)
                 self._cond.notify_all()
 
 
-class AnswerSlots:
+class AnswerSlots(FairShares):
     """The threads of a worker that write large answers (over ``threshold`` bytes: exports, big searches,
     lineage, listing pages). A client may read an answer as slowly as the guard allows (service/guard/deadline.py:
     one over 8 MiB is written by its thread, paced), so 16 slow readers of exports once held every thread of
@@ -121,10 +137,8 @@ class AnswerSlots:
     ``per_key`` of them; past a share the answer is refused at once (waiting would hold a thread too)."""
 
     def __init__(self, total: int, per_tenant: int, per_key: int, threshold: int):
-        self.total, self.per_tenant, self.per_key, self.threshold = total, per_tenant, per_key, threshold
-        self.used = 0
-        self.tenants: dict[str, int] = {}
-        self.keys: dict[str, int] = {}
+        super().__init__(total, per_tenant, per_key)
+        self.threshold = threshold
         self._lock = threading.Lock()
 
     @classmethod
@@ -138,14 +152,9 @@ class AnswerSlots:
         """A release callable for one slot, or raise ApiError: 429 past the key's or tenant's share, 503 past
         the worker's."""
         with self._lock:
-            scope = ("key" if key is not None and self.keys.get(key, 0) >= self.per_key else
-                     "tenant" if self.tenants.get(tenant, 0) >= self.per_tenant else
-                     "server" if self.used >= self.total else None)
+            scope = self.full(tenant, key)
             if scope is None:
-                self.used += 1
-                self.tenants[tenant] = self.tenants.get(tenant, 0) + 1
-                if key is not None:
-                    self.keys[key] = self.keys.get(key, 0) + 1
+                self.add(tenant, key)
         if scope is not None:
             whose = {"key": "This API key", "tenant": "This tenant", "server": "This server"}[scope]
             raise ApiError(f"{whose} is already sending its share of large answers (over {self.threshold} bytes) at "
@@ -160,12 +169,7 @@ class AnswerSlots:
                 if released:
                     return
                 released = True
-                self.used -= 1
-                for counts, name in ((self.tenants, tenant), (self.keys, key)):
-                    if name is not None:
-                        counts[name] -= 1
-                        if not counts[name]:
-                            del counts[name]
+                self.remove(tenant, key)
         return release
 
 
