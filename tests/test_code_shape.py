@@ -507,3 +507,15 @@ def test_the_contract_check_sees_what_a_class_sets(tmp_path):
     mod.write_text("class A:\n    x: int\n    y = 1\n    def __init__(self):\n        self.z = 2\n        self._p = 3\n"
                    "    def m(self): pass\n    def _n(self): pass\n")
     assert _class_members(mod, "A") == {"x", "y", "z", "m"}
+
+
+# The request path's checks, each with the test module named after it, which names it back.
+TESTED_BY_NAME = {"service/doors.py": "test_doors.py", "service/limits.py": "test_limits.py",
+                  "service/guard/": "test_guard.py"}
+
+
+@pytest.mark.parametrize("module,tests", sorted(TESTED_BY_NAME.items()))
+def test_the_door_checks_have_test_modules_named_after_them(module, tests):
+    assert (ROOT / module).exists()
+    text = (ROOT / "tests" / tests).read_text()
+    assert module in text.split('"""')[1], f"tests/{tests}'s docstring does not name {module}"
