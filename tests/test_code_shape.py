@@ -486,11 +486,17 @@ def test_both_backends_name_each_role_alike():
         assert sorted(set(OWN_MODULES[own]) - (mods[own] - mods[other])) == [], f"{own}: OWN_MODULES is stale"
 
 
-def test_each_backend_package_names_its_modules():
-    """The package docstring lists the modules (it listed gone ones): every module, none that is not."""
-    for backend, mods in backend_modules().items():
-        doc = ast.get_docstring(ast.parse((STORE / backend / "__init__.py").read_text(encoding="utf-8")))
-        assert set(re.findall(r"(?<![/\w])(\w+)\.py\b", doc)) == mods, backend     # (a path: another file)
+def test_each_package_names_its_modules():
+    """Every package of service/ but the root (README.md's "What is where" has those) lists its modules in its
+    docstring (they listed gone ones): every module, none that is not."""
+    wrong = {}
+    for init in sorted(SERVICE.glob("*/**/__init__.py")):
+        mods = {p.stem for p in init.parent.glob("*.py") if not p.stem.startswith("__")}
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        named = set(re.findall(r"(?<![/\w])(\w+)\.py\b", doc))      # (a path: another package's file)
+        if named != mods:
+            wrong[module_name(init)] = {"unlisted": sorted(mods - named), "gone": sorted(named - mods)}
+    assert wrong == {}
 
 
 def test_every_member_both_stores_implement_is_in_the_contract():

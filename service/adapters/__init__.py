@@ -2,6 +2,10 @@
 
 Adapters only translate shapes: they call the same store functions as the REST views
 (``Store.search``, ``parse_search``) and never touch SQL.
+
+Modules: dify.py (POST /retrieval) and conditions.py (its metadata conditions); continue_.py (Continue's
+context provider); openapi.py (GET /openapi.json), with openapi_parts.py (its shared pieces), openapi_live.py
+(live context and the tool registry) and openapi_manage.py (list, stats, export, forget).
 """
 from __future__ import annotations
 

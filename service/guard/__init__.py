@@ -1,4 +1,5 @@
-"""Slow clients cannot hold gunicorn's worker threads (docs/design.md §9).
+"""Slow clients cannot hold gunicorn's worker threads (docs/design.md §9): arrival.py the requests, deadline.py
+the responses.
 
 gthread hands a connection to a worker thread as soon as it is readable, and the thread then reads
 the request with blocking ``recv`` calls and writes the response with blocking ``sendall``. A client
