@@ -1,4 +1,4 @@
-# Context Mode Service: gunicorn + Flask, SQLite FTS5 shards under /data (DESIGN.md sections 1 and 5).
+# Context Mode Service: gunicorn + Flask, SQLite FTS5 shards under /data (docs/design.md §1 and §5).
 # Build: docker build -t context-mode-service .   Run: docker compose up -d (see docker-compose.yml)
 FROM python:3.11-slim
 

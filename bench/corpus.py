@@ -272,7 +272,7 @@ def service_dir(size: int, seed: int = 1, *, rebuild: bool = False, log=print) -
     on-disk format is the committed one, so a cached dir is reused across service changes
     unless --rebuild.
     """
-    from service.store.sqlite.shards import schema
+    from service.store.sqlite.queries import schema
     # The shard schema version is part of the key: a version change (e.g. v1 -> v2) builds a new
     # corpus; additive changes (new indexes, tables) are applied when the cached shards are opened.
     fmt = "v" + re.search(r"'schema_version', (\d+)", schema("shard_schema.sql")).group(1)

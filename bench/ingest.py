@@ -64,7 +64,7 @@ def inprocess(units: list[dict], segmenter: str, jieba_units: int) -> dict:
                                  "cjk_chars_per_s": round(cjk / idx_s), "chars_per_s": round(chars / idx_s)}
     # The read index after the burst: every indexed unit sent and committed in one pass.
     t0 = time.perf_counter()
-    sent = maint.sync_read_index(maint.read_writer(store.tenant("default")))
+    sent = maint.sync_read_index(maint.read_sync("default"))
     secs = time.perf_counter() - t0
     out["read_index_after_burst"] = {"units": sent, "seconds": r(secs, 3), "units_per_s": round(sent / secs)}
     app.extensions["context_shutdown"]()
@@ -242,7 +242,7 @@ def read_index_cost(size: int, seed: int, batch: int = 1000, rounds: int = 5) ->
     app = create_app({"data_dir": str(run_dir), "background": False, "replica_debounce_ms": 0})
     store, maint = app.extensions["context_store"], app.extensions["context_maintenance"]
     t = store.tenant("default")
-    writer = maint.read_writer(t)
+    writer = maint.read_sync(t.name)
     maint.sync_read_index(writer)
     idle, sends, sent_units = [], [], []
     now = int(time.time()) - 60

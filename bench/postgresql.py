@@ -55,7 +55,7 @@ def build(app, units: list[dict]) -> dict:
     """Push the units in batches of 1,000, then drain the maintenance (index); timed apart."""
     maint = app.extensions["context_maintenance"]
     node_s = [0.0]
-    sync = getattr(maint, "sync_node_indexes", None)      # (PostgreSQL: the node's read index, same loop)
+    sync = getattr(maint, "sync_read_indexes", None)      # (PostgreSQL: the node's read index, same loop)
     if sync is not None:
         def timed(*args, **kwargs):
             t = time.perf_counter()
@@ -63,7 +63,7 @@ def build(app, units: list[dict]) -> dict:
                 return sync(*args, **kwargs)
             finally:
                 node_s[0] += time.perf_counter() - t
-        maint.sync_node_indexes = timed
+        maint.sync_read_indexes = timed
     t0 = time.perf_counter()
     push_all(app, units)
     t1 = time.perf_counter()
@@ -73,7 +73,7 @@ def build(app, units: list[dict]) -> dict:
     out = {"units": len(units), "push_s": round(t1 - t0, 2), "push_units_per_s": round(len(units) / (t1 - t0)),
            "index_s": round(t2 - t1, 2), "index_units_per_s": round(len(units) / (t2 - t1))}
     if sync is not None:
-        del maint.sync_node_indexes
+        del maint.sync_read_indexes
         out["of_which_read_index_s"] = round(node_s[0], 2)
         out["terms_units_per_s"] = round(len(units) / (t2 - t1 - node_s[0]))
     return out
@@ -84,8 +84,8 @@ def drain_node_index(app) -> float:
     maint = app.extensions["context_maintenance"]
     t0 = time.perf_counter()
     while True:
-        sent = maint.sync_node_indexes()
-        ni = maint.node_indexes.get("default")
+        sent = maint.sync_read_indexes()
+        ni = maint.read_syncs.get("default")
         if ni is not None and not ni.building and sent == 0:
             return time.perf_counter() - t0
 

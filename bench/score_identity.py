@@ -53,7 +53,7 @@ def dump(a) -> None:
         app = create_app(config)
         if name == "postgresql":
             maint = app.extensions["context_maintenance"]
-            while maint.run_once() or maint.sync_node_indexes():
+            while maint.run_once() or maint.sync_read_indexes():
                 pass
         store, cfg = app.extensions["context_store"], app.config["CONTEXT"]
         res = out["stores"][name] = {}

@@ -74,10 +74,10 @@ def main(argv=None) -> None:
         index_path = d / "tenants" / "default" / "replica" / "index"
         if not a.no_rebuild:
             # The read index from nothing: every indexed row of every shard sent again.
-            maint.read_writers.clear()
+            maint.read_syncs.clear()
             shutil.rmtree(index_path, ignore_errors=True)
             t0 = time.perf_counter()
-            sent = maint.sync_read_index(maint.read_writer(t))
+            sent = maint.sync_read_index(maint.read_sync(t.name))
             build_s = time.perf_counter() - t0
             entry["read_index_build"] = {"units": sent, "seconds": round(build_s, 2),
                                          "units_per_s": round(sent / build_s)}

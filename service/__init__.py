@@ -20,7 +20,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     Configuration: the ``CONTEXT_*`` environment when called without one (gunicorn's
     ``service:create_app()``); otherwise exactly the Config or mapping given (tests)."""
     # Imported here, not at the top: every ``service.*`` import runs this file first (gunicorn's
-    # master reads service.config, the CLI's client commands service.client_env), and only an app
+    # master reads service.config, the CLI's client commands service.cli), and only an app
     # needs the store, Flask blueprints and jieba. No cycle depends on it (tests/test_code_shape.py).
     from . import adapters, doors, errors, limits, mcp, metrics
     from .api import health, search, units

@@ -142,7 +142,7 @@ class Config:
     search_wait_s: float = 2.0
     read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)
     request_deadline_s: float = 30.0  # ... and one whose headers and body take longer than this in total
-    # Slow clients on a worker thread (service/gunicorn_guard.py): a thread waits on one client at most
+    # Slow clients on a worker thread (service/guard/): a thread waits on one client at most
     # slow_client_grace_s in all (per request body, per response) beyond what its pace pays for at these
     # rates (bytes/s; 0: no rate), and every response is written within write_deadline_s of its first byte
     # (0: no deadline). Live streams are bounded by their own write timeout instead.
@@ -176,7 +176,7 @@ class Config:
     shard_share: int = -1             # of max_open_shards: day files one tenant keeps open in a process
     tool_search_bytes: int = 8 << 20  # token bytes one tool search scores at most (name, text, schema columns)
     # Large answers: one over large_answer_bytes (what the slow-client guard's poller keeps for a slow reader,
-    # service/guard_socket.py) holds a thread while a slow client reads it, so a worker writes at most
+    # service/guard/deadline.py) holds a thread while a slow client reads it, so a worker writes at most
     # large_answers of them at once (-1: half its threads), one tenant at most large_answer_share of those and
     # one key large_answer_key_share (-1: half / the tenant's); past them 429 (a key's or tenant's share) or 503
     # (the worker's), with Retry-After.

@@ -14,8 +14,8 @@ import tempfile
 
 from service import preflight
 from service.boot import freeze_heap, limit_malloc_arenas
-from service.gunicorn_guard import Bounds
-from service.gunicorn_guard import install as install_guard
+from service.guard import Bounds
+from service.guard import install as install_guard
 
 
 def _say(line: str) -> None:
@@ -52,7 +52,7 @@ control_socket_disable = True
 
 # Slow clients: requests (head and body) are buffered without a thread and authenticated before their
 # body, every request has a total deadline, a thread's waits on a client are paced and every response
-# has a write deadline, gunicorn's own errors are JSON (service/gunicorn_guard.py). In the master, so
+# has a write deadline, gunicorn's own errors are JSON (service/guard/). In the master, so
 # every forked worker has it.
 install_guard(Bounds.from_config(_config))
 

@@ -4,9 +4,9 @@ A listener (an MCP ``subscriptions/listen`` stream, service/mcp/listen.py, or a 
 service/api/stream.py) is one long-lived response on one gunicorn thread. The hub's single thread
 looks, only for tenants that have listeners here, at the shared sources (the feed of new units, the
 change log) and hands each listener what it watches. Nothing is queued between workers: whichever
-worker took a push, every worker reads it from storage. The sources are the backend's: FileSources
-(SQLite files, service/store/sqlite/live.py, polled every ``listen_poll_ms``) or service/store/postgresql/live.py's PgSources
-(tables every node shares, woken by LISTEN/NOTIFY); the API and MCP layers never tell them apart.
+worker took a push, every worker reads it from storage. The sources are the backend's Sources: SQLite's
+files (service/store/sqlite/live.py, polled every ``listen_poll_ms``) or the tables every PostgreSQL node shares
+(service/store/postgresql/live.py, woken by LISTEN/NOTIFY); the API and MCP layers never tell them apart.
 
 Bounds (README, docs/configuration.md):
 - per worker at most ``config.stream_cap`` open streams (each holds a gunicorn thread; the others
@@ -28,8 +28,11 @@ import socket
 import threading
 import time
 
+from .errors import ApiError
 from .limits import share
-from .live import UNIT_PREFIX, FeedUnit, LimitReached
+from .live import FeedUnit, LimitReached
+from .params import parse_search
+from .uris import UNITS_PREFIX, search_uri
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ FULL_LOOK_S = 1.0          # a hub woken for some tenants still looks at every o
 
 def client_gone(sock) -> bool:
     """True once the peer closed the connection (readable, and a peek reads end-of-file)."""
-    raw = getattr(sock, "_sock", sock)          # service/gunicorn_guard.py wraps gunicorn's socket
+    raw = getattr(sock, "_sock", sock)          # service/guard/ wraps gunicorn's socket
     if raw is None:
         return False
     try:
@@ -222,7 +225,7 @@ class Hub:
     def __init__(self, store, sources):
         self.store = store
         self.config = store.config
-        self.sources = sources              # FileSources (SQLite) or service/store/postgresql/live.py's PgSources
+        self.sources = sources              # the backend's Sources (service/store/base.py SourcesApi)
         self.changes = sources.changes
         self.slots = sources.slots
         self.lock = threading.RLock()
@@ -382,7 +385,7 @@ class Hub:
                 when, cid = heapq.heappop(w.heap)
                 if w.expiry.get(cid) == when:
                     del w.expiry[cid]
-                    self._tell(w.by_cid.get(cid), UNIT_PREFIX + cid)
+                    self._tell(w.by_cid.get(cid), UNITS_PREFIX + cid)
 
     # --- fan-out (hub lock held) -----------------------------------------------------------------
     @staticmethod
@@ -402,7 +405,7 @@ class Hub:
         now = time.monotonic()
         for u in units:
             if u.cid in w.by_cid:
-                self._tell(w.by_cid[u.cid], UNIT_PREFIX + u.cid, seq=u.seq)
+                self._tell(w.by_cid[u.cid], UNITS_PREFIX + u.cid, seq=u.seq)
                 w.expire_at(u.cid, u.expires_at)
         self._tell([lst for lst in w.listeners if lst.wants_list], LIST, seq=units[-1].seq)
         for q, terms in w.terms.items():
@@ -416,8 +419,8 @@ class Hub:
             w.n = max(w.n, n)
             uri = ev["uri"]
             self._tell(w.by_uri.get(uri), uri, n=n)
-            if uri.startswith(UNIT_PREFIX):
-                cid = uri[len(UNIT_PREFIX):]
+            if uri.startswith(UNITS_PREFIX):
+                cid = uri[len(UNITS_PREFIX):]
                 if cid in w.by_cid:
                     self._tell(w.by_cid[cid], uri, n=n)
                     if ev["kind"] == "changed":
@@ -464,8 +467,6 @@ class Hub:
 
     def top_cids(self, tenant: str, query: str) -> set[str] | None:
         """The CIDs a default search for ``query`` returns (as resources/read of its URI), None when busy."""
-        from .errors import ApiError
-        from .params import parse_search
         try:
             found = self.store.search(tenant, parse_search({"query": query, "top_k": SEARCH_TOP_K}, self.config))
         except ApiError as e:
@@ -497,5 +498,4 @@ class Hub:
 
 
 def _search_key(query: str) -> str:
-    from .mcp.uris import search_uri
     return search_uri(query)

@@ -1,6 +1,6 @@
 """Per-key rate limiting (docs/design.md §9) with flask-limiter: 429 + Retry-After; the fair shares of a
 worker's search slots (``SearchSlots``; stream slots: service/hub.py); and of the threads that write large
-answers (``AnswerSlots``). (Slow clients are bounded by service/gunicorn_guard.py.)
+answers (``AnswerSlots``). (Slow clients are bounded by service/guard/.)
 
 The key is a hash of the presented credential (or the client address when there is none),
 so limiting happens before authentication work and never logs a key. Counters live in each
@@ -16,6 +16,7 @@ from flask import Flask, request
 from flask_limiter import Limiter
 
 from .auth import bearer_token
+from .errors import ApiError, Busy, respond
 
 DEFAULT_LIMIT = "1200/minute"
 
@@ -115,7 +116,6 @@ class SearchSlots(FairShares):
     @contextlib.contextmanager
     def hold(self, tenant: str, key: str | None = None):
         """One slot for the duration of the block, or ``Busy`` when none came free in time."""
-        from .errors import Busy
         with self._cond:
             if not self._cond.wait_for(lambda: self.full(tenant, key) is None, timeout=self.wait_s):
                 raise Busy("Too many searches at once; retry shortly." if self.full(tenant, key) == "server" else
@@ -131,7 +131,7 @@ class SearchSlots(FairShares):
 
 class AnswerSlots(FairShares):
     """The threads of a worker that write large answers (over ``threshold`` bytes: exports, big searches,
-    lineage, listing pages). A client may read an answer as slowly as the guard allows (service/guard_socket.py:
+    lineage, listing pages). A client may read an answer as slowly as the guard allows (service/guard/deadline.py:
     one over 8 MiB is written by its thread, paced), so 16 slow readers of exports once held every thread of
     both workers. A worker writes at most ``total`` such answers at once, one tenant ``per_tenant`` and one key
     ``per_key`` of them; past a share the answer is refused at once (waiting would hold a thread too)."""
@@ -151,7 +151,6 @@ class AnswerSlots(FairShares):
     def take(self, tenant: str, key: str | None):
         """A release callable for one slot, or raise ApiError: 429 past the key's or tenant's share, 503 past
         the worker's."""
-        from .errors import ApiError
         with self._lock:
             scope = self.full(tenant, key)
             if scope is None:
@@ -185,7 +184,6 @@ def take_answer_slot():
 def init_answers(app: Flask) -> None:
     """Every answer over the threshold takes a slot while its thread writes it (a streamed one, the export,
     takes its own: service/api/manage.py)."""
-    from .errors import ApiError, respond
     slots = AnswerSlots.of(app.config["CONTEXT"])
     app.extensions["context_answers"] = slots
 

@@ -1,11 +1,11 @@
 """Live context's vocabulary, on either store: what a new unit looks like to listeners (``FeedUnit``), which
 units a stream delivers (``Match``), the URIs changes name, and the limits on open streams. What each
-store reads them from is its ``Sources`` (service/store/base.py); service/hub.py fans them out."""
+store reads them from is its ``Sources`` (service/store/base.py); service/hub.py fans them out. The URIs are
+service/uris.py's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-UNIT_PREFIX = "context://units/"
 KEEP_EVENTS_MS = 10 * 60 * 1000    # change-log rows kept: a listener further behind re-reads what it watches
 STALE_MS = 15_000                  # a stream slot not refreshed for this long belongs to a dead worker
 

@@ -39,7 +39,10 @@ import threading
 import time
 from pathlib import Path
 
+from .boot import freeze_heap, limit_malloc_arenas, raise_open_files_limit, setup_logging
+from .config import Config
 from .formats import DAY_RE, TENANT_RE
+from .store import check_backend, open_backend
 
 log = logging.getLogger("service.maintainer")   # also when run as __main__
 
@@ -263,10 +266,7 @@ def run(parent: int) -> int:
     is then the shell)."""
     _set_name(MAINTAINER_NAME)
     _die_with_parent()
-    from .boot import freeze_heap, limit_malloc_arenas, raise_open_files_limit, setup_logging
-    from .store import check_backend, open_backend
     limit_malloc_arenas()
-    from .config import Config
     setup_logging()
     config = Config.from_env()
     os.umask(0o077)
@@ -350,7 +350,6 @@ def main(argv: list[str] | None = None) -> int:
     parent = int(argv[argv.index("--parent") + 1]) if "--parent" in argv else os.getppid()
     if argv and argv[0] == "run":
         return run(parent)
-    from .boot import setup_logging
     setup_logging()
     return supervise(parent)
 

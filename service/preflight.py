@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import time
 
+from .auth import KeyRing
 from .config import Config
+from .doors import refuse_open_bind, refuse_shared_origins
 from .store import check_backend, store_problem
 
 
@@ -22,8 +24,6 @@ def check(environ: dict | None = None, *, wait: bool = True, log=None, **overrid
     """The configuration read from the environment (and ``overrides``, e.g. serve's --bind), or Refused
     saying why the start cannot work.
     :param wait: wait up to CONTEXT_STORE_WAIT_S for a PostgreSQL primary that does not answer yet."""
-    from .auth import KeyRing
-    from .doors import refuse_open_bind, refuse_shared_origins
     try:
         config = Config.from_env(environ, **overrides)
     except ValueError as e:
@@ -51,7 +51,6 @@ def check_listeners(config: Config, addresses) -> None:
     """Refused when no keys are configured and gunicorn listens on an address that is not loopback,
     whatever named it (CONTEXT_BIND, -b, GUNICORN_CMD_ARGS="--bind ...", inherited sockets).
     :param addresses: what gunicorn binds or has bound: (host, port[, ...]) tuples, unix socket paths, fds."""
-    from .auth import KeyRing
     if config.allow_open or not KeyRing.from_config(config).open:
         return
     public = [shown for shown in map(_public_address, addresses) if shown]

@@ -15,7 +15,7 @@ from functools import lru_cache
 from .config import Config
 from .errors import ApiError, BadRequest, Unprocessable
 from .formats import CONTROL_CHARS_RE, is_cid
-from .unitkeys import derive
+from .unitkeys import COLUMNS as KEY_COLUMNS, derive
 
 CID_SCHEMA = {"type": "string", "pattern": "^[0-9a-f]{12}$", "description": "12 lowercase hex digits.",
               "examples": ["1f0c2a9be7d4"]}
@@ -90,6 +90,12 @@ class Unit:
 
     def metadata_json(self) -> str | None:
         return self.metadata_text
+
+    def columns(self, **assigned) -> dict:
+        """The unit's UNIT_COLUMNS as a store writes them, with what the store assigned (``seq``, ``thread``,
+        ``tpos``); AttributeError names a column neither gives."""
+        values = {"expires_at": self.expires_at, "metadata": self.metadata_text, **self.keys, **assigned}
+        return {name: values[name] if name in values else getattr(self, name) for name in UNIT_COLUMNS}
 
 
 def _is_int(v) -> bool:
@@ -481,10 +487,11 @@ def _expect_end(raw: bytes, i: int) -> None:
 @dataclass(frozen=True)
 class Shape:
     """One field of a JSON object: its schema for a configuration, and whether it is always there
-    (a push: must be sent; an answer: is always sent)."""
+    (a push: must be sent; an answer: is always sent); of a stored unit, whether a re-push replaces it."""
     name: str
     schema: Callable[[Config], dict]
     required: bool = False
+    mutable: bool = False
 
 
 def _described(schema: dict, description: str) -> Callable[[Config], dict]:
@@ -524,16 +531,17 @@ PUSH_FIELDS: tuple[Shape, ...] = (
 FIELDS = tuple(f.name for f in PUSH_FIELDS)
 
 # A stored unit as every read answers it (GET, lineage, search results, MCP resources and tools).
+# Each is a column of both stores' units tables (below); ``mutable``: a re-push's newer value replaces it (§3).
 STORED_FIELDS: tuple[Shape, ...] = (
     Shape("cid", lambda c: dict(CID_SCHEMA), True),
-    Shape("type", lambda c: {"type": "string", "enum": list(c.types)}, True),
+    Shape("type", lambda c: {"type": "string", "enum": list(c.types)}, True, mutable=True),
     Shape("source", lambda c: {"type": "string"}, True),
     Shape("timestamp", lambda c: {"type": "integer"}, True),
-    Shape("ttl", lambda c: {"type": "integer"}, True),
+    Shape("ttl", lambda c: {"type": "integer"}, True, mutable=True),
     Shape("content", lambda c: {"type": "string"}, True),
-    Shape("metadata", lambda c: nullable({"type": "object"}), True),
-    Shape("parent_cid", lambda c: nullable(dict(CID_SCHEMA))),
-    Shape("expires_at", lambda c: {"type": "integer"}, True),
+    Shape("metadata", lambda c: nullable({"type": "object"}), True, mutable=True),
+    Shape("parent_cid", lambda c: nullable(dict(CID_SCHEMA)), mutable=True),
+    Shape("expires_at", lambda c: {"type": "integer"}, True, mutable=True),     # (timestamp + ttl)
     Shape("seq", lambda c: {"type": "integer"}),
     Shape("thread", lambda c: {"type": "string", "description": "The thread it belongs to (docs/design.md §3): "
                                 "a 12-hex id, fixed when it was first stored."}),
@@ -553,6 +561,25 @@ RESULT_FIELDS: tuple[Shape, ...] = (
 )
 
 
+# --- a stored unit's columns (docs/design.md §3, §5): every list of them derives from STORED_FIELDS --------
+# Both stores' units tables hold every stored field, and beside them what a push derives for search: the unit's
+# place in its thread and its project keys (service/unitkeys.py). Each backend's column lists, its named statements'
+# @unit_... lists (service/store/statements.py), the read index's fields (service/readindex/schema.py), the MCP
+# resources' and Dify's fields come from here; tests/test_unit_fields.py holds sql/'s schemas to them. So a new
+# field is its Shape here, the schema and its migration.
+STORED_COLUMNS = tuple(f.name for f in STORED_FIELDS)
+KEPT_COLUMNS = ("tpos", *KEY_COLUMNS)
+UNIT_COLUMNS = (*STORED_COLUMNS, *KEPT_COLUMNS)
+MUTABLE_FIELDS = tuple(f.name for f in STORED_FIELDS if f.mutable)
+REPUSHED_COLUMNS = (*MUTABLE_FIELDS, *KEY_COLUMNS)        # what a re-push writes: the keys follow its metadata
+# A field an older version stored empty answers another's value: a unit stored before threads is its own.
+STORED_FALLBACK = {"thread": "cid"}
+# What a search result holds of the stored unit (all but its seq), and what describes a unit beside its content
+# and metadata (the MCP resources' _meta, Dify's record metadata and conditions).
+RESULT_COLUMNS = tuple(n for n in STORED_COLUMNS if n != "seq")
+DESCRIBING_FIELDS = tuple(n for n in RESULT_COLUMNS if n not in ("content", "metadata"))
+
+
 def object_schema(shapes, config: Config, *, exclude: tuple[str, ...] = ()) -> dict:
     """An object schema of these fields (``required``: those always there)."""
     chosen = [f for f in shapes if f.name not in exclude]
@@ -566,16 +593,13 @@ def now_ms() -> int:
 
 
 def unit_dict(row) -> dict:
-    """The public shape of a stored unit."""
-    meta = row["metadata"]
-    return {
-        "cid": row["cid"], "type": row["type"], "source": row["source"],
-        "timestamp": row["timestamp"], "ttl": row["ttl"], "content": row["content"],
-        "metadata": json.loads(meta) if meta else None, "parent_cid": row["parent_cid"],
-        "expires_at": row["expires_at"], "seq": row["seq"],
-        # (a row written before threads: its own)
-        "thread": row["thread"] or row["cid"],
-    }
+    """The public shape of a stored unit: a row's STORED_COLUMNS, its metadata decoded."""
+    out = {name: row[name] for name in STORED_COLUMNS}
+    meta = out["metadata"]
+    out["metadata"] = json.loads(meta) if meta else None
+    for name, other in STORED_FALLBACK.items():
+        out[name] = out[name] or out[other]
+    return out
 
 
 def export_fields(unit: dict) -> dict:

@@ -23,5 +23,5 @@ CREATE TABLE IF NOT EXISTS days (
     min_expires_at  INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER);
--- 2: threads (thread, tpos and their indexes; an older catalog is migrated: tenant.migrate_catalog)
+-- 2: threads (thread, tpos and their indexes; an older catalog is migrated: threads.migrate)
 INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', 2);

@@ -1,4 +1,5 @@
--- Named statements, loaded once by service/store/sqlite/shards.py:sql(name). Named parameters only.
+-- Named statements, loaded once by service/store/sqlite/queries.py:sql(name). Named parameters only. A unit's
+-- columns come as @unit_... lists from service/units.py (service/store/statements.py says which).
 
 -- ===== catalog.db =====
 -- name: catalog_get
@@ -25,7 +26,7 @@ ORDER BY timestamp DESC, seq DESC LIMIT 1;
 
 -- name: catalog_index_thread
 -- (this index and the next after the schema script: an older catalog gets the columns first,
--- tenant.migrate_catalog)
+-- threads.migrate)
 CREATE INDEX IF NOT EXISTS catalog_thread ON catalog(thread, tpos);
 
 -- name: catalog_index_source_ts
@@ -94,14 +95,10 @@ DELETE FROM catalog WHERE day = :day AND expires_at <= :now;
 
 -- ===== primary/YYYY-MM-DD.db =====
 -- name: unit_upsert
-INSERT INTO units(cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, pushed_ms,
-                  project, is_global, thread, tpos)
-VALUES (:cid, :seq, :type, :source, :timestamp, :ttl, :expires_at, :content, :metadata, :parent_cid, :pushed_ms,
-        :project, :is_global, :thread, :tpos)
+INSERT INTO units(@unit_columns, pushed_ms)
+VALUES (@unit_params, :pushed_ms)
 ON CONFLICT(cid) DO UPDATE SET
-    type = excluded.type, ttl = excluded.ttl, expires_at = excluded.expires_at,
-    metadata = excluded.metadata, parent_cid = excluded.parent_cid,
-    project = excluded.project, is_global = excluded.is_global,
+    @unit_repushed(excluded),
     -- the read index holds these fields: an indexed row is sent again, replacing what was sent
     indexed = CASE WHEN units.indexed > 0 THEN 3 ELSE 0 END
 WHERE units.content = excluded.content AND units.timestamp = excluded.timestamp
@@ -111,8 +108,7 @@ WHERE units.content = excluded.content AND units.timestamp = excluded.timestamp
 SELECT 1 FROM units WHERE cid = :cid;
 
 -- name: unit_get
-SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, indexed, thread, tpos
-FROM units WHERE cid = :cid AND expires_at > :now;
+SELECT id, indexed, @unit_columns FROM units WHERE cid = :cid AND expires_at > :now;
 
 -- name: unit_delete_fetch
 SELECT id, indexed, ntok, tokens FROM units WHERE cid = :cid;
@@ -178,18 +174,14 @@ UPDATE units SET project = :project, is_global = :is_global WHERE id = :id;
 INSERT INTO read_deletes(id) SELECT :id WHERE :indexed > 0;
 
 -- name: sync_rows
-SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid,
-       project, is_global, thread, tpos
-FROM units WHERE indexed IN (1, 3) ORDER BY id LIMIT :limit;
+SELECT id, indexed, tokens, ntok, @unit_columns FROM units WHERE indexed IN (1, 3) ORDER BY id LIMIT :limit;
 
 -- name: sync_deletes
 SELECT n, id FROM read_deletes ORDER BY n LIMIT :limit;
 
 -- name: sync_mark
 -- 2 when the row still has the values sent; 3 (send again, replacing) when a push changed it meanwhile.
-UPDATE units SET indexed = CASE WHEN type = :type AND ttl = :ttl AND expires_at = :expires_at
-                                     AND metadata IS :metadata AND parent_cid IS :parent_cid
-                               THEN 2 ELSE 3 END
+UPDATE units SET indexed = CASE WHEN @unit_same THEN 2 ELSE 3 END
 WHERE id = :id AND indexed IN (1, 3);
 
 -- name: sync_mark_new
@@ -200,9 +192,7 @@ DELETE FROM read_deletes WHERE n <= :n;
 
 -- name: sync_page
 -- A rebuild streams every indexed row, in id order.
-SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid,
-       project, is_global, thread, tpos
-FROM units WHERE indexed > 0 AND id > :after ORDER BY id LIMIT :limit;
+SELECT id, indexed, tokens, ntok, @unit_columns FROM units WHERE indexed > 0 AND id > :after ORDER BY id LIMIT :limit;
 
 -- name: sync_reset_deletes
 DELETE FROM read_deletes;
@@ -256,9 +246,7 @@ SELECT count(*), min(pushed_ms) FROM units WHERE indexed = 0 AND seq <= :seq;
 SELECT count(*), min(reserved_ms) FROM catalog WHERE seq > :seq;
 
 -- name: units_by_ids
-SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, ntok, tokens,
-       thread, tpos
-FROM units WHERE id IN (SELECT value FROM json_each(:ids));
+SELECT id, ntok, tokens, @unit_columns FROM units WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- ===== seeing and managing the memory (service/store/sqlite/manage.py) =====
 -- name: catalog_delete_many

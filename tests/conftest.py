@@ -285,7 +285,7 @@ def replayed(app, timeout: float = 30.0) -> bool:
     standby = getattr(getattr(store, "searcher", None), "standby", None)
     if getattr(store, "backend", "sqlite") == "sqlite" or standby is None:
         return False
-    lsn = store.read(lambda c: c.execute("SELECT pg_current_wal_lsn() AS l").fetchone()["l"])
+    lsn = store.db.read(lambda c: c.execute("SELECT pg_current_wal_lsn() AS l").fetchone()["l"])
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with standby.pool.connection() as c:
@@ -296,7 +296,7 @@ def replayed(app, timeout: float = 30.0) -> bool:
 
 
 def assert_error(rv, status, code, field=None):
-    """A Flask test response carrying DESIGN.md section 4's error body."""
+    """A Flask test response carrying docs/design.md §4's error body."""
     assert rv.status_code == status, rv.get_data(as_text=True)
     body = rv.get_json()
     assert set(body) <= {"error", "code", "field"}

@@ -1,7 +1,7 @@
 -- (Test data: schema version 1 of the PostgreSQL backend, below these three lines verbatim as main had it at
 -- commit fb6fc71, for tests/test_postgresql.py::test_a_version_1_database_is_upgraded_at_start. Do not
 -- edit: an upgrade must keep working from exactly this.)
--- Context Mode Service on PostgreSQL (issue 18; DESIGN.md sections 5 and 8, "Scale-out").
+-- Context Mode Service on PostgreSQL (issue 18; docs/design.md §5 and §8, "Scale-out").
 -- Re-runnable: every service process runs it at start (under an advisory lock).
 -- Every table leads with the tenant column: it is the distribution key if the schema moves to Citus
 -- (catalog, units, pending and the statistics would be distributed by tenant and co-located).
@@ -77,7 +77,7 @@ CREATE INDEX IF NOT EXISTS units_expires ON units (expires_at);
 -- frequencies (tfs: each of the unit's tokens, as service/tokenize.py made them and never re-parsed by
 -- PostgreSQL, -> its count; BM25's tf is one key lookup). One table over every live day, not a
 -- partition per day: planning a search over ~30 partitions cost ~9 ms, more than running it (the
--- lesson of the SQLite backend's read index, DESIGN.md section 11). A GIN index over tfs' keys finds
+-- lesson of the SQLite backend's read index, docs/design.md §11). A GIN index over tfs' keys finds
 -- the units holding a query's terms (``?|`` any, ``?&`` every); fastupdate off, because scans would
 -- otherwise read the whole pending list (searches took ~60 ms instead of ~4 ms at 20k units).
 CREATE TABLE IF NOT EXISTS unit_terms (

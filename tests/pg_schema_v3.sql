@@ -121,7 +121,7 @@ CREATE TABLE IF NOT EXISTS pending (
 -- of it, on the standby too, do not wade through dead rows)
 CREATE INDEX IF NOT EXISTS pending_order ON pending (pushed_ms);
 -- The lowest seq still queued: every unit below it is indexed or gone, so a node's read index may take
--- every indexed unit up to there (service/store/postgresql/nodeindex.py).
+-- every indexed unit up to there (service/store/postgresql/readsync.py).
 CREATE INDEX IF NOT EXISTS pending_seq ON pending (tenant, seq);
 
 -- BM25 statistics of the indexed units: documents with at least one token and their token total per

@@ -1,4 +1,4 @@
-"""API keys: tenants, scopes, 401/403, hashed storage and `context-mode keys add` (DESIGN.md section 9)."""
+"""API keys: tenants, scopes, 401/403, hashed storage and `context-mode keys add` (docs/design.md §9)."""
 import json
 import subprocess
 import sys

@@ -241,6 +241,19 @@ def test_backup_and_restore_refuse_a_postgresql_store_unless_given_a_data_dir(tm
         assert rv.exit_code == 0 and "1 units" in rv.output, rv.output
 
 
+def test_backup_refuses_any_store_that_is_not_sqlite(tmp_path, monkeypatch):
+    """It refused only "postgresql": a backend added later would have been given a copy of ./data."""
+    from service.cli import main
+    from service.config import Config
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CONTEXT_DATA_DIR", raising=False)
+    monkeypatch.setattr(Config, "backend", property(lambda self: "elsewhere"))
+    for command in ("backup", "restore"):
+        rv = CliRunner().invoke(main, [command, str(tmp_path)])
+        assert rv.exit_code == 1 and "CONTEXT_STORE is elsewhere" in rv.output, rv.output
+    assert not (tmp_path / "data").exists()
+
+
 @pytest.mark.parametrize("tenant, day_file", [
     ("../escape", "2024-01-01.db"), ("default", "../../../etc/passwd"), ("default", "2024-01-01.db/../x"),
     ("Default", "2024-01-01.db"), ("default", "catalog.db"), ("", "2024-01-01.db"),

@@ -15,10 +15,11 @@ import pytest
 from conftest import ROOT
 
 SERVICE = ROOT / "service"
+CLIENT = ROOT / "clients" / "python"          # the Python client's package, context_mode_client/
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def module_name(path: Path, base: Path = ROOT) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -26,31 +27,42 @@ def service_modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(SERVICE.rglob("*.py"))}
 
 
+def client_modules() -> dict[str, Path]:
+    return {module_name(p, CLIENT): p for p in sorted((CLIENT / "context_mode_client").rglob("*.py"))}
+
+
+def _targets(node: ast.AST, package: str, known: set[str]) -> set[str]:
+    """The known modules one import statement imports."""
+    found = set()
+    if isinstance(node, ast.Import):
+        found.update(a.name for a in node.names if a.name in known)
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        for alias in node.names:
+            sub = f"{target}.{alias.name}"      # `from . import x` imports the module x
+            if sub in known:
+                found.add(sub)
+            elif target in known:
+                found.add(target)
+    return found
+
+
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The service modules ``name`` imports anywhere in its source."""
+    """The modules of ``known`` that ``name`` imports anywhere in its source."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name in known)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            for alias in node.names:
-                sub = f"{target}.{alias.name}"      # `from . import x` imports the module x
-                if sub in known:
-                    found.add(sub)
-                elif target in known:
-                    found.add(target)
+        found |= _targets(node, package, known)
     found.discard(name)
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = service_modules()
+def import_graph(modules: dict[str, Path] | None = None) -> dict[str, set[str]]:
+    modules = service_modules() if modules is None else modules
     return {name: imports_of(name, path, set(modules)) for name, path in modules.items()}
 
 
@@ -93,7 +105,7 @@ def test_no_import_cycle_among_service_modules():
     graph = import_graph()
     # open_store imports the store inside the function: the graph has that edge too.
     assert "service.store.sqlite.store" in graph["service.store.sqlite"]
-    assert "service.errors" in graph["service.store.sqlite.shards"]
+    assert "service.errors" in graph["service.store.sqlite.connections"]
     assert cycles(graph) == []
 
 
@@ -108,6 +120,142 @@ def test_the_cycle_check_sees_imports_inside_functions(tmp_path):
     graph = {f"pkg.{m}": imports_of(f"pkg.{m}", pkg / f"{m}.py", known) for m in "abc"}
     assert graph == {"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a", "pkg.c"}, "pkg.c": set()}
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
+# --- layers: imports point down, packages form no cycle, imports sit at the top (issue 40) ---------------
+# service/ from the bottom up: a module imports its own layer and those below, never one above (the root
+# package ``service`` is create_app, at the top; every other name covers a module or a package).
+LAYERS = (
+    ("foundation", ("service.config", "service.errors", "service.formats", "service.instruments", "service.boot")),
+    ("contracts", ("service.unitkeys", "service.units", "service.params", "service.schemarefs", "service.toolcheck",
+                   "service.tokens", "service.tokenize", "service.uris", "service.live", "service.auth",
+                   "service.limits")),
+    ("ranking", ("service.ranking", "service.packing", "service.readindex")),
+    ("storage", ("service.store",)),
+    ("live context", ("service.hub",)),
+    ("REST", ("service.doors", "service.metrics", "service.api")),
+    ("protocols", ("service.mcp", "service.adapters", "service.console")),
+    ("processes", ("service", "service.preflight", "service.maintainer", "service.gunicorn_conf",
+                   "service.guard", "service.cli")),
+)
+
+
+def layer_of(module: str) -> int | None:
+    """The layer a module is in: the longest name of LAYERS that is it or a package holding it."""
+    best = None
+    for i, (_, names) in enumerate(LAYERS):
+        for n in names:
+            if module == n or (n != "service" and module.startswith(n + ".")):
+                if best is None or len(n) > best[1]:
+                    best = (i, len(n))
+    return best and best[0]
+
+
+def test_every_service_module_has_a_layer():
+    assert [m for m in service_modules() if layer_of(m) is None] == []
+
+
+def test_imports_point_down_the_layers():
+    up = [f"{m} ({LAYERS[layer_of(m)][0]}) -> {d} ({LAYERS[layer_of(d)][0]})"
+          for m, deps in sorted(import_graph().items()) for d in sorted(deps) if layer_of(d) > layer_of(m)]
+    assert up == []
+
+
+def package_graph(graph: dict[str, set[str]], paths: dict[str, Path], root: str) -> dict[str, set[str]]:
+    """The import graph between packages: a module counts as its package, except the root package's own
+    modules (each its own) and a package's ``__init__`` and ``__main__`` (``pkg:__init__``: what chooses among
+    its modules, e.g. service/store/__init__.py choosing a backend; ``pkg.__main__`` runs it)."""
+    def node(m: str) -> str:
+        if paths[m].name == "__init__.py":
+            return f"{m}:__init__"
+        if paths[m].name == "__main__.py":
+            return m
+        package = m.rpartition(".")[0]
+        return m if package == root else package
+    out: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        out.setdefault(node(m), set()).update(node(d) for d in deps if node(d) != node(m))
+    for deps in list(out.values()):
+        for d in deps:
+            out.setdefault(d, set())
+    return out
+
+
+def test_no_import_cycle_among_service_packages():
+    """api/ and mcp/ imported each other (through what is now service/uris.py, issue 40): a cycle of packages, which the
+    module graph does not show."""
+    modules = service_modules()
+    packages = package_graph(import_graph(modules), modules, "service")
+    assert "service.api" in packages and "service.store:__init__" in packages
+    assert cycles(packages) == []
+
+
+def test_no_import_cycle_in_the_python_client():
+    modules = client_modules()
+    graph = import_graph(modules)
+    assert "context_mode_client.cid" in graph["context_mode_client.hookstore"]
+    assert cycles(graph) == []
+    assert cycles(package_graph(graph, modules, "context_mode_client")) == []
+
+
+def test_every_service_package_is_installed():
+    """A wheel holds only the packages pyproject.toml lists (service.ranking and service.readindex were
+    missing): every folder of service/ with an __init__.py is listed."""
+    import tomllib
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    assert sorted(module_name(p) for p in SERVICE.rglob("__init__.py") if module_name(p) not in listed) == []
+
+
+# Where an import inside a function is the design, not a dodge of a cycle or a layer: what loads on demand.
+LAZY_IMPORTS = {
+    "service": "create_app: every `service.*` import runs this file first, and only an app needs the store, "
+               "Flask's blueprints and jieba",
+    "service.cli": "a command loads what it runs: `context-mode push` opens no store",
+    "service.store": "a backend is loaded on demand: loading one never loads the other",
+    "service.store.sqlite": "the backend's modules on demand: `check` and `doctor` load no store",
+    "service.store.postgresql": "the backend's modules on demand: `check` and `doctor` load no store",
+    "service.gunicorn_conf": "a server hook loads what it runs, in the master or a worker",
+}
+
+
+def function_imports(modules: dict[str, Path]) -> dict[str, list[str]]:
+    """Per module, the modules of ``modules`` it imports inside a function (``module:line target`` each)."""
+    known = set(modules)
+    out: dict[str, list[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                for node in ast.walk(fn):
+                    for target in sorted(_targets(node, package, known) - {name}):
+                        out.setdefault(name, []).append(f"{name}:{node.lineno} {target}")
+    return out
+
+
+def test_imports_sit_at_the_top_of_their_file():
+    """An import moved into a function hides a cycle or an import up the layers from a reader (both
+    checks above see it): only the modules of LAZY_IMPORTS load modules on demand, and each still does."""
+    found = function_imports(service_modules())
+    assert [w for m, where in sorted(found.items()) if m not in LAZY_IMPORTS for w in where] == []
+    assert sorted(m for m in LAZY_IMPORTS if m not in found) == []
+    client = function_imports(client_modules())
+    assert [w for where in client.values() for w in where] == []
+
+
+def test_the_shape_checks_see_layers_packages_and_lazy_imports(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    for f, text in {"__init__.py": "", "a.py": "from .sub import b\n", "sub/__init__.py": "",
+                    "sub/b.py": "def f():\n    from .. import c\n", "c.py": "from .sub import d\n",
+                    "sub/d.py": "x = 1\n"}.items():
+        (pkg / f).write_text(text)
+    modules = {module_name(p, tmp_path): p for p in sorted(pkg.rglob("*.py"))}
+    graph = import_graph(modules)
+    assert cycles(graph) == []                                    # a -> b -> c -> d: no module cycle
+    assert cycles(package_graph(graph, modules, "pkg")) == [["pkg.c", "pkg.sub"]]   # but sub -> c -> sub
+    assert [w.split()[-1] for w in function_imports(modules)["pkg.sub.b"]] == ["pkg.c"]
+    assert layer_of("service.store.sqlite.connections") == layer_of("service.store") < layer_of("service.api.stream")
+    assert layer_of("service") == len(LAYERS) - 1 and layer_of("service.units") == 1
 
 
 def test_only_the_store_and_search_touch_the_searcher():
@@ -131,7 +279,7 @@ def named_statements(path) -> list[str]:
 
 
 def test_every_named_statement_is_used():
-    """sql/queries.sql and each area's sql/*_queries.sql (shards.sql loads them all: live_queries.sql is
+    """sql/queries.sql and each area's sql/*_queries.sql (queries.sql loads them all: live_queries.sql is
     issue 16's) hold no statement the service never runs (dead SQL drifts from the schema); nor does the
     PostgreSQL backend's sql/postgresql/queries.sql (issue 18) in service/store/postgresql/."""
     names = [n for f in sorted((ROOT / "sql").glob("*queries.sql")) for n in named_statements(f)]
@@ -164,12 +312,12 @@ def test_no_function_over_80_lines():
     assert [f for f in lengths if f[0] > MAX_FUNCTION_LINES] == []
 
 
-# SQL is written in sql/*.sql and run by name; only these modules build statements in Python:
-# shards.py (connection pragmas, transactions, the FTS5 probe), fts.py (the scoring statement, whose
-# shape depends on the query's terms and filters) and manage.py (issue 15's filtered list, export and
-# forget statements, built from fts.filters); on PostgreSQL (issue 18) their counterparts pg/search.py
-# (the match and queued-unit conditions around fts.scoring_sql) and pg/manage.py.
-SQL_BUILDERS = {"service.store.sqlite.shards", "service.store.sqlite.fts", "service.store.sqlite.manage",
+# SQL is written in sql/*.sql and run by name; only these modules build statements in Python: SQLite's
+# connections.py (connection pragmas, transactions, the FTS5 probe), fts.py (the scoring statement, whose shape
+# depends on the query's terms and filters) and manage.py (issue 15's filtered list, export and forget
+# statements, built from service/store/filters.py); on PostgreSQL (issue 18) their counterparts search.py (the
+# match and queued-unit conditions around ranking/bm25.py's scoring SQL) and manage.py.
+SQL_BUILDERS = {"service.store.sqlite.connections", "service.store.sqlite.fts", "service.store.sqlite.manage",
                 "service.store.postgresql.search", "service.store.postgresql.manage"}
 _SQL_RE = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ATTACH|DETACH|REPLACE)\s+\S")
 
@@ -276,23 +424,84 @@ def _class_members(path: Path, name: str) -> set[str]:
 
 
 STORE = SERVICE / "store"
-CONTRACTS = [   # (the contract, then the class each backend implements it with)
-    ((STORE / "base.py", "StoreApi"), (STORE / "sqlite" / "store.py", "Store"),
-     (STORE / "postgresql" / "store.py", "PgStore")),
-    ((STORE / "base.py", "RegistryBase"), (STORE / "sqlite" / "registry.py", "Registry"),
-     (STORE / "postgresql" / "registry.py", "PgRegistry")),
-    ((STORE / "base.py", "Sources"), (STORE / "sqlite" / "live.py", "FileSources"),
-     (STORE / "postgresql" / "live.py", "PgSources")),
-    ((STORE / "base.py", "ChangeLog"), (STORE / "sqlite" / "live.py", "ChangeLog"),
-     (STORE / "postgresql" / "live.py", "PgChangeLog")),
-    ((STORE / "base.py", "Slots"), (STORE / "sqlite" / "live.py", "Slots"),
-     (STORE / "postgresql" / "live.py", "PgSlots")),
-]
+BACKEND_NAMES = ("sqlite", "postgresql")
+
+
+def classes_of(path: Path) -> list[str]:
+    return [n.name for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.ClassDef)]
+
+
+def contracts() -> list[tuple[tuple[Path, str], ...]]:
+    """One naming rule (docs/design.md §5): a contract is a class ``<Role>Api`` of service/store/ (a Protocol or a
+    base class), and each backend's class for it is ``<Role>``: (the contract, then each backend's class)."""
+    found = []
+    for path in sorted(STORE.glob("*.py")):
+        for name in classes_of(path):
+            if name.endswith("Api"):
+                impls = tuple((m, name[:-3]) for b in BACKEND_NAMES for m in sorted((STORE / b).glob("*.py"))
+                              if name[:-3] in classes_of(m))
+                found.append(((path, name), *impls))
+    return found
+
+
+def test_each_backend_has_one_class_for_each_contract():
+    """StoreApi, RegistryApi, SourcesApi, ChangeLogApi, SlotsApi and MaintenanceApi (the maintenance loop, which the
+    member check below did not cover while it was ``Loop``)."""
+    found = contracts()
+    assert {c[0][1] for c in found} >= {"StoreApi", "RegistryApi", "SourcesApi", "ChangeLogApi", "SlotsApi",
+                                        "MaintenanceApi"}
+    assert [c[0][1] for c in found if [p.parent.name for p, _ in c[1:]] != list(BACKEND_NAMES)] == []
+
+
+def test_no_class_is_named_after_its_backend_and_no_contract_after_a_class():
+    """Only PostgreSQL's classes carried a prefix (PgStore beside Store): a class says its role, its package the
+    backend. And a contract is named apart from the classes that implement it (ChangeLog named both)."""
+    backend_classes = {name: m for b in BACKEND_NAMES for m in sorted((STORE / b).glob("*.py")) for name in classes_of(m)}
+    named = [f"{m.relative_to(ROOT)}: {name}" for name, m in backend_classes.items()
+             if re.match(r"(Pg|Postgres|SQLite|Sqlite|File)[A-Z]", name)]
+    assert named == []
+    neutral = {name for m in STORE.glob("*.py") for name in classes_of(m)}
+    assert sorted(neutral & set(backend_classes)) == []
+
+
+# A newcomer adding a backend copies a sibling module by module: a role both backends have has one file name on both
+# (readsync.py was nodeindex.py on PostgreSQL). A backend's own modules, and what the other does instead:
+OWN_MODULES = {
+    "sqlite": {"tenant": "one tenant's files (PostgreSQL: every table keyed by tenant)",
+               "groupcommit": "one commit per group of pushes (PostgreSQL: one transaction per push)",
+               "fts": "the strong search's FTS5 statements (PostgreSQL's conditions are in its search.py)",
+               "backup": "an online copy of the files (PostgreSQL: its own tools and replication)"},
+    "postgresql": {"standby": "the streaming standby default searches may read (SQLite has none)"},
+}
+
+
+def backend_modules() -> dict[str, set[str]]:
+    return {b: {p.stem for p in (STORE / b).glob("*.py")} - {"__init__"} for b in OWN_MODULES}
+
+
+def test_both_backends_name_each_role_alike():
+    mods = backend_modules()
+    for own, other in (("sqlite", "postgresql"), ("postgresql", "sqlite")):
+        assert sorted(mods[own] - mods[other] - set(OWN_MODULES[own])) == [], f"{own} only, not in OWN_MODULES"
+        assert sorted(set(OWN_MODULES[own]) - (mods[own] - mods[other])) == [], f"{own}: OWN_MODULES is stale"
+
+
+def test_each_package_names_its_modules():
+    """Every package of service/ but the root (README.md's "What is where" has those) lists its modules in its
+    docstring (they listed gone ones): every module, none that is not."""
+    wrong = {}
+    for init in sorted(SERVICE.glob("*/**/__init__.py")):
+        mods = {p.stem for p in init.parent.glob("*.py") if not p.stem.startswith("__")}
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        named = set(re.findall(r"(?<![/\w])(\w+)\.py\b", doc))      # (a path: another package's file)
+        if named != mods:
+            wrong[module_name(init)] = {"unlisted": sorted(mods - named), "gone": sorted(named - mods)}
+    assert wrong == {}
 
 
 def test_every_member_both_stores_implement_is_in_the_contract():
     missing = []
-    for (base_path, base), (a_path, a), (b_path, b) in CONTRACTS:
+    for (base_path, base), (a_path, a), (b_path, b) in contracts():
         declared = _class_members(base_path, base)
         both = (_class_members(a_path, a) & _class_members(b_path, b)) - {"__init__"}
         missing += [f"{base}.{m} (implemented by {a} and {b})" for m in sorted(both - declared)]
@@ -304,3 +513,15 @@ def test_the_contract_check_sees_what_a_class_sets(tmp_path):
     mod.write_text("class A:\n    x: int\n    y = 1\n    def __init__(self):\n        self.z = 2\n        self._p = 3\n"
                    "    def m(self): pass\n    def _n(self): pass\n")
     assert _class_members(mod, "A") == {"x", "y", "z", "m"}
+
+
+# The request path's checks, each with the test module named after it, which names it back.
+TESTED_BY_NAME = {"service/doors.py": "test_doors.py", "service/limits.py": "test_limits.py",
+                  "service/guard/": "test_guard.py"}
+
+
+@pytest.mark.parametrize("module,tests", sorted(TESTED_BY_NAME.items()))
+def test_the_door_checks_have_test_modules_named_after_them(module, tests):
+    assert (ROOT / module).exists()
+    text = (ROOT / "tests" / tests).read_text()
+    assert module in text.split('"""')[1], f"tests/{tests}'s docstring does not name {module}"

@@ -26,7 +26,7 @@ def blocks(path, lang: str) -> list[str]:
 @pytest.mark.parametrize("path", GUIDES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_guides_point_only_inside_the_repo(path):
     text = path.read_text(encoding="utf-8")
-    assert "DESIGN.md" not in text, "DESIGN.md is not in this repository"
+    assert BARE_DESIGN not in text, "the design document is docs/design.md"
     for target in re.findall(r"\]\(([^)#]+)\)", text):            # markdown links
         assert not target.startswith(".."), target
         if not re.match(r"[a-z]+://", target):
@@ -43,7 +43,15 @@ TEXT_SUFFIXES = {".py", ".sql", ".md", ".js", ".mjs", ".html", ".css", ".sh", ".
                  ".txt", ".example", ""}
 # A repository document named by its path: docs/<name>.md, bench/README.md, clients/python/README.md, ...
 DOC_REF = re.compile(r"(?<![\w./-])((?:docs|bench|clients|tests|service|sql|tools)/(?:[\w.-]+/)*[\w.-]+\.md)(?![\w/-])")
+# A file of code named by its path: service/store/push.py, sql/queries.sql, tools/pg_cluster.py, ...
+SOURCE_REF = re.compile(r"(?<![\w./-])((?:service|sql|tests|bench|clients|tools|\.ci)/(?:[\w.-]+/)*[\w.-]+"
+                        r"\.(?:py|sql|sh|mjs|js))(?![\w/-])")
+# Records of past runs name the files of their day: bench/README.md is a log, bench/results/ its output.
+RECORDS = ("bench/README.md", "bench/results/")
+# Paths in test data that name no file of ours: a made-up test run the hooks' tests store as tool output.
+NOT_OURS = {"tests/test_orders.py"}
 DESIGN = "docs/design.md"
+BARE_DESIGN = "DESIGN" + ".md"          # the name of a design file outside the repo (spelled apart: scanned too)
 # "docs/design.md §4", "docs/design.md §7, §8", "docs/design.md §3 and §5", "docs/design.md §5.1", ...
 SECTION_CITE = re.compile(re.escape(DESIGN) + r"((?:[ ,]*(?:and |or )?§\d+(?:\.\d+)?(?:'s)?)+)")
 SECTION_NUMBER = re.compile(r"§(\d+(?:\.\d+)?)")
@@ -65,9 +73,19 @@ def citing_files(root: Path):
 
 
 def missing_documents(root: Path) -> list[tuple[str, str]]:
-    """(file, cited path) for every cited document that does not exist under ``root``."""
-    return [(str(rel), ref) for rel, text in citing_files(root) for ref in DOC_REF.findall(text)
-            if not (root / ref).is_file()]
+    """(file, cited path) for every cited document or file of code that does not exist under ``root``."""
+    out = []
+    for rel, text in citing_files(root):
+        refs = DOC_REF.findall(text)
+        if not str(rel).startswith(RECORDS):
+            refs += [ref for ref in SOURCE_REF.findall(text) if ref not in NOT_OURS]
+        out += [(str(rel), ref) for ref in refs if not (root / ref).is_file()]
+    return out
+
+
+def bare_design_citations(root: Path) -> list[str]:
+    """Files that cite the design document by a name it does not have (it is docs/design.md)."""
+    return [str(rel) for rel, text in citing_files(root) if BARE_DESIGN in text]
 
 
 def design_sections(root: Path) -> set[str]:
@@ -93,6 +111,10 @@ def test_every_cited_document_exists():
     assert missing_documents(ROOT) == []
 
 
+def test_the_design_document_is_cited_by_its_path():
+    assert bare_design_citations(ROOT) == []
+
+
 def test_every_cited_section_of_the_design_document_is_a_heading_of_it():
     assert design_sections(ROOT), f"{DESIGN} has no numbered headings"
     assert missing_sections(ROOT) == []
@@ -104,31 +126,33 @@ def test_the_design_document_keeps_its_numbering():
     top = [int(n) for n in re.findall(r"^## +(\d+)\. ", text, flags=re.M)]
     assert top == list(range(1, 15))
     assert {"5.1", "5.2", "6.1", "6.2"} <= design_sections(ROOT)
-    for needle in ("DESIGN" + ".md", "../" + "shared"):        # (spelled apart: this file is scanned too)
+    for needle in (BARE_DESIGN, "../" + "shared"):        # (spelled apart: this file is scanned too)
         assert needle not in text
 
 
 def test_the_citation_checks_fail_on_a_bogus_citation(tmp_path):
-    """The scans above on a small tree: a missing document and a section the design document lacks are found,
-    cited the ways the code cites them; what exists is not reported."""
+    """The scans above on a small tree: a missing document or file of code, a section the design document lacks
+    and the design document by another name are found, cited the ways the code cites them; what exists is not
+    reported."""
     (tmp_path / "docs").mkdir()
     (tmp_path / "service").mkdir()
     (tmp_path / "docs" / "design.md").write_text("# Design\n\n## 1. One\n\n### 1.1 Part\n\nSee §1.1 and §3.\n")
     (tmp_path / "docs" / "other.md").write_text("A guide.\n")
     other, bogus = "docs/" + "other.md", "docs/" + "missing.md"   # (spelled apart: this file is scanned too)
+    own, gone, a_py = "service/" + "a.py", "service/store/" + "gone.py", "service/" + "a.py"
     cite = DESIGN + " §"
     (tmp_path / "service" / "a.py").write_text(
         f'"""Cites {cite}1, {cite}1.1 and {cite}1, §2; {cite}4\'s lever; {DESIGN} §1 and §5.\n'
-        f'Reads {other} and {bogus}."""\n')
+        f'Reads {other} and {bogus}; {own} and {gone}; see {BARE_DESIGN} section 3."""\n')
     (tmp_path / "README.md").write_text(f"The design: `{DESIGN}`; benchmarks: `bench/" + 'README.md`.\n')
     assert design_sections(tmp_path) == {"1", "1.1"}
-    assert sorted(missing_documents(tmp_path)) == [("README.md", "bench/README.md"), ("service/a.py", bogus)]
-    assert sorted(missing_sections(tmp_path)) == [("docs/design.md", "§3"), ("service/a.py", "§2"),
-                                                  ("service/a.py", "§4"), ("service/a.py", "§5")]
+    assert sorted(missing_documents(tmp_path)) == [("README.md", "bench/README.md"), (a_py, bogus), (a_py, gone)]
+    assert sorted(missing_sections(tmp_path)) == [("docs/design.md", "§3"), (a_py, "§2"), (a_py, "§4"), (a_py, "§5")]
+    assert bare_design_citations(tmp_path) == [a_py]
 
 
 # --- every variable and file a guide names is real ---------------------------------------
-# Read by the clients, not the service (service/client_env.py, clients/): allowed by name, and each must
+# Read by the clients, not the service (service/cli/env.py, clients/): allowed by name, and each must
 # really be read there. CONTEXT_HOOK_* are the agent hooks' settings (clients/python).
 CLIENT_SETTINGS = ("CONTEXT_URL", "CONTEXT_API_KEY", "CONTEXT_MODE_API_KEY", "CONTEXT_MODE_MCP_URL")
 CLIENT_PREFIXES = ("CONTEXT_HOOK_",)
@@ -153,7 +177,7 @@ def compose_settings() -> set[str]:
 
 
 def client_sources() -> str:
-    files = [ROOT / "service" / "client_env.py", *(p for p in (ROOT / "clients").rglob("*")
+    files = [ROOT / "service" / "cli" / "env.py", *(p for p in (ROOT / "clients").rglob("*")
                                                  if p.is_file() and p.suffix in (".py", ".mjs", ".js", ".json", ".ts"))]
     return "\n".join(f.read_text(encoding="utf-8", errors="replace") for f in files)
 

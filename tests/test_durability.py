@@ -29,7 +29,7 @@ import pytest
 
 from conftest import make_unit
 from service.config import Config
-from service.store.sqlite import shards
+from service.store.sqlite import connections
 from service.units import day_of
 
 # SQLite's files and their PRAGMA synchronous (PostgreSQL's durability is its synchronous_commit)
@@ -60,10 +60,10 @@ def test_full_is_the_default_and_other_values_are_refused():
 
 @pytest.mark.parametrize("mode, level", [(None, 2), ("NORMAL", 1)])
 def test_every_connection_the_service_writes_with_reads_back_its_level(make_app, monkeypatch, mode, level):
-    """Catalog, day shard, tool registry and the per-tenant files all open through shards.connect; each
+    """Catalog, day shard, tool registry and the per-tenant files all open through connections.connect; each
     writable connection reads back the level asked for (FULL = 2 by default)."""
     opened = []
-    real = shards.connect
+    real = connections.connect
 
     def recording(path, **kw):
         conn = real(path, **kw)
@@ -71,7 +71,7 @@ def test_every_connection_the_service_writes_with_reads_back_its_level(make_app,
             opened.append((str(path), conn))
         return conn
 
-    monkeypatch.setattr(shards, "connect", recording)
+    monkeypatch.setattr(connections, "connect", recording)
     app = make_app(**({"synchronous": mode} if mode else {}))
     c = app.test_client()
     assert c.post("/mcp/push", json=[make_unit("on disk before the answer")]).status_code == 200

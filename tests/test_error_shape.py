@@ -1,4 +1,4 @@
-"""One error body everywhere on the REST surface: {"error", "code", "field"?} (DESIGN.md section 4)."""
+"""One error body everywhere on the REST surface: {"error", "code", "field"?} (docs/design.md §4)."""
 import pytest
 
 # The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).

@@ -1,4 +1,4 @@
-"""The change log of live context (service/store/sqlite/events.py, issue 16), in process: every change a listener can
+"""The change log of live context (service/store/sqlite/live.py, issue 16), in process: every change a listener can
 hear is recorded exactly once, whichever door made it (DELETE, forget, re-push, the tool registry)."""
 from __future__ import annotations
 

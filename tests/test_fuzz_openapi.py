@@ -43,7 +43,7 @@ def check_error_shape(path: str, response) -> None:
     body = response.json()
     assert isinstance(body, dict), body
     if "retrieval" in path:
-        # Dify's External Knowledge API has its own error shape (DESIGN.md section 8).
+        # Dify's External Knowledge API has its own error shape (docs/design.md §8).
         assert isinstance(body.get("error_code"), int) and isinstance(body.get("error_msg"), str), body
     else:
         assert set(body) <= {"error", "code", "field"} and body.get("error") and body.get("code"), body

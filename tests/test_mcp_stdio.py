@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 from mcp_support import KEY, KEYS, MODERN, context_mode_bin, free_port_url, meta, start_server
-from service.mcp.stdio import PROTOCOL_VERSION_META_KEY as PROTOCOL_KEY
+from service.cli.stdio import PROTOCOL_VERSION_META_KEY as PROTOCOL_KEY
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +270,7 @@ def test_a_lone_surrogate_in_a_method_or_tool_name_is_answered(server):
 
 def test_a_line_over_the_cap_is_answered_and_read_in_bounded_chunks(server):
     import io
-    from service.mcp.stdio import Bridge
+    from service.cli.stdio import Bridge
     out = io.BytesIO()
     ping = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping",
                        "params": {"_meta": {PROTOCOL_KEY: "2026-07-28"}}}).encode()

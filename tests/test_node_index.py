@@ -1,4 +1,4 @@
-"""The read index on every PostgreSQL node (service/store/postgresql/nodeindex.py, docs/design.md §5.2): two
+"""The read index on every PostgreSQL node (service/store/postgresql/readsync.py, docs/design.md §5.2): two
 nodes (two apps, two data folders) share one primary and standby. Each builds its own index from PostgreSQL,
 follows every change another node makes, and a default search on either sees every unit acknowledged on
 either before it began, never a deleted or forgotten one (read-your-writes: tail.py)."""
@@ -185,8 +185,8 @@ def test_without_a_standby_the_index_is_fed_from_the_primary(nodes):
 def test_a_unit_held_in_the_queue_neither_stalls_a_pass_nor_is_skipped(nodes, pg_urls, monkeypatch):
     """Pages of units past one still queued (another node's indexer holds it): the pass reads on past them
     and ends; the watermark stays below the held unit, which is sent once indexed."""
-    from service.store.postgresql import nodeindex
-    monkeypatch.setattr(nodeindex, "PAGE", 3)
+    from service.store.postgresql import readsync
+    monkeypatch.setattr(readsync, "PAGE", 3)
     a, b = nodes()
     [held] = push(a, "albatross held back")
     with psycopg.connect(pg_urls[0]) as other:           # an indexer elsewhere holds its queue row
@@ -293,7 +293,7 @@ def test_the_tail_reads_plan_one_lookup_per_unit_whatever_the_tables_hold(nodes,
             assert "catalog_expires" not in plan, plan
     # ... and never compiled: a generic plan's estimate grows with the tables, and past jit_above_cost
     # PostgreSQL compiled node_tail at every search (175 ms at 1M units, for 0.2 ms of execution)
-    with a.extensions["context_store"].search_pool.connection() as conn:
+    with a.extensions["context_store"].db.search_pool.connection() as conn:
         row = conn.execute("SELECT current_setting('jit') AS jit, current_setting('plan_cache_mode') AS mode"
                            ).fetchone()
         assert (row["jit"], row["mode"]) == ("off", "force_generic_plan")

@@ -57,7 +57,7 @@ def test_same_units_rank_the_same_on_sqlite_and_postgresql(tmp_path, pg_urls, pe
     """The same units pushed to both backends: the same CIDs in the same order with the same raw BM25
     and 0-1 scores, for default and strong searches, with filters and both operators; ``pending``:
     with half of them not indexed yet (default searches then score the queued units themselves). Default
-    searches on PostgreSQL read the node's read index (service/store/postgresql/nodeindex.py), strong ones
+    searches on PostgreSQL read the node's read index (service/store/postgresql/readsync.py), strong ones
     the tables; ``maxscore``: default searches read the tables too (no read index), with PostgreSQL's
     MaxScore pruning on every query (it starts at 2,000 matches)."""
     if pruned:
@@ -373,7 +373,7 @@ def test_the_janitor_never_drops_a_day_under_a_push(tmp_path, pg_urls):
     its commit: a janitor pass meanwhile leaves them (CI once had a 500: sweeping through 25 empty days,
     the janitor dropped one after each of a push's three looks). A day dropped before the push holds it
     is created again in the push's own transaction."""
-    from service.store.postgresql.maintenance import drop_dead_partitions
+    from service.store.postgresql.janitor import drop_dead_partitions
     from service.units import day_of, validate_unit
     pg = app_on(tmp_path, "pg", store=pg_urls[0])
     store, config = pg.extensions["context_store"], pg.config["CONTEXT"]
@@ -473,8 +473,8 @@ def test_a_lock_timeout_is_a_503_for_that_request_not_a_primary_outage(tmp_path,
                 conn.execute("SET LOCAL lock_timeout = '50ms'")
                 conn.execute("SELECT 1 FROM tenants WHERE tenant = 'default' FOR UPDATE")
             with pytest.raises(StorageUnavailable, match="LockNotAvailable"):
-                store.write(wait_for_the_row)
-        assert not store.primary_down()
+                store.db.write(wait_for_the_row)
+        assert not store.db.primary_down()
         assert pushed(pg, [make_unit("heron after")])[0]["status"] == "ok"
     finally:
         pg.extensions["context_shutdown"]()

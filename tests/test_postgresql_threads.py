@@ -137,8 +137,8 @@ def test_threaded_units_get_the_same_threads_and_answers_on_sqlite_and_postgresq
             # differs between two writers. The same answers are owed to indexes holding the same documents: both
             # built again from their stores, and read only once each process's view holds every unit (a reload
             # that meets a merge's files being replaced keeps the previous view until a later search).
-            lite.extensions["context_maintenance"].read_writer(lite.extensions["context_store"].tenant("default")).rebuild()
-            pg.extensions["context_maintenance"].node_index("default").rebuild()
+            lite.extensions["context_maintenance"].read_sync("default").rebuild()
+            pg.extensions["context_maintenance"].read_sync("default").rebuild()
             drain(lite)
             drain(pg)
             views_hold(lite, len(threads))

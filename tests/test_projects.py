@@ -211,7 +211,7 @@ def test_a_version_3_database_gets_the_keys_at_start(make_app, tmp_path):
         for table in ("units", "pending", "unit_terms"):
             c.execute(f"ALTER TABLE {table} DROP COLUMN project, DROP COLUMN is_global")
         c.execute("UPDATE cms_meta SET value = 3 WHERE key = 'schema_version'")
-    store.write(as_version_3)
+    store.db.write(as_version_3)
     app.extensions["context_shutdown"]()
     again = make_app(data_dir=tmp_path / "node2", **INDEX_NOW)      # a node with no read index yet
     client = again.test_client()

@@ -1,4 +1,4 @@
-"""Batch push, size limits and the HTTP status codes of the REST API (DESIGN.md section 4)."""
+"""Batch push, size limits and the HTTP status codes of the REST API (docs/design.md §4)."""
 import time
 
 from conftest import assert_error, drain, make_unit

@@ -199,7 +199,7 @@ def test_default_search_reads_pending_units_without_indexing_them(app, client):
     store = app.extensions["context_store"]
     t = store.tenant("default")
     assert set(cids(search(client, "flock"))) == set(new)
-    from service.store.sqlite.shards import sql
+    from service.store.sqlite.queries import sql
     day = t.live_days()[-1]
     assert t.shard(day).read(lambda c: c.execute(sql("pending_count")).fetchone()[0]) == 5
     assert len(store.searcher.tokens._items) == 5       # made once, reused by the next search
@@ -260,7 +260,7 @@ def test_nothing_indexed_yet_and_tokens_stored_by_an_earlier_search(app, client)
     assert set(cids(search(client, "heron"))) == set(new)            # makes and stores the tokens
     store = app.extensions["context_store"]
     t = store.tenant("default")
-    from service.store.sqlite.shards import sql
+    from service.store.sqlite.queries import sql
     day = t.live_days()[-1]
     assert t.shard(day).read(lambda c: c.execute(
         "SELECT count(*) FROM units WHERE indexed = 0 AND tokens IS NOT NULL").fetchone()[0]) == 4
@@ -278,7 +278,7 @@ class Interleave:
     storing tokens, the indexer, or the leader's pass moving a row on while the search reads it."""
 
     def __init__(self, monkeypatch, n: int, step):
-        from service.store.sqlite.shards import Db
+        from service.store.sqlite.connections import Db
         self.n, self.step, self.reads, self.done = n, step, 0, False
         original = Db.read
         hook = self

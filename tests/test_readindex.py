@@ -313,7 +313,7 @@ def test_searches_read_the_primaries_while_the_index_is_rebuilt(app):
     client.post("/mcp/push", json={"units": [make_unit(f"kestrel {i}") for i in range(12)]})
     drain(app)
     assert store.searcher.view(t) is not None
-    maint.read_writer(t).rebuild()             # what a new format or a damaged index starts
+    maint.read_sync(t.name).rebuild()             # what a new format or a damaged index starts
     assert store.searcher.view(t) is None       # an empty index being built is not read ...
     assert len(search(client, "kestrel")["results"]) == 12   # ... the primaries answer
     maint.run_once()

@@ -1,4 +1,4 @@
-"""Search (DESIGN.md sections 4 and 6): tokens, hostile queries, filters, consistency, ranking."""
+"""Search (docs/design.md §4 and §6): tokens, hostile queries, filters, consistency, ranking."""
 import json
 import time
 
@@ -288,7 +288,7 @@ def test_strong_search_cpu_is_capped(make_app):
 
 @pytest.mark.parametrize("path", ["/mcp/search", "/mcp/units", "/mcp/export"])
 def test_a_source_filter_with_control_characters_is_400(client, path):
-    """No source holds a control character (DESIGN.md section 3), so no filter may: a clear 400 on both
+    """No source holds a control character (docs/design.md §3), so no filter may: a clear 400 on both
     backends (on PostgreSQL a U+0000 in a filter once reached the database and gave a 500)."""
     client.post("/mcp/push", json=make_unit("parcel on the way", source="ctl_v1"))
     for bad in ("ctl\x00v1", "ctl\nv1*", "\x9f"):

@@ -1,4 +1,4 @@
-"""Global BM25 across day shards, replicas and the janitor (DESIGN.md sections 5 and 6)."""
+"""Global BM25 across day shards, replicas and the janitor (docs/design.md §5 and §6)."""
 import json
 import os
 import random
@@ -227,7 +227,7 @@ def test_metrics_count_indexed_purged_and_unlinked(clock, client, app):
 
 def _open_new_shard(path, barrier, results):
     from service.config import Config
-    from service.store.sqlite.shards import Db
+    from service.store.sqlite.connections import Db
     barrier.wait()
     try:
         Db(path, "shard_schema.sql", Config()).write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('x', 1) "

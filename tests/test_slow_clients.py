@@ -1,7 +1,7 @@
 """Slow or stalled clients hold no gunicorn worker thread, in either direction (issues 7 and 25).
 
 Every attack runs for real: raw sockets against a real gunicorn with one worker of 4 threads (so a
-dozen slow sockets would hold them all without service/gunicorn_guard.py), and again through the compose
+dozen slow sockets would hold them all without service/guard/), and again through the compose
 file's proxy (tools/nginx/nginx.conf, Debian's nginx) in front of it. Meanwhile /healthz and another
 tenant's pushes keep answering within a few seconds, and the slow sockets are answered (408, 401) or
 dropped. Each attack uses at most 24 sockets for at most ~20 s.
@@ -276,7 +276,7 @@ def test_a_stream_is_no_slow_client(server):
 def test_a_thread_reading_a_trickled_body_waits_only_its_grace():
     from gunicorn.http.errors import NoMoreData
 
-    from service.guard_socket import Bounds, DeadlineSocket
+    from service.guard.deadline import Bounds, DeadlineSocket
     a, b = socket.socketpair()
     sock = DeadlineSocket(a, Bounds.from_config(read_timeout_s=10, grace_s=1, min_receive_rate=16384))
     sock.begin(None, None)
@@ -291,13 +291,13 @@ def test_a_thread_reading_a_trickled_body_waits_only_its_grace():
 
 
 def test_a_thread_writing_a_large_response_to_a_stalled_reader_is_freed(monkeypatch):
-    from service import guard_socket
-    monkeypatch.setattr(guard_socket, "RESPONSE_SPOOL_BYTES", 256 * 1024)
+    from service.guard import deadline
+    monkeypatch.setattr(deadline, "RESPONSE_SPOOL_BYTES", 256 * 1024)
     a, b = socket.socketpair()
-    sock = guard_socket.DeadlineSocket(a, guard_socket.Bounds.from_config(grace_s=1))
+    sock = deadline.DeadlineSocket(a, deadline.Bounds.from_config(grace_s=1))
     sock.begin(None, None)
     started = time.monotonic()
-    with pytest.raises(guard_socket.Dropped):
+    with pytest.raises(deadline.Dropped):
         for _ in range(64):
             sock.sendall(b"x" * 65536)     # kept up to the cap, then this thread writes, paced: dropped
     assert sock.dropped and time.monotonic() - started < 3
@@ -306,7 +306,7 @@ def test_a_thread_writing_a_large_response_to_a_stalled_reader_is_freed(monkeypa
 
 
 def test_a_client_that_keeps_up_is_never_dropped():
-    from service.guard_socket import Bounds, DeadlineSocket, Flush
+    from service.guard.deadline import Bounds, DeadlineSocket, Flush
     a, b = socket.socketpair()
     sock = DeadlineSocket(a, Bounds.from_config(grace_s=0.5, min_send_rate=1_000_000))
     sock.begin(None, None)

@@ -71,7 +71,7 @@ def test_disk_full_then_space_back(small_disk, make_app):
 
 def test_read_only_storage(make_app, monkeypatch):
     """Remounting read-only needs no open writers, so this patches the writer to fail as SQLite does."""
-    from service.store.sqlite.shards import Db
+    from service.store.sqlite.connections import Db
     app = make_app()
     c = app.test_client()
     cid = c.post("/mcp/push", json=make_unit("written before read-only 只读")).get_json()["cid"]

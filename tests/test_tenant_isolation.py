@@ -1,4 +1,4 @@
-"""Tenant isolation (issue 7, DESIGN.md section 9): two tenants with overlapping content and CIDs.
+"""Tenant isolation (issue 7, docs/design.md §9): two tenants with overlapping content and CIDs.
 
 Tenant B holds units tenant A must never see (secret marker words), and both tenants hold some
 byte-identical units (same content, timestamp and source, hence the same CID) whose mutable

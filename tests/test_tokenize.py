@@ -1,4 +1,4 @@
-"""The tokenizer contract (DESIGN.md section 6): one function for indexing and queries."""
+"""The tokenizer contract (docs/design.md §6): one function for indexing and queries."""
 from __future__ import annotations
 
 import gzip

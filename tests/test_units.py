@@ -1,4 +1,4 @@
-"""Every rule of the unit table (DESIGN.md section 3), through POST /mcp/push."""
+"""Every rule of the unit table (docs/design.md §3), through POST /mcp/push."""
 import hashlib
 import json
 import time
@@ -226,7 +226,7 @@ def test_empty_and_whitespace_content_stored_not_searchable(client):
 
 
 def test_any_string_is_content_and_comes_back_exactly(app, client):
-    """Content is any string (DESIGN.md section 3), U+0000 included, which PostgreSQL's text cannot
+    """Content is any string (docs/design.md §3), U+0000 included, which PostgreSQL's text cannot
     hold: that backend stores it escaped (service/store/postgresql/rows.py). Every read gives back what was pushed:
     the unit, strong and default search, the list, the export, MCP resources/read."""
     texts = ["parcel a\x00b", "parcel \uffff0 not a NUL", "parcel \uffff\uffff\x00\uffff", "\x00", "parcel \uffff"]

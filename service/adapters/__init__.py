@@ -2,6 +2,10 @@
 
 Adapters only translate shapes: they call the same store functions as the REST views
 (``Store.search``, ``parse_search``) and never touch SQL.
+
+Modules: dify.py (POST /retrieval) and conditions.py (its metadata conditions); continue_.py (Continue's
+context provider); openapi.py (GET /openapi.json), with openapi_parts.py (its shared pieces), openapi_live.py
+(live context and the tool registry) and openapi_manage.py (list, stats, export, forget).
 """
 from __future__ import annotations
 
@@ -9,11 +13,12 @@ import logging
 
 from flask import Flask
 
+from . import continue_, dify, openapi
+
 log = logging.getLogger(__name__)
 
 
 def init_app(app: Flask) -> None:
-    from . import continue_, dify, openapi
     problem = openapi.public_url_problem(app.config["CONTEXT"].public_url)
     if problem:
         log.warning("%s: Dify refuses to import /openapi.json as a tool from such an address (its SSRF "

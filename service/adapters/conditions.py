@@ -2,8 +2,9 @@
 
 Dify's shape (api/core/rag/entities/metadata_entities.py): ``{"logical_operator": "and"|"or"|null,
 "conditions": [{"name", "comparison_operator", "value"}] | null}``. A condition's ``name`` is a
-unit field (``type``, ``source``, ``timestamp``, ``cid``, ``parent_cid``, ``ttl``, ``expires_at``)
-or a key of the unit's ``metadata`` (``metadata.<key>`` reaches a key shadowed by a unit field).
+unit field a record's metadata carries (service/units.py ``DESCRIBING_FIELDS``: ``cid``, ``type``, ``source``,
+``timestamp``, ``ttl``, ``parent_cid``, ``expires_at``, ``thread``) or a key of the unit's ``metadata``
+(``metadata.<key>`` reaches a key shadowed by a unit field).
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-UNIT_FIELDS = ("type", "source", "timestamp", "cid", "parent_cid", "ttl", "expires_at")
+from ..units import DESCRIBING_FIELDS
+
+UNIT_FIELDS = DESCRIBING_FIELDS
 
 STRING_OPS = ("contains", "not contains", "start with", "end with", "is", "is not", "in", "not in",
               "empty", "not empty")

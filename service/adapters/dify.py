@@ -16,7 +16,7 @@ from ..auth import DEFAULT_TENANT, bearer_token
 from ..errors import ApiError, invalid_json
 from ..packing import window_text
 from ..params import ADAPTER_NEIGHBORS, MAX_QUERY_CHARS, parse_search
-from .conditions import ConditionError, parse_metadata_condition
+from .conditions import UNIT_FIELDS, ConditionError, parse_metadata_condition
 
 bp = Blueprint("dify", __name__)
 
@@ -101,9 +101,7 @@ def _retrieval_setting(raw) -> tuple[int, float]:
 def record(unit: dict) -> dict:
     """One search result as a Dify record; ``metadata`` is always an object (null breaks Dify)."""
     meta = {k: v for k, v in (unit.get("metadata") or {}).items()}
-    meta.update({"cid": unit["cid"], "type": unit["type"], "source": unit["source"],
-                 "timestamp": unit["timestamp"], "ttl": unit["ttl"], "expires_at": unit["expires_at"],
-                 "parent_cid": unit["parent_cid"], "bm25_score": unit["bm25_score"]})
+    meta.update({k: unit[k] for k in UNIT_FIELDS}, bm25_score=unit["bm25_score"])
     return {"content": window_text(unit), "score": unit["score"],
             "title": f"{unit['type']} {unit['cid']} ({unit['source']})", "metadata": meta}
 

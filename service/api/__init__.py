@@ -1,4 +1,8 @@
-"""Thin REST blueprints (docs/design.md §4): parse, call the store, shape the answer."""
+"""Thin REST blueprints (docs/design.md §4): parse, call the store, shape the answer.
+
+Modules: units.py (push, one unit, lineage, delete), search.py (search and packed context), manage.py (list,
+stats, export, forget), stream.py (live context as Server-Sent Events), tools.py (the tool registry),
+health.py (/healthz, /readyz)."""
 from __future__ import annotations
 
 import json

@@ -19,6 +19,7 @@ from ..errors import ApiError, BadRequest
 from ..hub import LimitReached, Listener
 from ..live import Match
 from ..params import parse_search, query_list, query_value
+from ..uris import unit_uri
 from . import config, store
 
 bp = Blueprint("stream", __name__)
@@ -90,7 +91,6 @@ class StreamListener(Listener):
         return out
 
     def _frame(self, u) -> bytes | None:
-        from ..mcp.uris import unit_uri
         unit = self.hub.store.get(self.tenant, u.cid)
         if unit is None:
             return None                      # deleted or expired since: nothing to send

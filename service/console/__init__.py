@@ -14,6 +14,7 @@ from importlib import resources
 from flask import Blueprint, Flask, Response, current_app, jsonify, redirect
 
 from ..auth import current_principal
+from ..errors import NotFound
 
 bp = Blueprint("console", __name__)
 
@@ -68,7 +69,6 @@ def static_file(name):
     """The console's script, style sheet and icon."""
     mimetype = FILES.get(name)
     if mimetype is None:
-        from ..errors import NotFound
         raise NotFound("No such console file.", code="not_found")
     return _secured(Response(_static(name), content_type=mimetype), cache="no-cache")
 

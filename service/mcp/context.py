@@ -15,7 +15,7 @@ class Call:
     store: Any            # service.store.Store
     config: Any           # service.config.Config
     cursor_key: bytes
-    registry: Any = None  # service/store/base.py RegistryBase (context://tools/{name}, tool_search)
+    registry: Any = None  # service/store/base.py RegistryApi (context://tools/{name}, tool_search)
 
     def not_found(self, uri: str, message: str) -> RpcError:
         """Unknown, malformed, expired or other-tenant resource: -32002 (2025-11-25) or -32602 (2026-07-28)."""

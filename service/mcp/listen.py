@@ -25,7 +25,7 @@ from flask import Response, current_app
 from mcp_types.methods import serialize_server_result
 
 from ..hub import LIST, LimitReached, Listener
-from . import uris
+from .. import uris
 from .context import Call
 from .protocol import SUBSCRIPTION_ID_META_KEY, TOO_MANY_LISTENERS, RpcError, invalid_params
 

@@ -14,7 +14,8 @@ import mcp_types as types
 
 from ..api.manage import MAX_CIDS, forget_units
 from ..units import CID_SCHEMA
-from . import resources, tools, uris
+from .. import uris
+from . import resources, tools
 from .context import Call
 
 STATS_TTL_MS = 5_000

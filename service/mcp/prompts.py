@@ -15,7 +15,7 @@ from ..errors import ApiError
 from ..formats import is_cid
 from ..params import parse_search
 from ..ranking.scoring import near_best
-from . import uris
+from .. import uris
 from .context import Call
 from .protocol import invalid_params
 from .resources import CATALOGUE_TTL_MS, unit_contents

@@ -14,9 +14,9 @@ from datetime import datetime, timezone
 import mcp_types as types
 
 from ..errors import ApiError
-from .. import tokens
+from .. import tokens, uris
 from ..params import ADAPTER_NEIGHBORS, parse_search
-from . import uris
+from ..units import DESCRIBING_FIELDS
 from .context import Call
 from .protocol import invalid_params
 
@@ -53,7 +53,8 @@ def iso(ts: int) -> str:
 
 
 def unit_fields(unit: dict, *, metadata: bool = True) -> dict:
-    fields = {k: unit.get(k) for k in ("cid", "type", "source", "timestamp", "ttl", "expires_at", "parent_cid")}
+    """A unit's fields beside its content (service/units.py DESCRIBING_FIELDS), its seq where the read has it."""
+    fields = {k: unit.get(k) for k in DESCRIBING_FIELDS}
     if "seq" in unit:
         fields["seq"] = unit["seq"]
     if metadata:

@@ -19,7 +19,7 @@ from ..params import parse_search, properties
 from ..toolcheck import AUTH_TYPES
 from ..toolcheck import parse_search as parse_tool_search
 from ..units import CID_SCHEMA, PUSH_FIELDS, RESULT_FIELDS, STORED_FIELDS, object_schema
-from . import uris
+from .. import uris
 from .context import Call
 from .protocol import invalid_params
 from .resources import CATALOGUE_TTL_MS

@@ -1,3 +1,4 @@
-"""Backend-neutral ranking: BM25's formula and statistics (``bm25``), scoring what an index lacks from its
-tokens (``tail``), the 0-1 score and explain (``scoring``), highlights (``snippets``), the shape of a search
-answer (``results``) and tool search (``tools``). Both stores rank with these, so they rank alike."""
+"""Backend-neutral ranking: BM25's formula and statistics (bm25.py), scoring what an index lacks from its
+tokens (tail.py), the 0-1 score and explain (scoring.py), ranking with threads (threads.py), highlights
+(snippets.py), the shape of a search answer (results.py) and tool search (tools.py). Both stores rank with
+these, so they rank alike."""

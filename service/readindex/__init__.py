@@ -14,5 +14,6 @@ one byte; ``searcher.rescore`` scores its best candidates again with the exact l
 documents deleted but not yet merged away.
 
 Modules, as tantivy-py splits them: schema.py (fields, documents, files), reader.py (a process's views),
-searcher.py (search and exact rescoring), writer.py (the leader's side).
+searcher.py (search and exact rescoring), threaded.py (an answer ranked with threads), writer.py (the
+leader's side).
 """

@@ -10,7 +10,7 @@ from pathlib import Path
 import tantivy
 
 from ..ranking.bm25 import idf_of
-from .schema import FORMAT, index_dir, signature
+from .schema import index_dir, same_format, signature
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class Reader:
     def _load(self, sig) -> None:
         try:
             info = json.loads((self.path / "format.json").read_text())
-            if info.get("format") != FORMAT or not info.get("ready"):
+            if not same_format(info) or not info.get("ready"):
                 # another version's index, or one still being built: the primaries answer meanwhile
                 self.view, self.sig = None, sig
                 return

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import tantivy
 
+from ..units import RESULT_COLUMNS
 from ..unitkeys import joined_by
 
 FORMAT = 10                    # 10: projects (project, global) and threads (thread, place, tkey)
@@ -63,7 +64,22 @@ def signature(path: Path):
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
-UNIT_FIELDS = ("cid", "type", "source", "timestamp", "ttl", "metadata", "parent_cid", "expires_at", "thread")
+# A document's ``unit``: a JSON array of what a search result holds of the unit (service/units.py RESULT_COLUMNS)
+# but its content, a field of its own; metadata stays the JSON text it is stored as. format.json names the list,
+# so an index made with another (a field added to the unit) is built again.
+UNIT_FIELDS = tuple(n for n in RESULT_COLUMNS if n != "content")
+# (the list format 10's indexes hold, before format.json named it: history, never changed)
+FORMAT_10_UNIT = ("cid", "type", "source", "timestamp", "ttl", "metadata", "parent_cid", "expires_at", "thread")
+
+
+def format_info() -> dict:
+    """What format.json says of an index this version makes (with its generation and whether it is ready)."""
+    return {"format": FORMAT, "unit": list(UNIT_FIELDS)}
+
+
+def same_format(info: dict) -> bool:
+    """Whether format.json's ``info`` is of an index this version reads."""
+    return info.get("format") == FORMAT and tuple(info.get("unit", FORMAT_10_UNIT)) == UNIT_FIELDS
 
 
 def thread_of(r) -> tuple[str, int]:
@@ -82,9 +98,9 @@ def document(day: str, key: int, r, tokens: str | None = None, unit: str | None 
     doc = tantivy.Document()
     thread, tpos = thread_of(r)
     doc.add_text("t", r["tokens"] if tokens is None else tokens)
-    # the unit's other public fields in UNIT_FIELDS order; metadata stays the JSON text it is stored as
     doc.add_text("content", r["content"])
-    doc.add_text("unit", unit or json.dumps([r[name] for name in UNIT_FIELDS[:-1]] + [thread], ensure_ascii=False))
+    doc.add_text("unit", unit or json.dumps([thread if name == "thread" else r[name] for name in UNIT_FIELDS],
+                                            ensure_ascii=False))
     doc.add_integer("key", key)
     doc.add_integer("exp", r["expires_at"])
     doc.add_integer("ts", r["timestamp"])
@@ -105,8 +121,14 @@ def document(day: str, key: int, r, tokens: str | None = None, unit: str | None 
     return doc
 
 
+_CONTENT_AT = RESULT_COLUMNS.index("content")
+
+
 def unit_of(doc: tantivy.Document) -> dict:
-    cid, type_, source, timestamp, ttl, meta, parent, expires_at, thread = json.loads(doc.get_first("unit"))
-    return {"cid": cid, "type": type_, "source": source, "timestamp": timestamp, "ttl": ttl,
-            "content": doc.get_first("content") or "", "metadata": json.loads(meta) if meta else None,
-            "parent_cid": parent, "expires_at": expires_at, "thread": thread}
+    """A hit as a search answers it: RESULT_COLUMNS, in their order."""
+    values = json.loads(doc.get_first("unit"))
+    values.insert(_CONTENT_AT, doc.get_first("content") or "")
+    unit = dict(zip(RESULT_COLUMNS, values))
+    meta = unit["metadata"]
+    unit["metadata"] = json.loads(meta) if meta else None
+    return unit

@@ -15,7 +15,7 @@ from pathlib import Path
 import tantivy
 
 from ..ranking.bm25 import B, K1
-from .schema import FORMAT, build_schema, register
+from .schema import build_schema, format_info, register, same_format
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class IndexWriter:
         try:
             info = json.loads((self.path / "format.json").read_text())
             # a build that never finished (the leader died) starts again from nothing
-            usable = info.get("format") == FORMAT and info.get("ready") and (self.path / "meta.json").exists()
+            usable = same_format(info) and info.get("ready") and (self.path / "meta.json").exists()
             self.gen = info.get("gen")
         except (OSError, ValueError):
             usable = False
@@ -80,7 +80,7 @@ class IndexWriter:
 
     def _write_format(self, ready: bool) -> None:
         tmp = self.path / "format.json.tmp"
-        tmp.write_text(json.dumps({"format": FORMAT, "gen": self.gen, "ready": ready, "k1": K1, "b": B}))
+        tmp.write_text(json.dumps({**format_info(), "gen": self.gen, "ready": ready, "k1": K1, "b": B}))
         os.replace(tmp, self.path / "format.json")
 
     # --- changes ------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 """The storage backends (docs/design.md §5): ``sqlite/`` (the embedded default: files per tenant and day) and
 ``postgresql/`` (one database every node shares, a streaming standby), both implementing ``base.py``'s
-contract. ``CONTEXT_STORE`` names one (``Config.backend``); it is opened here and nowhere else (``open_backend``)."""
+contract. ``CONTEXT_STORE`` names one (``Config.backend``); it is opened here and nowhere else (``open_backend``).
+
+What both share: base.py (the contract), loop.py (the maintenance thread and its contract), push.py (the push
+rules), filters.py (a request's filters), statements.py (sql/'s named statements, with the unit's columns)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -6,7 +6,7 @@ tests/test_code_shape.py fails when a public member both stores implement is mis
 
 Built here once, on the few methods each backend implements: push answers (``push_one``, ``push_batch``),
 validation and the per-request day cap, lineage, the concurrent-search cap, manage's entry points; and the
-registry's search. ``Sources`` is what live context reads (service/hub.py).
+registry's search. ``SourcesApi`` is what live context reads (service/hub.py).
 """
 from __future__ import annotations
 
@@ -261,7 +261,7 @@ class StoreApi:
         raise NotImplementedError
 
 
-class ChangeLog(Protocol):
+class ChangeLogApi(Protocol):
     """Changes that get no new seq (a unit re-pushed or removed, a tool changed), numbered per tenant."""
 
     store: StoreApi
@@ -278,7 +278,7 @@ class ChangeLog(Protocol):
     def close(self) -> None: ...
 
 
-class Slots(Protocol):
+class SlotsApi(Protocol):
     """Open streams of every worker (of every node), so the per-key and per-tenant limits hold across them."""
 
     config: Config
@@ -295,12 +295,12 @@ class Slots(Protocol):
     def close(self) -> None: ...
 
 
-class Sources(Protocol):
+class SourcesApi(Protocol):
     """Where the live hub (service/hub.py) reads what changed (docs/design.md §12)."""
 
     store: StoreApi
-    changes: ChangeLog
-    slots: Slots
+    changes: ChangeLogApi
+    slots: SlotsApi
 
     def feed(self, tenant: str, after: int, limit: int) -> tuple[list[FeedUnit], int]:
         """New live units with seq > after in seq order, and the seq the feed is resolved to (every unit up to
@@ -318,12 +318,12 @@ class Sources(Protocol):
     def close(self) -> None: ...
 
 
-class RegistryBase:
+class RegistryApi:
     """The tool registry (docs/design.md §13) on either store: each tenant's tools, described so agents can
     find them, never called. Backends implement storage (create, replace, delete, get, list and the two reads
     of a search); validation, the public shape and the ranking are here."""
 
-    def __init__(self, store, changes: ChangeLog):
+    def __init__(self, store, changes: ChangeLogApi):
         self.store = store
         self.config = store.config
         self.changes = changes

@@ -42,10 +42,11 @@ class TenantLock:
             self.fd = None
 
 
-class Loop:
+class MaintenanceApi:
     """A process's background maintenance thread: woken by pushes (``notify``) or every
-    ``index_poll_ms``, it calls ``run_once``; and the index lag of what it indexed. Both storage
-    backends' maintenance build on it (service/store/postgresql/maintenance.py: PostgreSQL's)."""
+    ``index_poll_ms``, it calls ``run_once``; the tenants it leads on this node (``leads``) and their read
+    indexes' writers (``read_syncs``); and the index lag of what it indexed. Both storage backends'
+    ``Maintenance`` build on it (tests/test_code_shape.py: what both implement is declared here)."""
 
     def __init__(self, store):
         self.store = store
@@ -61,6 +62,8 @@ class Loop:
         # does this work instead; None in the maintainer itself and wherever no maintainer is started.
         self.presence = None
         self._deferring = False       # as of this thread's last look (every index_poll_ms)
+        self._locks: dict[str, TenantLock] = {}
+        self.read_syncs: dict = {}    # tenant -> the writer of its read index on this node (the backend's ReadSync)
         store.listeners.append(self.notify)
 
     def start(self) -> None:
@@ -123,8 +126,28 @@ class Loop:
         """What the thread runs when woken or every poll interval."""
         return self.run_once()
 
+    def leads(self, tenant: str) -> bool:
+        """Whether this process leads the tenant's maintenance on this node (``tenants/<tenant>/maintenance.lock``
+        in the data folder: one process per node and tenant)."""
+        lock = self._locks.get(tenant)
+        if lock is None:
+            folder = self.store.root / "tenants" / tenant
+            folder.mkdir(parents=True, exist_ok=True)
+            lock = self._locks[tenant] = TenantLock(folder / "maintenance.lock")
+        return lock.try_acquire()
+
+    def read_sync(self, tenant: str):
+        """This leader's writer of the tenant's read index (None when searches do not use one)."""
+        raise NotImplementedError
+
     def step_down(self) -> None:
         """Let go of what this process leads, so a maintainer process can take it over."""
+        for sync in self.read_syncs.values():
+            sync.close()
+        self.read_syncs.clear()
+        for lock in self._locks.values():
+            lock.release()
+        self._locks.clear()
 
     def lag_report(self) -> dict:
         """Index lag percentiles of whoever indexes for this process: the maintainer while one runs."""

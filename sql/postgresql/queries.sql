@@ -1,6 +1,7 @@
 -- Named statements of the PostgreSQL backend (service/store/postgresql/). Parameters are psycopg's %(name)s; a
 -- statement with {name} fields is a template for identifiers (a day partition's name), filled by
--- psycopg.sql with quoted identifiers and literals, never with request text.
+-- psycopg.sql with quoted identifiers and literals, never with request text. A unit's columns come as
+-- @unit_... lists from service/units.py, written out as the file loads (service/store/statements.py).
 
 -- --- set-up and locks ---------------------------------------------------------------------------
 
@@ -170,14 +171,11 @@ VALUES (%(tenant)s, %(cid)s, %(seq)s, %(day)s, %(timestamp)s, %(source)s, %(dige
 UPDATE catalog SET expires_at = %(expires_at)s, parent_cid = %(parent_cid)s WHERE tenant = %(tenant)s AND cid = %(cid)s;
 
 -- name: unit_insert
-INSERT INTO units(tenant, day, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, pushed_ms,
-                  project, is_global, thread, tpos)
-VALUES (%(tenant)s, %(day)s, %(cid)s, %(seq)s, %(type)s, %(source)s, %(timestamp)s, %(ttl)s, %(expires_at)s,
-        %(content)s, %(metadata)s, %(parent_cid)s, %(pushed_ms)s, %(project)s, %(is_global)s, %(thread)s, %(tpos)s);
+INSERT INTO units(tenant, day, @unit_columns, pushed_ms)
+VALUES (%(tenant)s, %(day)s, @unit_params, %(pushed_ms)s);
 
 -- name: unit_update_mutable
-UPDATE units SET type = %(type)s, ttl = %(ttl)s, expires_at = %(expires_at)s, metadata = %(metadata)s,
-    parent_cid = %(parent_cid)s, project = %(project)s, is_global = %(is_global)s
+UPDATE units SET @unit_repushed
 WHERE tenant = %(tenant)s AND day = %(day)s AND cid = %(cid)s;
 
 -- name: pending_insert
@@ -203,7 +201,7 @@ SELECT day::text AS day FROM catalog WHERE tenant = %(tenant)s AND cid = %(cid)s
 
 -- name: units_by_day_cids
 -- With the days given, only their partitions are read (pruned when planned).
-SELECT cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, thread, tpos FROM units
+SELECT @unit_columns FROM units
 WHERE tenant = %(tenant)s AND day = ANY(%(days)s::date[]) AND cid = ANY(%(cids)s);
 
 -- name: catalog_window
@@ -512,7 +510,7 @@ GROUP BY term;
 -- name: tools_by_names
 SELECT * FROM tools WHERE tenant = %(tenant)s AND name = ANY(%(names)s::text[]);
 
--- --- the read index of each node (service/store/postgresql/nodeindex.py) ---------------------------------
+-- --- the read index of each node (service/store/postgresql/readsync.py) ---------------------------------
 
 -- name: node_positions
 -- Where the tenant is, in the snapshot its changes and units are read in: the newest seq and change, and
@@ -530,32 +528,28 @@ LEFT JOIN LATERAL (SELECT seq, pushed_ms FROM pending WHERE tenant = %(tenant)s 
 -- lookup without its LIMIT 1 is flattened into a hash of every day's rows for each page (164 of a page's
 -- 390 ms at 100k units, and growing with the table).
 WITH c AS MATERIALIZED (
-    SELECT seq, cid, day, thread, tpos FROM catalog
+    SELECT seq, cid, day FROM catalog
     WHERE tenant = %(tenant)s AND seq > %(after)s AND expires_at > %(now)s ORDER BY seq LIMIT %(limit)s)
-SELECT c.seq, c.cid, c.day::text AS day, t.ntok, (SELECT string_agg(repeat(e.key || ' ', e.value::int), '') FROM jsonb_each_text(t.tfs) e) AS tokens,
-       t.cid IS NOT NULL AS indexed, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid,
-       u.content, u.project, u.is_global, c.thread, c.tpos,
-       -- (the document's stored fields, in service/readindex/schema.py's UNIT_FIELDS order; a unit stored
-       -- before threads is its own)
-       json_build_array(c.cid, u.type, u.source, u.timestamp, u.ttl, u.metadata, u.parent_cid,
-                        u.expires_at, coalesce(c.thread, c.cid))::text AS unit
+SELECT c.day::text AS day, t.ntok, (SELECT string_agg(repeat(e.key || ' ', e.value::int), '') FROM jsonb_each_text(t.tfs) e) AS tokens,
+       t.cid IS NOT NULL AS indexed, @unit_columns(u),
+       -- (the document's stored fields, service/readindex/schema.py's UNIT_FIELDS)
+       @index_unit(u)::text AS unit
 FROM c
 LEFT JOIN unit_terms t ON t.tenant = %(tenant)s AND t.cid = c.cid
 CROSS JOIN LATERAL (
-    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, content, project, is_global FROM units
+    SELECT @unit_columns FROM units
     WHERE tenant = %(tenant)s AND day = c.day AND cid = c.cid LIMIT 1) u
 ORDER BY c.seq;
 
 -- name: node_units_by_cid
-SELECT c.seq, c.cid, c.day::text AS day, t.ntok, (SELECT string_agg(repeat(e.key || ' ', e.value::int), '') FROM jsonb_each_text(t.tfs) e) AS tokens, u.type, u.source, u.timestamp, u.ttl, u.expires_at,
-       u.metadata, u.parent_cid, u.content, u.project, u.is_global, c.thread, c.tpos,
-       -- (the document's stored fields, in service/readindex/schema.py's UNIT_FIELDS order)
-       json_build_array(c.cid, u.type, u.source, u.timestamp, u.ttl, u.metadata, u.parent_cid,
-                        u.expires_at, coalesce(c.thread, c.cid))::text AS unit
+SELECT c.day::text AS day, t.ntok, (SELECT string_agg(repeat(e.key || ' ', e.value::int), '') FROM jsonb_each_text(t.tfs) e) AS tokens,
+       @unit_columns(u),
+       -- (the document's stored fields, service/readindex/schema.py's UNIT_FIELDS)
+       @index_unit(u)::text AS unit
 FROM catalog c
 JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
 CROSS JOIN LATERAL (
-    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, content, project, is_global FROM units
+    SELECT @unit_columns FROM units
     WHERE tenant = %(tenant)s AND day = c.day AND cid = c.cid LIMIT 1) u
 WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s) AND c.expires_at > %(now)s;
 
@@ -589,11 +583,10 @@ SELECT coalesce((SELECT last_seq FROM tenants WHERE tenant = %(tenant)s), 0) AS 
 -- up in its own day's partition (LATERAL ... LIMIT 1: the LIMIT keeps the planner from flattening the lookup
 -- into a join, which the search pool's generic plans made a hash of every day's rows: ~150 ms at 100k
 -- units, whatever the tail). A unit deleted since node_tail read it has no row: it is gone.
-SELECT p.seq, p.cid, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid, u.pushed_ms,
-       u.project, u.is_global, u.thread, u.tpos
+SELECT @unit_columns(u, -content), u.pushed_ms
 FROM unnest(%(seqs)s::bigint[], %(cids)s::text[], %(days)s::date[]) AS p(seq, cid, day)
 CROSS JOIN LATERAL (
-    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, pushed_ms, project, is_global, thread, tpos
+    SELECT @unit_columns(-content), pushed_ms
     FROM units
     WHERE tenant = %(tenant)s AND day = p.day AND cid = p.cid LIMIT 1) u
 ORDER BY p.seq;

@@ -128,7 +128,7 @@ CREATE TABLE IF NOT EXISTS pending (
 -- of it, on the standby too, do not wade through dead rows)
 CREATE INDEX IF NOT EXISTS pending_order ON pending (pushed_ms);
 -- The lowest seq still queued: every unit below it is indexed or gone, so a node's read index may take
--- every indexed unit up to there (service/store/postgresql/nodeindex.py).
+-- every indexed unit up to there (service/store/postgresql/readsync.py).
 CREATE INDEX IF NOT EXISTS pending_seq ON pending (tenant, seq);
 
 -- BM25 statistics of the indexed units: documents with at least one token and their token total per
@@ -234,7 +234,7 @@ UPDATE cms_meta SET value = 2 WHERE key = 'schema_version' AND value < 2;
 -- Version 3 (a read index on every node): pending_seq (above).
 UPDATE cms_meta SET value = 3 WHERE key = 'schema_version' AND value < 3;
 -- Version 4 (project scopes): the keys derived from the metadata (service/unitkeys.py) on every table search
--- filters; the rows stored before are given theirs by the store after this script (PgStore._ensure_schema).
+-- filters; the rows stored before are given theirs by the store after this script (Store._ensure_schema).
 ALTER TABLE units ADD COLUMN IF NOT EXISTS project text;
 ALTER TABLE units ADD COLUMN IF NOT EXISTS is_global boolean NOT NULL DEFAULT false;
 ALTER TABLE unit_terms ADD COLUMN IF NOT EXISTS project text;

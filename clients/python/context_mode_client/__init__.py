@@ -1,6 +1,6 @@
 """Python client for the Context Mode Service: CIDs, push, search, context packing.
 
-Uses only the public HTTP API (DESIGN.md section 4)::
+Uses only the public HTTP API (docs/design.md §4)::
 
     from context_mode_client import ContextModeClient
     cm = ContextModeClient("http://localhost:5000", api_key="...")
@@ -18,7 +18,7 @@ import importlib
 __all__ = ["ContextModeClient", "ContextModeError", "RETRY_STATUSES", "Stream", "compute_cid", "make_unit"]
 __version__ = "0.1.0"
 
-_WHERE = {"ContextModeClient": "client", "ContextModeError": "client", "RETRY_STATUSES": "client",
+_WHERE = {"ContextModeClient": "client", "ContextModeError": "errors", "RETRY_STATUSES": "errors",
           "make_unit": "client", "compute_cid": "cid", "Stream": "live"}
 
 

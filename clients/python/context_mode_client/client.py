@@ -9,11 +9,9 @@ from typing import Any, Iterable, Iterator, Optional
 import requests
 
 from .cid import compute_cid
+from .errors import RETRY_STATUSES, ContextModeError, error_from  # noqa: F401 - RETRY_STATUSES: still offered here
 from .live import LiveMixin, Stream  # noqa: F401 - stream() and the tool registry (issue 16)
 
-# Worth retrying: the server is busy or storage is briefly unavailable. Every other 4xx is the
-# caller's mistake and would fail again. Pushes are safe to repeat: the CID makes them idempotent.
-RETRY_STATUSES = frozenset({429, 503})
 MAX_BATCH = 1000
 
 
@@ -40,25 +38,6 @@ def make_unit(content: str, *, type: str = "tool_output", source: str, ttl: Opti
     if parent_cid is not None:
         unit["parent_cid"] = parent_cid
     return unit
-
-
-class ContextModeError(Exception):
-    """An error answer from the service (``code`` is its machine code) or a transport failure
-    (``status`` None, ``code`` "connection_error")."""
-
-    def __init__(self, message: str, *, status: Optional[int] = None, code: str = "http_error",
-                 field: Optional[str] = None, body: Any = None):
-        super().__init__(message)
-        self.message, self.status, self.code, self.field, self.body = message, status, code, field, body
-
-    def __str__(self) -> str:
-        where = f" (field {self.field!r})" if self.field else ""
-        status = f"HTTP {self.status} " if self.status is not None else ""
-        return f"{status}{self.code}: {self.message}{where}"
-
-    @property
-    def retryable(self) -> bool:
-        return self.status is None or self.status in RETRY_STATUSES
 
 
 class ContextModeClient(LiveMixin):
@@ -96,7 +75,7 @@ class ContextModeClient(LiveMixin):
                     except ValueError:
                         raise ContextModeError("The server answered with a body that is not JSON.",
                                                status=rv.status_code, code="invalid_response") from None
-                error = _error_from(rv)
+                error = error_from(rv)
                 retry_after = _retry_after(rv)
             if not error.retryable or attempt >= self.retries:
                 raise error
@@ -187,7 +166,7 @@ class ContextModeClient(LiveMixin):
             raise ContextModeError(f"{type(e).__name__}: {e}", code="connection_error") from None
         with rv:
             if rv.status_code >= 400:
-                raise _error_from(rv)
+                raise error_from(rv)
             for line in rv.iter_lines():
                 if line.strip():
                     yield json.loads(line)
@@ -229,20 +208,6 @@ def _filter_params(filters: dict) -> dict:
             value = ",".join(value)
         params[name] = value
     return params
-
-
-def _error_from(rv: requests.Response) -> ContextModeError:
-    try:
-        body = rv.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and "code" in body:
-        return ContextModeError(str(body.get("error", "")), status=rv.status_code, code=str(body["code"]),
-                                field=body.get("field"), body=body)
-    if isinstance(body, dict) and "error_code" in body:   # the Dify endpoint's shape
-        return ContextModeError(str(body.get("error_msg", "")), status=rv.status_code,
-                                code=str(body["error_code"]), body=body)
-    return ContextModeError(rv.text[:200] or rv.reason or "HTTP error", status=rv.status_code, body=body)
 
 
 def _retry_after(rv: requests.Response) -> Optional[float]:

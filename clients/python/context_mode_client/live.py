@@ -13,6 +13,8 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 import requests
 
+from .errors import ContextModeError, error_from
+
 
 class Stream:
     """An open GET /mcp/stream: iterate it for new units (dicts, with ``seq``). It reconnects by itself
@@ -47,7 +49,6 @@ class Stream:
         self.close()
 
     def __iter__(self) -> Iterator[dict]:
-        from .client import ContextModeError, _error_from
         attempt, retry_s = 0, 2.0
         while not self.closed:
             headers = {"Accept": "text/event-stream"}
@@ -60,7 +61,7 @@ class Stream:
                 error = ContextModeError(f"{type(e).__name__}: {e}", code="connection_error")
             else:
                 if rv.status_code >= 400:
-                    error = _error_from(rv)
+                    error = error_from(rv)
                     rv.close()
                     if not error.retryable:
                         raise error

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from . import secretscan
+from .cid import compute_cid
 from .secretscan import RULES, find, secret_name  # noqa: F401  (the names this module has always offered)
 
 
@@ -36,6 +37,5 @@ def mask_unit(unit: dict, literals: Iterable[str] = ()) -> dict:
     if isinstance(out.get("metadata"), dict):
         out["metadata"] = mask_value(out["metadata"], literals)
     if "cid" in out and (out.get("content"), out.get("source")) != (unit.get("content"), unit.get("source")):
-        from .client import compute_cid
         out["cid"] = compute_cid(out["content"], out["timestamp"], out["source"])
     return out

@@ -7,10 +7,13 @@ any number of machines share one primary with no other coordination: pushes seri
 on a row lock, indexers claim queue rows with ``FOR UPDATE SKIP LOCKED``, the janitor runs under an
 advisory lock (docs/postgresql.md).
 
-Modules, in data-flow order: queries.py (the SQL by name), rows.py (row functions, partitions, lock keys),
-store.py (connections, push, reads, delete), maintenance.py (indexer, janitor), standby.py (the read replica),
-search.py (BM25), manage.py (list, stats, export, forget), live.py (feed, change log, stream slots, NOTIFY),
-registry.py (the tool registry).
+Modules, in data-flow order, each role under the SQLite backend's name for it (tests/test_code_shape.py):
+connections.py (the pools and failover), queries.py (the SQL by name), rows.py (row functions, partitions, lock
+keys), store.py (push, reads, delete), threads.py (a new unit's thread; databases made before threads),
+indexer.py (the queue -> unit_terms, on any node), janitor.py (expiry, day partitions), maintenance.py (the loop),
+readsync.py (this node's read index), search.py and tail.py (BM25 over the tables and over the node's index,
+read-your-writes), manage.py (list, stats, export, forget), live.py (feed, change log, stream slots, NOTIFY),
+registry.py (the tool registry). Its own: standby.py (the streaming standby).
 """
 from __future__ import annotations
 
@@ -43,15 +46,15 @@ def reachable_problem(url: str) -> str | None:
 
 
 def open_store(config):
-    from .maintenance import PgMaintenance
-    from .store import PgStore
-    store = PgStore(config)
-    return store, PgMaintenance(store)
+    from .maintenance import Maintenance
+    from .store import Store
+    store = Store(config)
+    return store, Maintenance(store)
 
 
 def open_live(store):
     """The live hub's sources (tables every node shares, woken by NOTIFY) and the tool registry."""
-    from .live import PgSources
-    from .registry import PgRegistry
-    sources = PgSources(store)
-    return sources, PgRegistry(store, sources.changes)
+    from .live import Sources
+    from .registry import Registry
+    sources = Sources(store)
+    return sources, Registry(store, sources.changes)

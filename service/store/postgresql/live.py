@@ -1,7 +1,7 @@
 """Live context on PostgreSQL (docs/design.md §12): every node's listeners hear
 every node's changes.
 
-The tables are the source of truth; NOTIFY only wakes (service/hub.py's interface, as FileSources):
+The tables are the source of truth; NOTIFY only wakes (service/hub.py's interface, as Sources):
 
 - **the feed**: new units in the catalog's ``seq`` order. Seqs are assigned under the tenant's row lock,
   so once a seq is visible every lower one is visible or gone: the feed never skips a unit. A unit's
@@ -52,34 +52,35 @@ def prune_changes(conn, now: int, keep_ms: int = KEEP_EVENTS_MS) -> None:
 def wake(store, tenant: str) -> None:
     """Wake every node's listening hubs for this tenant (after the change committed)."""
     try:
-        store.read(lambda c: c.execute(sql("live_wake"), {"tenant": tenant}))
+        store.db.read(lambda c: c.execute(sql("live_wake"), {"tenant": tenant}))
     except Exception:  # noqa: BLE001 - the change is committed; hubs find it at their next look (LOOK_S)
         log.warning("could not notify listeners of tenant %s", tenant, exc_info=True)
 
 
-class PgChangeLog:
-    """live_events, read by every node's hub (the SQLite backend's events.ChangeLog)."""
+class ChangeLog:
+    """live_events, read by every node's hub (the SQLite backend's ChangeLog: events.db)."""
 
     def __init__(self, store):
         self.store = store
 
     def record(self, tenant: str, changes: list[tuple[str, str]]) -> None:
-        self.store.write(record_changes, tenant, changes)
+        self.store.db.write(record_changes, tenant, changes)
         wake(self.store, tenant)
 
     def max_n(self, tenant: str) -> int:
-        return self.store.one("live_positions", {"tenant": tenant})["n"]
+        return self.store.db.one("live_positions", {"tenant": tenant})["n"]
 
     def since(self, tenant: str, after: int, limit: int = 1000) -> list:
-        return self.store.read(lambda c: c.execute(sql("live_events_since"), {
+        return self.store.db.read(lambda c: c.execute(sql("live_events_since"), {
             "tenant": tenant, "after": after, "limit": limit}).fetchall())
 
     def close(self) -> None:
         pass
 
 
-class PgSlots:
-    """Open streams of every worker of every node (hub.Slots on SQLite), counted under a per-tenant lock."""
+class Slots:
+    """Open streams of every worker of every node (the SQLite backend's Slots: streams.db), counted under a
+    per-tenant lock."""
 
     def __init__(self, store):
         self.store = store
@@ -103,7 +104,7 @@ class PgSlots:
                 raise LimitReached("tenant", cfg.max_listeners_per_tenant)
             conn.execute(sql("live_listeners_insert"), {"tenant": tenant, "id": slot, "key_id": key_id,
                                                         "owner": self.owner, "kind": kind, "now": now})
-        self.store.write(tx)
+        self.store.db.write(tx)
         with self._lock:
             self._tenants[slot] = tenant
         return slot
@@ -112,29 +113,29 @@ class PgSlots:
         with self._lock:
             tenant = self._tenants.pop(slot, None)
         if tenant is not None:
-            self.store.write(lambda c: c.execute(sql("live_listeners_delete"), {"tenant": tenant, "id": slot}))
+            self.store.db.write(lambda c: c.execute(sql("live_listeners_delete"), {"tenant": tenant, "id": slot}))
 
     def touch(self) -> None:
-        self.store.write(lambda c: c.execute(sql("live_listeners_touch"), {"now": now_ms(), "owner": self.owner}))
+        self.store.db.write(lambda c: c.execute(sql("live_listeners_touch"), {"now": now_ms(), "owner": self.owner}))
 
     def close(self) -> None:
         pass
 
 
-class PgSources:
+class Sources:
     """What service/hub.py reads on PostgreSQL: feed, change log, slots, and NOTIFY wake-ups."""
 
     def __init__(self, store):
         self.store = store
-        self.changes = PgChangeLog(store)
-        self.slots = PgSlots(store)
+        self.changes = ChangeLog(store)
+        self.slots = Slots(store)
         self._conn: psycopg.Connection | None = None     # this worker's listening connection (hub thread)
         store.listeners.append(lambda tenant, days: wake(store, tenant))      # a push committed
         store.observers.append(lambda tenant, changes: wake(store, tenant))   # a delete or forget committed
 
     def feed(self, tenant: str, after: int, limit: int) -> tuple[list[FeedUnit], int]:
         """Live units with seq > after in seq order, and the seq the feed is resolved to."""
-        rows = self.store.read(lambda c: c.execute(sql("live_feed"), {
+        rows = self.store.db.read(lambda c: c.execute(sql("live_feed"), {
             "tenant": tenant, "after": after, "limit": limit}).fetchall())
         if not rows:
             return [], after
@@ -155,11 +156,11 @@ class PgSources:
         return out, rows[-1]["seq"]
 
     def expiry(self, tenant: str, cid: str) -> int | None:
-        row = self.store.one("live_expiry", {"tenant": tenant, "cid": cid})
+        row = self.store.db.one("live_expiry", {"tenant": tenant, "cid": cid})
         return row["expires_at"] if row is not None else None
 
     def positions(self, tenant: str) -> tuple[int, int]:
-        row = self.store.one("live_positions", {"tenant": tenant})
+        row = self.store.db.one("live_positions", {"tenant": tenant})
         return row["seq"], row["n"]
 
     def wait(self, timeout: float, stop: threading.Event) -> set[str] | None:

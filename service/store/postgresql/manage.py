@@ -14,13 +14,13 @@ import time
 from ...ranking.results import MAX_QUERY_TERMS
 from ...units import day_of, export_fields, unit_dict
 from ..base import FORGET_CHUNK, PAGE_BYTES, PAGE_ROWS
-from .maintenance import catch_up
+from ..statements import expand
+from .indexer import catch_up
 from .queries import sql
 from .rows import remove_units
 from .search import match_where, pg_filters
 
-UNIT_COLUMNS = ("u.cid, u.seq, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.content, u.metadata, "
-                "u.parent_cid, u.day::text AS day, u.thread, u.tpos")
+UNIT_COLUMNS = expand("@unit_columns(u), u.day::text AS day", "postgresql")     # (service/units.py's)
 
 
 def _page(store, tenant: str, p, pos: int, descending: bool, n: int, max_seq: int | None = None) -> tuple[list, bool]:
@@ -41,7 +41,7 @@ def _page(store, tenant: str, p, pos: int, descending: bool, n: int, max_seq: in
              f"FROM catalog c JOIN units u ON u.tenant = c.tenant AND u.day = c.day AND u.cid = c.cid "
              f"WHERE {' AND '.join(where)} ORDER BY {order} LIMIT %(n)s) AS page) AS sized "
              f"WHERE bytes_before < %(bytes)s ORDER BY {within}")
-    rows = store.read(lambda conn: conn.execute(query, args).fetchall())
+    rows = store.db.read(lambda conn: conn.execute(query, args).fetchall())
     return rows, bool(rows) and len(rows) < rows[0]["page_rows"]
 
 
@@ -77,7 +77,7 @@ def stats(store, tenant: str) -> dict:
         args = {"tenant": tenant, "now": now}
         return (conn.execute(sql("stats_by_day_type"), args).fetchall(),
                 conn.execute(sql("days_summary"), args).fetchone())
-    rows, days = store.read(read)
+    rows, days = store.db.read(read)
     by_type: dict[str, dict] = {}
     by_day: dict[str, dict] = {}
     for r in rows:
@@ -127,7 +127,7 @@ def matches(store, tenant: str, p, *, cids: list[str] | None = None, max_seq: in
     table = "units" if terms is None else "unit_terms"       # (with a query: the search rows, their GIN index)
     query = (f"SELECT u.day::text AS day, u.cid, u.seq, u.type, u.source, u.timestamp FROM {table} u "
              f"WHERE {' AND '.join(where)} ORDER BY u.seq")
-    return [dict(r) for r in store.read(lambda conn: conn.execute(query, args).fetchall())]
+    return [dict(r) for r in store.db.read(lambda conn: conn.execute(query, args).fetchall())]
 
 
 def remove(store, tenant: str, by_day: dict[str, list[str]]) -> int:
@@ -138,7 +138,7 @@ def remove(store, tenant: str, by_day: dict[str, list[str]]) -> int:
     removed = 0
     for i in range(0, len(cids), FORGET_CHUNK):
         chunk = cids[i:i + FORGET_CHUNK]
-        gone = store.write(remove_units, tenant, chunk, int(time.time()))
+        gone = store.db.write(remove_units, tenant, chunk, int(time.time()))
         removed += len(gone)
         if gone:
             for observer in store.observers:     # committed (and in the change log): wake the listeners

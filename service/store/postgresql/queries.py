@@ -8,7 +8,7 @@ from ..statements import named, sql_file
 
 def sql(name: str) -> str:
     """A named statement from sql/postgresql/queries.sql."""
-    return named("postgresql/queries.sql")[name]
+    return named("postgresql/queries.sql", "postgresql")[name]
 
 
 def template(name: str, **parts) -> pgsql.Composed:

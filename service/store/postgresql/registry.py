@@ -15,12 +15,12 @@ import psycopg
 from ...errors import Conflict, Unprocessable
 from ...ranking.tools import COLUMN_BYTES, MAX_CANDIDATES, WEIGHTS, bounded_candidates
 from ...toolcheck import is_tool_name, not_found, tool_dict, tool_uri, validate_tool
-from ..base import RegistryBase
+from ..base import RegistryApi
 from .live import record_changes, wake
 from .queries import sql
 
 
-class PgRegistry(RegistryBase):
+class Registry(RegistryApi):
     """The registry over the ``tools`` table (one transaction per write)."""
 
     def _row(self, tenant: str, tool) -> dict:
@@ -35,7 +35,7 @@ class PgRegistry(RegistryBase):
             row = fn(conn)
             record_changes(conn, tenant, [(tool_uri(name), kind)])
             return row
-        row = self.store.write(tx)
+        row = self.store.db.write(tx)
         wake(self.store, tenant)
         return row
 
@@ -80,12 +80,12 @@ class PgRegistry(RegistryBase):
     def get(self, tenant: str, name: str) -> dict | None:
         if not is_tool_name(name):
             return None
-        row = self.store.one("tool_get", {"tenant": tenant, "name": name})
+        row = self.store.db.one("tool_get", {"tenant": tenant, "name": name})
         return tool_dict(row) if row is not None else None
 
     def list(self, tenant: str, *, after: str = "", limit: int = 50, tags=(), auth_type=None) -> list[dict]:
         """Tools by name, after ``after``, filtered by tags (all of them) and auth type."""
-        rows = self.store.read(lambda c: c.execute(sql("tool_list"), {
+        rows = self.store.db.read(lambda c: c.execute(sql("tool_list"), {
             "tenant": tenant, "after": after, "limit": limit, "tags": json.dumps(list(tags)),
             "auth_type": auth_type}).fetchall())
         return [tool_dict(r) for r in rows]
@@ -104,10 +104,10 @@ class PgRegistry(RegistryBase):
             s = conn.execute(sql("tool_stats"), args).fetchone()
             df = {r["term"]: r["doc"] for r in conn.execute(sql("tool_df"), args)}
             return rows, (s["n"], s["name"], s["text"], s["schema"]), df
-        return self.store.read(read)
+        return self.store.db.read(read)
 
     def _rows(self, tenant: str, ids: list) -> dict:
-        return {r["name"]: r for r in self.store.read(lambda c: c.execute(sql("tools_by_names"), {
+        return {r["name"]: r for r in self.store.db.read(lambda c: c.execute(sql("tools_by_names"), {
             "tenant": tenant, "names": ids}).fetchall())}
 
     def close(self) -> None:

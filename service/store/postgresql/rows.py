@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 
 from psycopg.rows import dict_row
 
-from ...live import UNIT_PREFIX
+from ...uris import UNITS_PREFIX
 from ...unitkeys import derive_text
 from .live import record_changes
 from .queries import sql
@@ -99,7 +99,7 @@ def remove_units(conn, tenant: str, cids: list[str], now: int) -> list[str]:
     conn.execute(sql("tenant_bump"), {"tenant": tenant})
     removed = [r["cid"] for r in rows]
     # listeners hear it: the change-log rows commit with the removal (service/store/postgresql/live.py)
-    record_changes(conn, tenant, [(UNIT_PREFIX + cid, "deleted") for cid in removed])
+    record_changes(conn, tenant, [(UNITS_PREFIX + cid, "deleted") for cid in removed])
     return removed
 
 

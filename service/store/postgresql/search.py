@@ -29,11 +29,10 @@ from ...ranking.scoring import Ranked, Stats
 from ...ranking.tail import TailBudget, TokenCache, Unseen, score_tokens
 from ...units import day_of, now_ms, unit_dict
 from ..filters import pg_filters
-from .maintenance import catch_up
+from .indexer import catch_up
 from .queries import sql
 from .rows import units_at
-from .standby import Standby
-from .tail import NodeTail
+from .tail import TailReader
 
 # MaxScore pruning (essential_terms) when the query's terms match more units than this; its first pass
 # scores the units of the rarest terms, about this many
@@ -120,32 +119,28 @@ class IndexStats:
     stats: Stats        # what the answer reports (explain)
 
 
-class PgSearcher:
+class Searcher:
     def __init__(self, store):
         self.store = store
         self.config = store.config
         self.tokenizer = store.tokenizer
         self.tokens = TokenCache()
-        self.standby = Standby(self.config.store_replica, self.config) if self.config.store_replica else None
+        self.standby = store.db.standby
         self.reads = {"primary": 0, "standby": 0, "index": 0}    # what answered (tests, bench)
-        self.tail = NodeTail(self.config, self.tokenizer)
+        self.tail = TailReader(self.config, self.tokenizer)
         self._days: dict[str, tuple[float, int]] = {}               # tenant -> (when, live days), 1 s
-
-    def close(self) -> None:
-        if self.standby is not None:
-            self.standby.close()
 
     def _target(self, tenant: str, p) -> str:
         """Where this search reads: "standby" when it may, else "primary". With read-your-writes the
         standby must have replayed every change the tenant had when the search began: its answer is
         then as fresh as the primary's for this tenant ("standby-fresh")."""
-        if self.standby is not None and self.store.primary_down():
+        if self.standby is not None and self.store.db.primary_down():
             return "standby"                # the primary does not answer: the standby, as fresh as it is
         if p.strong or self.standby is None or not self.standby.usable():
             return "primary"
         if self.config.read_your_writes_ms <= 0:
             return "standby"
-        version = self.store.one("tenant_version", {"tenant": tenant})["version"]
+        version = self.store.db.one("tenant_version", {"tenant": tenant})["version"]
         if not self.standby.caught_up(tenant, version, self.config.read_your_writes_ms):
             return "primary"
         return "standby-fresh"
@@ -181,7 +176,7 @@ class PgSearcher:
 
     # --- the node's read index (default searches) ----------------------------------------------
     def _search_index(self, tenant: str, p, terms: list[str], start: float) -> dict | None:
-        """The node's read index (service/store/postgresql/nodeindex.py) with the units it lacks, read from
+        """The node's read index (service/store/postgresql/readsync.py) with the units it lacks, read from
         PostgreSQL (tail.py): the ranking of the SQLite store's default searches. None when this node has no
         usable index for the tenant yet (or it is too far behind): the tables answer.
 
@@ -195,7 +190,7 @@ class PgSearcher:
         if view is None or not state or "n" not in state:
             return None
         now = int(time.time())
-        read, where = self.store.read_fresh(self.tail.read, tenant, state, now)
+        read, where = self.store.db.read_fresh(self.tail.read, tenant, state, now)
         ranked, stats, unseen = self._rank_index(tenant, view, p, terms, now, read)
         for _ in range(3):
             # a commit since the view was loaded that this process could not load yet: read again
@@ -205,7 +200,7 @@ class PgSearcher:
             if newer is None or newer is view or not state:
                 return None
             view = newer
-            read, where = self.store.read_fresh(self.tail.read, tenant, state, now)
+            read, where = self.store.db.read_fresh(self.tail.read, tenant, state, now)
             ranked, stats, unseen = self._rank_index(tenant, view, p, terms, now, read)
         if read.too_many:
             return None
@@ -254,7 +249,7 @@ class PgSearcher:
         return cached[1]
 
     def _run(self, where: str, tenant: str, p, terms: list[str]):
-        pool = self.store.primary if where == "primary" else self.standby.pool
+        pool = self.store.db.primary if where == "primary" else self.standby.pool
         args = {"tenant": tenant, "now": int(time.time()), "terms": terms,
                 "first": day_of(p.since) if p.since is not None else "0001-01-01",
                 "last": day_of(p.until) if p.until is not None else "9999-12-31"}

@@ -8,23 +8,20 @@ unit (one transaction), so the SQLite backend's stale-reservation repair has no 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
-import psycopg
 from psycopg import sql as pgsql
-from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ...config import redact
-from ...errors import ApiError, NotFound, StorageUnavailable
+from ...errors import ApiError, NotFound
 from ...formats import TENANT_RE, is_cid
-from ...live import UNIT_PREFIX
 from ...tokenize import tokenizer_for
 from ...units import now_ms, unit_dict
+from ...uris import UNITS_PREFIX
 from ..base import StoreApi
 from ...readindex.reader import Readers
 from ..push import PushPlan, check_day_cap
 from . import manage, threads
+from .connections import Db
 from .live import record_changes
 from .queries import schema, sql, template
 from .rows import (
@@ -33,43 +30,20 @@ from .rows import (
     SCHEMA_VERSION,
     THREADS_VERSION,
     backfill_keys,
-    content_rows,
     escape_content,
     next_day,
     partition_name,
     units_at,
 )
+from .search import Searcher
 
 log = logging.getLogger(__name__)
-
-CATCH_UP_WAIT_MS = 50      # how long a read-index pass waits for the standby to replay the tenant's changes
-# The search pool's connections: plans made once per statement and connection (prepared at first use and
-# generic), where each search would otherwise plan its statement again over the units table's partitions.
-# No JIT: a generic plan's estimate grows with the tables (at 1M units node_tail's passed jit_above_cost,
-# and compiling it took 175 ms of every default search, whose execution takes 0.2 ms).
-GENERIC_PLANS = {"prepare_threshold": 0}
-
-
-def generic_plans(conn) -> None:
-    conn.execute("SET plan_cache_mode = force_generic_plan")
-    conn.execute("SET jit = off")
-PRIMARY_RETRY_S = 1.0      # after a failure, how long requests fail at once before one tries the primary again
-
-
-def connection_lost(e: psycopg.OperationalError) -> bool:
-    """Whether an error means the primary is gone (no answer, the connection broken, the server shutting
-    down), not that it answered "no": a statement or lock timeout, a deadlock or a serialization failure is a
-    503 for that request alone. (A janitor's lock timeout on a busy partition once made its process fail
-    every request fast, as if the primary were down.)"""
-    state = e.sqlstate
-    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
-
 
 class PartitionGone(Exception):
     """A day partition a push needs was dropped (empty) between its look and its lock."""
 
 
-class PgStore(StoreApi):
+class Store(StoreApi):
     """Every tenant in one PostgreSQL database; ``searcher.standby`` a streaming hot standby of it."""
 
     backend = "postgresql"
@@ -81,35 +55,13 @@ class PgStore(StoreApi):
         # CONTEXT_MCP_CURSOR_SECRET on every node behind one load balancer).
         self.root = config.data_path
         self.root.mkdir(parents=True, exist_ok=True)
-        self._down_until = 0.0                   # the primary failed: fail fast until then (then one probe)
-        self._probing = False
-        self._down_lock = threading.Lock()
-        kwargs = {"autocommit": True, "row_factory": content_rows, "connect_timeout": 5}
-        try:
-            psycopg.connect(config.store, **kwargs).close()     # a clear message at once, not a pool's retries
-        except psycopg.Error as e:
-            raise RuntimeError(f"PostgreSQL at {redact(config.store)} is not reachable: "
-                               f"{redact(str(e)).strip()}") from None
-        # A request waits at most 5 s for a connection (then 503 + Retry-After, never a hung worker). A
-        # connection is checked as it leaves the pool (one empty round trip): after the primary restarts,
-        # a broken one is replaced there instead of failing the request that drew it. (It used to fail
-        # it: 503s until each idle connection had been drawn once, seen once the maintainer process
-        # stopped drawing them in the workers.)
-        self.primary = ConnectionPool(config.store, min_size=1, max_size=max(2, config.pg_pool_size),
-                                      kwargs=kwargs, open=False, timeout=5.0, reconnect_timeout=3600,
-                                      check=ConnectionPool.check_connection, name="primary")
-        self.primary.open(wait=True, timeout=15)
-        self.search_pool = ConnectionPool(config.store, min_size=1, max_size=max(2, config.pg_pool_size),
-                                          kwargs={**kwargs, **GENERIC_PLANS}, configure=generic_plans,
-                                          open=False, timeout=5.0, reconnect_timeout=3600, name="search")
-        self.search_pool.open(wait=True, timeout=15)
-        self.write(self._ensure_schema, config.thread_gap_s)
+        self.db = Db(config)
+        self.db.write(self._ensure_schema, config.thread_gap_s)
         self.readers = Readers(self.root)        # this process's views of the node's read indexes
         self.listeners: list = []   # callables(tenant, days) told about new queued units
         self.observers: list = []   # callables(tenant, changes) told after a delete or forget committed
         self.tokenizer = tokenizer_for(config)
-        from .search import PgSearcher
-        self.searcher = PgSearcher(self)
+        self.searcher = Searcher(self)
 
     # --- connections ------------------------------------------------------------------------------
     @staticmethod
@@ -132,158 +84,15 @@ class PgStore(StoreApi):
         if gap > 0:
             threads.ensure_gap_index(conn)
 
-    def write(self, fn, *args):
-        """``fn(conn, *args)`` in one primary transaction; PostgreSQL down or failing is a 503."""
-        return self._on_primary(True, fn, *args)
-
-    def read(self, fn, *args):
-        """``fn(conn, *args)`` on a primary connection, each statement on its own (no BEGIN/COMMIT round
-        trips: reads that need one snapshot, such as search, open their own transaction)."""
-        return self._on_primary(False, fn, *args)
-
-    def _on_primary(self, transaction: bool, fn, *args):
-        def attempt():
-            with self.primary.connection() as conn:
-                if not transaction:
-                    return fn(conn, *args)
-                with conn.transaction():
-                    return fn(conn, *args)
-        return self._guarded(attempt)
-
-    def _guarded(self, attempt):
-        """``attempt()`` against the primary: failing fast while it is known down, its failures as 503s,
-        and whether it answered recorded (docs/postgresql.md, "Failover")."""
-        self._not_known_down()
-        failed = False
-        try:
-            return attempt()
-        except ApiError:
-            raise
-        except psycopg.OperationalError as e:
-            failed = connection_lost(e)
-            raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
-        except PoolTimeout as e:
-            # every connection busy is load, not an outage: only a primary that refuses a new one is down
-            failed = not self._primary_answers()
-            raise StorageUnavailable("Storage is unavailable: no database connection") from e
-        finally:
-            self._failed() if failed else self._answered()
-
-    # --- a primary that does not answer (docs/postgresql.md, "Failover") -------------------------------
-    def primary_down(self) -> bool:
-        """Whether the primary failed lately: requests then fail at once (503 + Retry-After) instead of
-        waiting for a connection each, but for one at a time that tries again (once a second)."""
-        return time.monotonic() < self._down_until or self._probing
-
-    def _primary_answers(self) -> bool:
-        try:
-            psycopg.connect(self.config.store, connect_timeout=1).close()
-            return True
-        except psycopg.Error:
-            return False
-
-    def _not_known_down(self) -> None:
-        with self._down_lock:
-            if time.monotonic() < self._down_until or self._probing:
-                raise StorageUnavailable("Storage is unavailable: the PostgreSQL primary does not answer")
-            if self._down_until:
-                self._probing = True        # the first request after the pause tries the primary again
-
-    def _failed(self) -> None:
-        with self._down_lock:
-            if not self._down_until:
-                log.warning("PostgreSQL primary %s does not answer: failing fast, retrying every %.0f s",
-                            redact(self.config.store), PRIMARY_RETRY_S)
-            self._down_until, self._probing = time.monotonic() + PRIMARY_RETRY_S, False
-
-    def _answered(self) -> None:
-        if self._down_until or self._probing:
-            with self._down_lock:
-                if self._down_until:
-                    log.info("PostgreSQL primary %s answers again", redact(self.config.store))
-                self._down_until, self._probing = 0.0, False
-
-    def _snapshot(self, pool, fn, *args):
-        """``fn(conn, *args)`` in one read-only REPEATABLE READ transaction on a pool's server."""
-        with pool.connection(timeout=5.0) as conn, conn.transaction():
-            conn.execute(sql("search_snapshot"))
-            return fn(conn, *args)
-
-    def read_fresh(self, fn, *args) -> tuple[object, str]:
-        """``fn(conn, *args)`` on the primary, and "primary"; while the primary does not answer, on the
-        standby, and "standby" (as fresh as the standby is). 503 when neither answers. No transaction is
-        opened: ``fn`` reads what must agree in one statement (one snapshot, one round trip). On the
-        primary it runs on the search pool (below)."""
-        standby = self.searcher.standby
-        if standby is None or not self.primary_down():
-            try:
-                return self._on_search_pool(fn, *args), "primary"
-            except StorageUnavailable:
-                if standby is None or not self.primary_down():
-                    raise           # (busy, not down: the standby could answer with less than was acked)
-        try:
-            with standby.pool.connection(timeout=5.0) as conn:
-                return fn(conn, *args), "standby"
-        except (psycopg.OperationalError, PoolTimeout) as e:
-            standby.mark_down()
-            raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
-
-    def _on_search_pool(self, fn, *args):
-        """``fn(conn)`` on a connection of the search pool: no check round trip as a connection leaves it
-        (a default search's whole read is one statement, so the check would double its round trips) and
-        generic plans (the tail read is planned once per connection, not at every search). A connection
-        broken since its last use (the primary restarted) is found by the statement itself: the read is
-        tried again on the next, up to the pool's size, before the primary counts as down."""
-        def attempt():
-            for i in range(self.search_pool.max_size + 1):
-                try:
-                    with self.search_pool.connection() as conn:
-                        return fn(conn, *args)
-                except psycopg.OperationalError as e:
-                    # (a timeout or any other answer is this read's, not a broken connection's: not tried again)
-                    if not connection_lost(e) or i == self.search_pool.max_size or not self._primary_answers():
-                        raise
-        return self._guarded(attempt)
-
-    @staticmethod
-    def _snapshot_on(conn, fn, *args):
-        with conn.transaction():
-            conn.execute(sql("search_snapshot"))
-            return fn(conn, *args)
-
-    def read_replica(self, tenant: str, fn, *args):
-        """``fn(conn, *args)`` in one snapshot of the standby once it has replayed every change of the tenant
-        the primary has (what a node's read index is fed from: the heavy reads leave the primary), else of
-        the primary; of the standby alone while the primary does not answer."""
-        standby = self.searcher.standby
-        if standby is not None:
-            try:
-                if self.primary_down() or (standby.usable() and standby.caught_up(
-                        tenant, self.one("tenant_version", {"tenant": tenant})["version"], CATCH_UP_WAIT_MS)):
-                    return self._snapshot(standby.pool, fn, *args)
-            except (psycopg.OperationalError, PoolTimeout):
-                standby.mark_down()
-            except StorageUnavailable:
-                if not self.primary_down():
-                    raise
-                return self._snapshot(standby.pool, fn, *args)
-        return self._on_primary(False, lambda conn: self._snapshot_on(conn, fn, *args))
-
-    def one(self, name: str, args: dict) -> dict | None:
-        """The first row of a named statement, in its own transaction."""
-        return self.read(lambda c: c.execute(sql(name), args).fetchone())
-
     def close(self) -> None:
-        self.searcher.close()
-        self.search_pool.close()
-        self.primary.close()
+        self.db.close()
 
     # --- tenants ----------------------------------------------------------------------------------
     def read_index_lag(self, tenant: str) -> dict | None:
         if not self.config.replicas:
             return None
         state = self.readers.state(tenant) if self.readers.view(tenant) is not None else None
-        row, _ = self.read_fresh(lambda c: c.execute(sql("node_behind"), {
+        row, _ = self.db.read_fresh(lambda c: c.execute(sql("node_behind"), {
             "tenant": tenant, "low": (state or {}).get("low", 1), "now": int(time.time())}).fetchone())
         return {"units": row["n"], "lag_ms": max(0, now_ms() - row["oldest"]) if row["oldest"] else 0}
 
@@ -295,15 +104,15 @@ class PgStore(StoreApi):
         return self.readers.state(tenant) or {}
 
     def tenant_names(self) -> list[str]:
-        return [r["tenant"] for r in self.read(lambda c: c.execute(sql("tenant_names")).fetchall())
+        return [r["tenant"] for r in self.db.read(lambda c: c.execute(sql("tenant_names")).fetchall())
                 if TENANT_RE.match(r["tenant"])]
 
     def live_days(self, tenant: str, first: str = "0001-01-01", last: str = "9999-12-31") -> list[str]:
-        return [r["day"] for r in self.read(lambda c: c.execute(sql("days_live"), {
+        return [r["day"] for r in self.db.read(lambda c: c.execute(sql("days_live"), {
             "tenant": tenant, "now": int(time.time()), "first": first, "last": last}).fetchall())]
 
     def max_seq(self, tenant: str) -> int:
-        return self.one("tenant_seq", {"tenant": tenant})["seq"]
+        return self.db.one("tenant_seq", {"tenant": tenant})["seq"]
 
     # --- push -------------------------------------------------------------------------------------
     def push_many(self, tenant: str, raws: list) -> list[dict | ApiError]:
@@ -316,12 +125,12 @@ class PgStore(StoreApi):
         self.check_days_per_request(days)
         out = list(results)
         try:
-            self.write(self._push_tx, tenant, valid, now, out, days, False)
+            self.db.write(self._push_tx, tenant, valid, now, out, days, False)
         except PartitionGone:
             # a new day, or one the janitor dropped (empty): create it, holding the partition lock
             # exclusively, in the transaction that writes the units, so nothing drops it before they commit
             out = list(results)
-            self.write(self._push_tx, tenant, valid, now, out, days, True)
+            self.db.write(self._push_tx, tenant, valid, now, out, days, True)
         for listener in self.listeners:
             listener(tenant, days)
         return out
@@ -380,7 +189,7 @@ class PgStore(StoreApi):
         plan.write(conn)
         # a re-pushed unit (its fields may have changed) is a change listeners hear: in the log
         # with the push, so it is there iff the push committed; new units are the feed (service/store/postgresql/live.py)
-        record_changes(conn, tenant, [(UNIT_PREFIX + r["cid"], "changed") for r in results
+        record_changes(conn, tenant, [(UNITS_PREFIX + r["cid"], "changed") for r in results
                                       if isinstance(r, dict) and r["status"] == "duplicate"])
 
     # --- reads ------------------------------------------------------------------------------------
@@ -389,7 +198,7 @@ class PgStore(StoreApi):
         if not is_cid(cid):
             return None
         now = int(time.time())
-        found = self.one("catalog_day", {"tenant": tenant, "cid": cid, "now": now})
+        found = self.db.one("catalog_day", {"tenant": tenant, "cid": cid, "now": now})
         if found is None:
             return None
         # (the day as a value: only its partition is planned and read)
@@ -398,11 +207,11 @@ class PgStore(StoreApi):
 
     def units_at(self, tenant: str, located: list[tuple[str, str]]) -> dict:
         """Stored units by CID, of these (cid, day) pairs."""
-        return self.read(units_at, tenant, located)
+        return self.db.read(units_at, tenant, located)
 
     def thread_window(self, tenant: str, cids: list[str], n: int) -> dict[str, list[tuple[int, dict]]]:
         now = int(time.time())
-        rows = self.read(lambda c: c.execute(sql("catalog_window"), {
+        rows = self.db.read(lambda c: c.execute(sql("catalog_window"), {
             "tenant": tenant, "cids": cids, "n": n, "now": now}).fetchall())
         units = self.units_at(tenant, list({(r["cid"], r["day"]) for r in rows}))
         out: dict[str, list[tuple[int, dict]]] = {cid: [] for cid in cids}
@@ -413,13 +222,13 @@ class PgStore(StoreApi):
         return out
 
     def children(self, tenant: str, cid: str, limit: int) -> list[str]:
-        return [r["cid"] for r in self.read(lambda c: c.execute(sql("catalog_children"), {
+        return [r["cid"] for r in self.db.read(lambda c: c.execute(sql("catalog_children"), {
             "tenant": tenant, "cid": cid, "now": int(time.time()), "limit": limit}).fetchall())]
 
     def recent(self, tenant: str, limit: int = 50, before_seq: int | None = None) -> list[dict]:
         """Live units, newest (highest seq) first, strictly below ``before_seq``."""
         now = int(time.time())
-        rows = self.read(lambda c: c.execute(sql("catalog_recent"), {
+        rows = self.db.read(lambda c: c.execute(sql("catalog_recent"), {
             "tenant": tenant, "now": now, "before": before_seq if before_seq is not None else 2**62,
             "limit": limit}).fetchall())
         units = self.units_at(tenant, [(r["cid"], r["day"]) for r in rows])
@@ -443,7 +252,7 @@ class PgStore(StoreApi):
                 return conn.execute(sql("pending_count"), {"tenant": tenant}).fetchone()
             return conn.execute(sql("node_behind"), {"tenant": tenant, "low": state.get("low", 1),
                                                      "now": int(time.time())}).fetchone()
-        row, where = self.read_fresh(read)
+        row, where = self.db.read_fresh(read)
         lag = max(0, now_ms() - row["oldest"]) if row["oldest"] else 0
         standby = self.searcher.standby
         if standby is not None and (state is None or where == "standby"):
@@ -451,13 +260,13 @@ class PgStore(StoreApi):
         return {"index_pending": row["n"], "replica_lag_ms": lag, "read_index": state is not None}
 
     def live_counts(self, tenant: str) -> dict:
-        live = self.one("catalog_count_live", {"tenant": tenant, "now": int(time.time())})["n"]
+        live = self.db.one("catalog_count_live", {"tenant": tenant, "now": int(time.time())})["n"]
         return {"units_live": live, **self.freshness(tenant)}
 
     def check_writable(self) -> str | None:
         """None when the primary accepts a write; otherwise the problem (readiness)."""
         try:
-            self.write(lambda c: c.execute(sql("writable_probe")))
+            self.db.write(lambda c: c.execute(sql("writable_probe")))
             return None
         except ApiError as e:
             return f"PostgreSQL primary not writable: {e.message}"
@@ -480,10 +289,9 @@ class Plan(PushPlan):
     def add(self, u) -> dict:
         row, _ = self.check(u)
         thread, tpos = self.thread(u, row)      # (a duplicate keeps its own)
-        params = {"tenant": self.tenant, "cid": u.cid, "day": u.day, "timestamp": u.timestamp,
-                  "source": u.source, "digest": u.digest, "expires_at": u.expires_at,
-                  "parent_cid": u.parent_cid, "type": u.type, "ttl": u.ttl, "content": escape_content(u.content),
-                  "metadata": u.metadata_json(), "pushed_ms": self.ms, "thread": thread, "tpos": tpos, **u.keys}
+        # the unit's columns (its seq comes below), the catalog's and the queue's; PostgreSQL's text holds no NUL
+        params = {**u.columns(seq=None, thread=thread, tpos=tpos), "content": escape_content(u.content),
+                  "tenant": self.tenant, "day": u.day, "digest": u.digest, "pushed_ms": self.ms}
         if row is None:
             self.last += 1
             params["seq"] = self.last

@@ -14,16 +14,15 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ...live import UNIT_PREFIX
+from ...uris import UNITS_PREFIX
 from ...ranking.bm25 import Bm25
 from ...ranking.scoring import Ranked
 from ...ranking.tail import TailBudget, Unseen, score_counts
-from ...units import unit_dict
+from ...units import MUTABLE_FIELDS, unit_dict
 from ..filters import passes
 from .queries import sql
 
 MAX_CHANGES = 5000          # changes a search reads past the index's state; more: the tables answer instead
-MUTABLE = ("type", "ttl", "expires_at", "metadata", "parent_cid")     # what a re-push may change (docs/design.md §3)
 
 
 class UnitTexts:
@@ -77,10 +76,10 @@ class TailRead:
             row = rows.get(r.cid)
             if row is not None:
                 fresh = unit_dict({**row, "content": ""})
-                r.fields().update({k: fresh[k] for k in MUTABLE})
+                r.fields().update({k: fresh[k] for k in MUTABLE_FIELDS})
 
 
-class NodeTail:
+class TailReader:
     def __init__(self, config, tokenizer):
         self.config = config
         self.tokenizer = tokenizer
@@ -100,7 +99,7 @@ class NodeTail:
         if len(at) > self.config.read_your_writes_max or len(changes) > MAX_CHANGES:
             read.too_many = True
             return read
-        read.gone = {uri[len(UNIT_PREFIX):] for uri in changes if uri.startswith(UNIT_PREFIX)}
+        read.gone = {uri[len(UNITS_PREFIX):] for uri in changes if uri.startswith(UNITS_PREFIX)}
         read.gone.update(cid for _, cid, _ in at)       # the tail's version wins over the index's
         if not at:
             return read

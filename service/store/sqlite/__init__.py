@@ -2,15 +2,20 @@
 catalog and one file per day under ``CONTEXT_DATA_DIR``, FTS5 as the index of record, a tantivy read index
 for default searches.
 
-Modules, in data-flow order: shards.py (files, connections, the writer), rows.py, tenant.py, store.py (push,
-reads, delete), groupcommit.py, indexer.py, janitor.py, maintenance.py (the leader's loop and the read
-index's sync), search.py, fts.py and tail.py (ranking), manage.py, live.py, registry.py, backup.py.
+Modules, in data-flow order, each role under the PostgreSQL backend's name for it (tests/test_code_shape.py):
+connections.py (files, connections, the per-file writer), queries.py (the SQL by name), rows.py (row functions,
+the day files' upgrades), store.py (push, reads, delete), threads.py (a new unit's thread; catalogs made before
+threads), indexer.py (pending rows -> FTS5), janitor.py (expiry, day drops, compaction), maintenance.py (the
+leader's loop), readsync.py (the read index's sync), search.py and tail.py (default searches, read-your-writes),
+manage.py (list, stats, export, forget), live.py (feed, change log, stream slots), registry.py (the tool registry).
+Its own: tenant.py (one tenant's files), groupcommit.py (one commit per group of pushes), fts.py (strong searches
+over FTS5), backup.py (backup and restore of the files).
 """
 from __future__ import annotations
 
 
 def check(config) -> None:
-    from .shards import check_fts5
+    from .connections import check_fts5
     problem = check_fts5()
     if problem:
         raise RuntimeError(problem)
@@ -19,7 +24,7 @@ def check(config) -> None:
 def doctor(config) -> list[tuple[bool, str]]:
     import sqlite3
 
-    from .shards import check_fts5
+    from .connections import check_fts5
     problem = check_fts5()
     return [(tuple(map(int, sqlite3.sqlite_version.split("."))) >= (3, 35), f"SQLite {sqlite3.sqlite_version}"),
             (problem is None, problem or "FTS5 and fts5vocab available"),
@@ -35,7 +40,7 @@ def open_store(config):
 
 def open_live(store):
     """The live hub's sources (the tenants' files, polled) and the tool registry."""
-    from .live import FileSources
+    from .live import Sources
     from .registry import Registry
-    sources = FileSources(store)
+    sources = Sources(store)
     return sources, Registry(store, sources.changes)

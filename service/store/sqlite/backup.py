@@ -31,7 +31,7 @@ import click
 from ...config import Config, redact
 from ...formats import DAY_FILE_RE, TENANT_RE
 from .rows import delete_rows
-from .shards import fetch_all, fetch_one, sql
+from .queries import fetch_all, fetch_one, sql
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -310,15 +310,20 @@ def restore(backup_dir: Path, data_dir: Path, *, force: bool = False) -> dict:
     return summary
 
 
+OWN_TOOLS = {"postgresql": ("PostgreSQL", "Back PostgreSQL up with its own tools (pg_dump, pg_basebackup; "
+                                          "docs/postgresql.md), or")}
+
+
 def _default_data_dir() -> str:
-    """CONTEXT_DATA_DIR, or an error when the configured store is not these files: backing up
-    ./data while the service writes to PostgreSQL would copy nothing, or an older store, and say it worked."""
+    """CONTEXT_DATA_DIR, or an error when the configured store is not SQLite's files: backing up ./data while
+    the service writes elsewhere (PostgreSQL, or any backend added later) would copy nothing, or an older
+    store, and say it worked."""
     config = Config.from_env()
-    if config.backend == "postgresql":
+    if config.backend != "sqlite":
+        name, advice = OWN_TOOLS.get(config.backend, (config.backend, "Use that store's own backup, or"))
         raise click.ClickException(
-            f"CONTEXT_STORE is PostgreSQL ({redact(config.store)}): backup and restore copy SQLite data files. "
-            "Back PostgreSQL up with its own tools (pg_dump, pg_basebackup; docs/postgresql.md), or "
-            "`context-mode export` the units; pass --data-dir to work on a SQLite data directory anyway.")
+            f"CONTEXT_STORE is {name} ({redact(config.store)}): backup and restore copy SQLite data files. "
+            f"{advice} `context-mode export` the units; pass --data-dir to work on a SQLite data directory anyway.")
     return config.data_dir
 
 

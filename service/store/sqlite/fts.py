@@ -18,7 +18,7 @@ from ...errors import TooCostly
 from ...params import SearchParams
 from ...ranking.bm25 import Bm25, ShardHit, scoring_sql as bm25_sql
 from ..filters import filters
-from .shards import sql
+from .queries import sql
 
 
 def fts_query(terms: list[str], operator: str) -> str:

@@ -13,7 +13,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ...tokenize import Tokenizer
-from .shards import Db, sql
+from .connections import Db
+from .queries import sql
 
 
 def index_pending(db: Db, tokenizer: Tokenizer, limit: int = 512, pool: ThreadPoolExecutor | None = None,

@@ -10,8 +10,9 @@ import os
 import time
 
 from ...instruments import DAYS_COMPACTED, DAYS_UNLINKED, UNITS_PURGED
+from .manage import compact, compact_due
 from .rows import remove_rows
-from .shards import sql
+from .queries import sql
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,6 @@ class Janitor:
 
     def _compact(self, t) -> list[str]:
         """Day files a tenth of which was forgotten (DELETE, bulk forget): their space back."""
-        from .manage import compact, compact_due
         done = []
         for day in t.live_days():
             db = t.shard(day, create=False)

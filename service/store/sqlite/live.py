@@ -20,9 +20,11 @@ import secrets
 import threading
 import time
 
-from ...live import KEEP_EVENTS_MS, STALE_MS, UNIT_PREFIX, FeedUnit, LimitReached
+from ...live import KEEP_EVENTS_MS, STALE_MS, FeedUnit, LimitReached
+from ...uris import UNITS_PREFIX
 from .indexer import index_pending
-from .shards import Db, TenantDbs, fetch_all, sql
+from .connections import Db, TenantDbs
+from .queries import fetch_all, sql
 from .store import STALE_RESERVATION_MS
 
 log = logging.getLogger(__name__)
@@ -117,7 +119,7 @@ class ChangeLog:
     def observe(self, tenant: str, changes: list[dict]) -> None:
         """Store observer: a re-pushed unit (its fields may have changed) and a deleted one. New units
         are in the feed already. A failure here is logged: the change itself is durable and acked."""
-        rows = [(UNIT_PREFIX + c["cid"], "deleted" if c["status"] == "deleted" else "changed")
+        rows = [(UNITS_PREFIX + c["cid"], "deleted" if c["status"] == "deleted" else "changed")
                 for c in changes if c.get("status") in ("duplicate", "deleted")]
         try:
             self.record(tenant, rows)
@@ -172,10 +174,10 @@ class Slots:
         self.db.close()
 
 
-class FileSources:
+class Sources:
     """Where the hub reads changes on the SQLite backend: the feed and the change log in the tenant's files,
     the stream slots in ``<data>/streams.db``; polled every ``listen_poll_ms``. The PostgreSQL backend's
-    counterpart, with the same methods, is service/store/postgresql/live.py's PgSources (tables, woken by NOTIFY)."""
+    counterpart, with the same methods, is service/store/postgresql/live.py's Sources (tables, woken by NOTIFY)."""
 
     def __init__(self, store):
         self.store = store

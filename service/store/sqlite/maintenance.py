@@ -13,11 +13,11 @@ import threading
 import time
 
 from ...instruments import UNITS_INDEXED
-from ..loop import Loop, TenantLock
+from ..loop import MaintenanceApi
 from . import readsync
 from .indexer import index_pending
 from .janitor import Janitor
-from .shards import fetch_one
+from .queries import fetch_one
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +28,11 @@ IN_FLIGHT_MS = 2000
 FULL_SCAN_S = 1.0
 
 
-class Maintenance(Loop):
+class Maintenance(MaintenanceApi):
     """Background indexer, read-index sync and janitor for every tenant this process leads."""
 
     def __init__(self, store):
         super().__init__(store)
-        self._locks: dict[str, TenantLock] = {}
         self._recovered: set[str] = set()
         # Days pushes wrote since this tenant's last pass: a pass reads only those, and every live
         # day once per FULL_SCAN_S (what a lost wake-up or another program's write left behind).
@@ -41,27 +40,15 @@ class Maintenance(Loop):
         self._dirty_lock = threading.Lock()
         self._last_full = 0.0
         self.janitor = Janitor()
-        self.read_writers: dict[str, readsync.Writer] = {}
 
     def stopped(self) -> None:
         self.step_down()
 
     def step_down(self) -> None:
-        if not self._locks and not self.read_writers:
+        if not self._locks and not self.read_syncs:
             return
-        for w in self.read_writers.values():
-            w.close()
-        self.read_writers.clear()
-        for lock in self._locks.values():
-            lock.release()
-        self._locks.clear()
+        super().step_down()
         self._recovered.clear()        # leading again later starts with a full pass over every file
-
-    def leads(self, tenant: str) -> bool:
-        lock = self._locks.get(tenant)
-        if lock is None:
-            lock = self._locks[tenant] = TenantLock(self.store.tenant(tenant).dir / "maintenance.lock")
-        return lock.try_acquire()
 
     def mark(self, tenant: str | None, days) -> None:
         if tenant is not None and days:
@@ -84,7 +71,7 @@ class Maintenance(Loop):
                 continue
             t = self.store.tenant(name)
             total += self.index_tenant(t, full)
-            writer = self.read_writer(t)
+            writer = self.read_sync(name)
             if janitor_due:
                 for day in self.janitor.run(t)["unlinked_days"]:
                     if writer is not None:
@@ -95,13 +82,13 @@ class Maintenance(Loop):
             self._last_janitor = time.time()
         return total
 
-    def read_writer(self, t):
+    def read_sync(self, tenant: str) -> readsync.ReadSync | None:
         """This leader's writer of the tenant's read index (None when searches do not use one)."""
         if not self.config.replicas:
             return None
-        w = self.read_writers.get(t.name)
+        w = self.read_syncs.get(tenant)
         if w is None:
-            w = self.read_writers[t.name] = readsync.Writer(t, self.config, self.store.readers)
+            w = self.read_syncs[tenant] = readsync.ReadSync(self.store.tenant(tenant), self.config, self.store.readers)
         return w
 
     def sync_read_index(self, writer) -> int:

@@ -17,7 +17,8 @@ import time
 from ...readindex.reader import Readers
 from ...readindex.schema import day_key, document, index_dir
 from ...readindex.writer import IndexWriter
-from .shards import sql
+from ...units import MUTABLE_FIELDS
+from .queries import sql
 
 SYNC_BATCH = 5000              # rows (and tombstones) read per shard per round
 COMMIT_EVERY = 50_000          # at most this many changes before a commit (bulk builds)
@@ -43,14 +44,13 @@ def _mark_sent(conn, rows, last_delete: int | None) -> None:
     # Rows read as 1 that a push changed meanwhile are 3 now (unit_upsert) and stay so; rows read as
     # 3 (rare) are compared field by field, since a second change leaves them 3.
     conn.execute(sql("sync_mark_new"), {"ids": json.dumps([r["id"] for r in rows if r["indexed"] == 1])})
-    conn.executemany(sql("sync_mark"), ({"id": r["id"], "type": r["type"], "ttl": r["ttl"],
-                                         "expires_at": r["expires_at"], "metadata": r["metadata"],
-                                         "parent_cid": r["parent_cid"]} for r in rows if r["indexed"] == 3))
+    conn.executemany(sql("sync_mark"), ({"id": r["id"], **{name: r[name] for name in MUTABLE_FIELDS}}
+                                        for r in rows if r["indexed"] == 3))
     if last_delete is not None:
         conn.execute(sql("sync_deletes_done"), {"n": last_delete})
 
 
-class Writer:
+class ReadSync:
     """The leader's side of one tenant's read index: sync passes, day drops, rebuilds."""
 
     def __init__(self, t, config, readers: Readers):

@@ -10,14 +10,15 @@ import logging
 from ...errors import Conflict, Unprocessable
 from ...ranking.tools import COLUMN_BYTES, MAX_CANDIDATES, bounded_candidates
 from ...toolcheck import is_tool_name, not_found, tool_dict, tool_uri, validate_tool
-from ..base import RegistryBase
+from ..base import RegistryApi
 from .fts import fts_query
-from .shards import TenantDbs, sql
+from .connections import TenantDbs
+from .queries import sql
 
 log = logging.getLogger(__name__)
 
 
-class Registry(RegistryBase):
+class Registry(RegistryApi):
     """Every tenant's tools.db in this process; writes are one transaction each."""
 
     def __init__(self, store, changes):

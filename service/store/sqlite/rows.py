@@ -9,7 +9,7 @@ import sqlite3
 
 from ...unitkeys import derive_text
 from ...units import now_ms
-from .shards import schema, sql
+from .queries import schema, sql
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from ...units import day_of, unit_dict
 from . import fts, readsync
 from .fts import CpuBudget
 from .indexer import catch_up
-from .shards import fetch_all, fetch_one
+from .queries import fetch_all, fetch_one
 from .tail import Tail, TailReader
 
 

@@ -20,20 +20,21 @@ import tempfile
 import threading
 import time
 
-from ...readindex.reader import Readers
-from . import readsync
 from ...config import Config
 from ...errors import ApiError, NotFound
 from ...formats import TENANT_RE, is_cid
+from ...readindex.reader import Readers
 from ...tokenize import tokenizer_for
 from ...units import now_ms, unit_dict
 from ..base import StoreApi
 from ..push import PushPlan, check_day_cap, collision
-from . import manage
+from . import manage, readsync
+from .connections import OpenShards
 from .groupcommit import Group, Job
+from .queries import fetch_all, fetch_one, sql
 from .search import Searcher
-from .shards import OpenShards, fetch_all, fetch_one, sql
 from .tenant import Tenant
+from .threads import CatalogThreads
 
 log = logging.getLogger(__name__)
 
@@ -189,11 +190,7 @@ class Store(StoreApi):
         for i, u, seq, status, thread, tpos in items:
             if status == "duplicate" and conn.execute(sql("unit_exists"), {"cid": u.cid}).fetchone() is None:
                 status = "ok"   # reserved by an earlier push that failed before its shard write: first store
-            cur = conn.execute(sql("unit_upsert"), {
-                "cid": u.cid, "seq": seq, "type": u.type, "source": u.source, "timestamp": u.timestamp,
-                "ttl": u.ttl, "expires_at": u.expires_at, "content": u.content,
-                "metadata": u.metadata_json(), "parent_cid": u.parent_cid, "pushed_ms": ms, **u.keys,
-                "thread": thread, "tpos": tpos})
+            cur = conn.execute(sql("unit_upsert"), {**u.columns(seq=seq, thread=thread, tpos=tpos), "pushed_ms": ms})
             if cur.rowcount == 0:
                 results[i] = collision(u.cid)      # the shard holds a different unit under this CID: kept
                 continue
@@ -314,17 +311,3 @@ class Store(StoreApi):
     # --- search -------------------------------------------------------------------------------
     def _search(self, tenant: str, params) -> dict:
         return self.searcher.search(self.tenant(tenant), params)
-
-
-class CatalogThreads:
-    """The catalog's answers to thread assignment (``push.ThreadLookup``), in the push's transaction."""
-
-    def __init__(self, conn: sqlite3.Connection):
-        self.conn = conn
-
-    def last_pos(self, thread: str) -> int | None:
-        return self.conn.execute(sql("catalog_thread_last"), {"thread": thread}).fetchone()[0]
-
-    def previous(self, source: str, lo: int, hi: int) -> str | None:
-        row = self.conn.execute(sql("catalog_source_previous"), {"source": source, "lo": lo, "hi": hi}).fetchone()
-        return row[0] if row else None

@@ -23,7 +23,7 @@ from ...units import unit_dict
 from ..filters import filters
 from . import fts
 from .fts import CpuBudget
-from .shards import fetch_one, sql
+from .queries import fetch_one, sql
 
 log = logging.getLogger(__name__)
 

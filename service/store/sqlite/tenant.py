@@ -1,7 +1,7 @@
 """One tenant's files (docs/design.md §5): ``tenants/<name>/catalog.db``, ``primary/DAY.db`` and
 ``replica/index/`` (the read index, service/readindex/).
 
-A Tenant opens its day shards on demand; the store's ``OpenShards`` (service/store/sqlite/shards.py)
+A Tenant opens its day shards on demand; the store's ``OpenShards`` (service/store/sqlite/connections.py)
 decides which stay open across tenants: a day past the tenant's share is opened for its caller alone. Searcher, maintenance and janitor hold a Tenant,
 never the whole store. (The catalog, ``events.db`` and ``tools.db`` sit beside; the read index's
 folder is named by service/readindex/schema.py.)"""
@@ -15,9 +15,10 @@ from pathlib import Path
 
 from ...config import Config
 from ...formats import DAY_FILE_RE, TENANT_RE
-from ..push import StoredInOrder
-from .rows import migrate_shard, run_script
-from .shards import Db, OpenShards, connect, fetch_all, fetch_one, sql
+from . import threads
+from .rows import migrate_shard
+from .connections import Db, OpenShards, connect
+from .queries import fetch_all, fetch_one, sql
 
 SHARD_SCHEMA_VERSION = 3          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
 
@@ -38,7 +39,7 @@ class Tenant:
         self.catalog = Db(self.dir / "catalog.db", "catalog_schema.sql", config, may_be_unlinked=False)
         self._version_conn: sqlite3.Connection | None = None
         self._version_lock = threading.Lock()
-        self.catalog.write(migrate_catalog, config.thread_gap_s)
+        self.catalog.write(threads.migrate, config.thread_gap_s)
         self._shards: dict[str, Db] = {}
         self._lock = threading.Lock()
 
@@ -139,23 +140,6 @@ class Tenant:
                 self._version_conn.close()
                 self._version_conn = None
         self.catalog.close()
-
-
-def migrate_catalog(conn: sqlite3.Connection, gap: int = 0) -> None:
-    """Bring a catalog written before threads to schema 2 (inside the write lock): the columns, then each unit
-    its thread and place by the push's rules, in acknowledgement order; then the thread indexes (every open; by
-    source and time only where CONTEXT_THREAD_GAP_S asks for them)."""
-    if conn.execute(sql("schema_version")).fetchone()[0] < 2:
-        run_script(conn, "catalog_migrate_v2.sql")
-        threads = StoredInOrder(gap)
-        updates = []
-        for r in conn.execute(sql("catalog_for_threads")).fetchall():
-            thread, tpos = threads.assign(r)
-            updates.append({"seq": r["seq"], "thread": thread, "tpos": tpos})
-        conn.executemany(sql("catalog_set_thread"), updates)
-    conn.execute(sql("catalog_index_thread"))
-    if gap > 0:
-        conn.execute(sql("catalog_index_source_ts"))
 
 
 def _older(db: Db) -> bool:

@@ -15,8 +15,8 @@ import click
 from context_mode_client import ContextModeClient, ContextModeError
 
 from context_mode_client import textsplit
-from .client_env import KEY_VAR, URL_VAR, from_env
-from .formats import CONTROL_CHARS_RE
+from ..formats import CONTROL_CHARS_RE
+from .env import KEY_VAR, URL_VAR, from_env
 
 MAX_REPORTED = 20
 

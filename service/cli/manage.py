@@ -1,6 +1,6 @@
 """Client commands to see and manage the memory: `context-mode list | stats | forget | export`.
 
-Like push/search/import (service/cli_client.py) they talk to a running service over HTTP with
+Like push/search/import (service/cli/client.py) they talk to a running service over HTTP with
 ``--url``/``CONTEXT_URL`` and ``--api-key``/``CONTEXT_API_KEY``; nothing here touches the store.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import click
 from context_mode_client import ContextModeError
 
-from .cli_client import _client, _fail, _options
+from .client import _client, _fail, _options
 
 SAMPLE_CHARS = 80
 

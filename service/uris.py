@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote_to_bytes
 
-from ..formats import ASCII_CONTROL_RE, is_cid
-from ..toolcheck import is_tool_name
+from .formats import ASCII_CONTROL_RE, is_cid
+from .toolcheck import is_tool_name
 
 SCHEME = "context://"
 UNITS_PREFIX = SCHEME + "units/"

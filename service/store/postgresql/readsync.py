@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tantivy import FieldType, Query
 
-from ...live import UNIT_PREFIX
+from ...uris import UNITS_PREFIX
 from ...readindex.schema import document, index_dir
 from ...readindex.writer import IndexWriter
 from .queries import sql
@@ -53,7 +53,7 @@ def as_document(r) -> object:
     return document(r["day"], key_of(r["cid"]), r, r["tokens"] or "", r["unit"])
 
 
-class NodeIndex:
+class ReadSync:
     """This node's writer of one tenant's read index (only the tenant's maintenance leader holds one)."""
 
     def __init__(self, store, tenant: str):
@@ -135,7 +135,7 @@ class NodeIndex:
         ahead = None                    # still queued keeps the watermark below it, not the reads)
         while True:
             if ahead is None:
-                ahead = reads.submit(self.store.read_replica, self.tenant, self._read, after, self.n)
+                ahead = reads.submit(self.store.db.read_replica, self.tenant, self._read, after, self.n)
             start, pos, changes, units, changed = ahead.result()
             ahead = None
             why = self._diverged(start, pos, changes)
@@ -150,7 +150,7 @@ class NodeIndex:
                 after = units[-1]["seq"]
             more = len(units) == PAGE or len(changes) == PAGE
             if more:
-                ahead = reads.submit(self.store.read_replica, self.tenant, self._read, after,
+                ahead = reads.submit(self.store.db.read_replica, self.tenant, self._read, after,
                                      changes[-1]["n"] if changes else start)
             done = self._apply(pos, changes, units, changed)
             sent += done
@@ -176,8 +176,8 @@ class NodeIndex:
         start = pos["n"] if n is None else n
         changes = conn.execute(sql("live_events_since"), {**args, "after": start}).fetchall()
         units = conn.execute(sql("node_units"), {**args, "after": after}).fetchall()
-        touched = [c["uri"][len(UNIT_PREFIX):] for c in changes
-                   if c["uri"].startswith(UNIT_PREFIX) and c["kind"] == "changed"]
+        touched = [c["uri"][len(UNITS_PREFIX):] for c in changes
+                   if c["uri"].startswith(UNITS_PREFIX) and c["kind"] == "changed"]
         changed = conn.execute(sql("node_units_by_cid"), {**args, "cids": touched}).fetchall() if touched else []
         return start, pos, changes, units, changed
 
@@ -200,8 +200,8 @@ class NodeIndex:
         w = self.index
         replace = not w.building        # (a build's index holds nothing it could duplicate)
         for c in changes:
-            if c["uri"].startswith(UNIT_PREFIX):
-                w.delete_key(key_of(c["uri"][len(UNIT_PREFIX):]))
+            if c["uri"].startswith(UNITS_PREFIX):
+                w.delete_key(key_of(c["uri"][len(UNITS_PREFIX):]))
         for r in changed:               # re-pushed and already sent: the unit as it is now (deleted above)
             if r["ntok"] and (r["seq"] <= self.watermark or r["cid"] in self.above):
                 w.add(as_document(r))

@@ -1,4 +1,5 @@
-"""Slow clients cannot hold gunicorn's worker threads (docs/design.md §9).
+"""Slow clients cannot hold gunicorn's worker threads (docs/design.md §9): arrival.py the requests, deadline.py
+the responses.
 
 gthread hands a connection to a worker thread as soon as it is readable, and the thread then reads
 the request with blocking ``recv`` calls and writes the response with blocking ``sendall``. A client
@@ -6,7 +7,7 @@ that sends one header line every few seconds (slowloris), trickles a body, or re
 4 KiB at a time therefore held a thread for as long as it liked; 20 of them starved /healthz.
 Installed from service/gunicorn_conf.py (in the master, before fork):
 
-- **A request arrives without a thread** (service/guard_arrival.py): its head and its body, whatever
+- **A request arrives without a thread** (service/guard/arrival.py): its head and its body, whatever
   the framing (Content-Length, chunked, after "100 Continue"), are buffered as they come, and the
   thread gets the whole request at once.
 - **Authentication before the body.** A request with a body whose Authorization header names no
@@ -15,7 +16,7 @@ Installed from service/gunicorn_conf.py (in the master, before fork):
   route's limit (413).
 - **Total deadline.** Headers and body arrive within ``request_deadline_s`` of the first byte, or the
   client gets a JSON 408 and the connection is closed.
-- **Responses** (service/guard_socket.py): a client slower than the server has the rest of its
+- **Responses** (service/guard/deadline.py): a client slower than the server has the rest of its
   response written by the worker's poller, not a thread; a thread that does wait on a client (a
   response over 8 MiB, a body not buffered) waits under a ``Pace``: ``slow_client_grace_s`` in all
   beyond what the client's pace pays for at ``min_send_rate`` / ``min_receive_rate``. Every response
@@ -32,8 +33,8 @@ import socket
 from concurrent import futures
 from functools import partial
 
-from .guard_arrival import Door, buffer_request, hand_over
-from .guard_socket import Bounds, DeadlineSocket, Flush, reset
+from .arrival import Door, buffer_request, hand_over
+from .deadline import Bounds, DeadlineSocket, Flush, reset
 
 UNSENT_BYTES = 128 * 1024        # of a response, held unsent by the kernel per connection (TCP_NOTSENT_LOWAT)
 DRAIN_BYTES = 64 * 1024          # what a closing connection still reads of a body nobody wanted (no waiting)
@@ -225,7 +226,7 @@ def install(bounds: Bounds) -> None:
     if _ORIGINAL:
         return
     if not hasattr(gthread, "_DEFER") or not hasattr(gthread.TConn, "init"):
-        raise RuntimeError("service/gunicorn_guard.py needs gunicorn >= 27 (gthread connection deferral)")
+        raise RuntimeError("service/guard/ needs gunicorn >= 27 (gthread connection deferral)")
     worker, conn = gthread.ThreadWorker, gthread.TConn
     _ORIGINAL.update(bounds=bounds, init=conn.__init__, close=conn.close, handle=worker.handle,
                      finish=worker.finish_request, murder=worker.murder_pending,

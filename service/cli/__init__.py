@@ -1,4 +1,6 @@
-"""`context-mode` command line: serve, doctor, keys (and client commands when installed)."""
+"""`context-mode` command line: serve, doctor, keys; the stores' backup and restore, the MCP stdio bridge
+(``stdio.py``), and the client commands when the Python client is installed (``client.py``: push, search, import;
+``manage.py``: list, stats, export, forget; their settings: ``env.py``)."""
 from __future__ import annotations
 
 import os
@@ -7,7 +9,9 @@ import tempfile
 
 import click
 
-from .config import Config
+from ..config import Config
+from ..store import register_cli
+from . import stdio
 
 
 @click.group()
@@ -19,7 +23,7 @@ def main():
 @click.option("--bind", default=None, help="host:port (default: CONTEXT_BIND or 127.0.0.1:5000)")
 def serve(bind):
     """Run the development server (use `make run` for gunicorn)."""
-    from . import create_app, preflight
+    from .. import create_app, preflight
     try:
         config = preflight.check(log=lambda line: click.echo(line, err=True), **({"bind": bind} if bind else {}))
     except preflight.Refused as e:
@@ -35,8 +39,8 @@ def serve(bind):
 @click.option("--quiet", is_flag=True, help="Print only problems.")
 def doctor(quiet):
     """Check the configuration and keys, the storage backend, the data directory and the jieba dictionary."""
-    from . import preflight
-    from .store import doctor_lines
+    from .. import preflight
+    from ..store import doctor_lines
     ok = True
 
     def report(good: bool, text: str):
@@ -63,7 +67,7 @@ def doctor(quiet):
     except OSError as e:
         report(False, f"data directory {config.data_dir} not writable: {e}")
     try:
-        from .tokenize import Tokenizer
+        from ..tokenize import Tokenizer
         tok = Tokenizer(segmenter=config.segmenter, user_dict=config.user_dict, stem=config.stem)
         tokens = tok.tokens("订单管理系统 ORD-7890")
         report("订单" in tokens, f"jieba dictionary loads ({tok.segmenter}): {' '.join(tokens)}")
@@ -72,7 +76,7 @@ def doctor(quiet):
     try:
         import resource
 
-        from .boot import open_files_needed
+        from ..boot import open_files_needed
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         need = open_files_needed(config)
         usable = hard if hard != resource.RLIM_INFINITY else need
@@ -96,7 +100,7 @@ def doctor(quiet):
 
 
 def _keys_summary(config: Config) -> str:
-    from .auth import KeyRing
+    from ..auth import KeyRing
     entries = KeyRing.from_config(config).entries
     if not entries:
         return "no API keys (single 'default' tenant, loopback only)"
@@ -115,7 +119,7 @@ def keys():
 @click.option("--file", "path", default=None, help="Keys file (default: CONTEXT_API_KEYS_FILE).")
 def keys_add(tenant, scopes, path):
     """Create a key: print it once, store only its hash."""
-    from .auth import add_key
+    from ..auth import add_key
     path = _keys_file(path)
     try:
         key = add_key(path, tenant, [s.strip() for s in scopes.split(",") if s.strip()])
@@ -139,7 +143,7 @@ def _keys_file(path: str | None) -> str:
 @click.option("--file", "path", default=None, help="Keys file (default: CONTEXT_API_KEYS_FILE).")
 def keys_list(path):
     """List keys: id (first 12 hex digits of the hash, as in logs), tenant, scopes. Never the keys."""
-    from .auth import list_keys
+    from ..auth import list_keys
     path = _keys_file(path)
     try:
         entries = list_keys(path)
@@ -157,7 +161,7 @@ def keys_list(path):
 def keys_revoke(key_id, path):
     """Remove the key whose id (from `keys list`) starts with KEY_ID. Takes effect when the
     service restarts or reloads (SIGHUP to gunicorn's master)."""
-    from .auth import revoke_key
+    from ..auth import revoke_key
     path = _keys_file(path)
     try:
         gone = revoke_key(path, key_id)
@@ -167,25 +171,15 @@ def keys_revoke(key_id, path):
     click.echo("restart the service or send SIGHUP to gunicorn's master for it to take effect", err=True)
 
 
-def _register_plugins() -> None:
-    """Commands that live beside the service: the stores' own (backup/restore), the MCP stdio bridge, and the
-    client commands (push, search, import; list, stats, export, forget) when the Python client
-    package is installed."""
-    from .mcp import stdio
-    from .store import register_cli
-    register_cli(main)
-    stdio.register_cli(main)
-    try:
-        from . import cli_client, cli_manage
-    except ModuleNotFoundError as e:
-        if e.name != "context_mode_client":
-            raise
-        return  # installed without clients/python: no push/search/import commands
-    cli_client.register_cli(main)
-    cli_manage.register_cli(main)
-
-
-_register_plugins()
-
-if __name__ == "__main__":
-    main()
+# Commands that live beside the service: the stores' own (backup/restore), the MCP stdio bridge, and the client
+# commands (push, search, import; list, stats, export, forget) when the Python client package is installed.
+register_cli(main)
+stdio.register_cli(main)
+try:
+    from . import client, manage
+except ModuleNotFoundError as e:
+    if e.name != "context_mode_client":
+        raise
+else:                   # (installed without clients/python: no push/search/import commands)
+    client.register_cli(main)
+    manage.register_cli(main)

@@ -1,4 +1,4 @@
-"""The socket a gunicorn worker thread sees while it handles a request (service/gunicorn_guard.py):
+"""The socket a gunicorn worker thread sees while it handles a request (service/guard/):
 reads and writes bounded so that a slow client cannot hold the thread.
 
 - Reads come first from the temporary file of a large body the guard buffered, then from the socket,
@@ -21,6 +21,8 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 
+from ..config import Config
+
 PREBUFFER_BYTES = 256 * 1024     # of a request or response, kept in memory; the rest goes to an unlinked temporary file
 RESPONSE_SPOOL_BYTES = 8 * 1024 * 1024   # a response kept for a slow client; a larger one's thread writes it, paced
 SPOOL_AFTER_S = 0.05             # a client that has not made room in a response's socket buffer by then is slow
@@ -42,7 +44,6 @@ class Bounds:
     def from_config(cls, config=None, **overrides) -> "Bounds":
         """``config``'s bounds (without one, the settings' defaults), with ``overrides``."""
         if config is None:
-            from .config import Config
             config = Config()
         return replace(cls(config.read_timeout_s, config.request_deadline_s, config.slow_client_grace_s,
                            config.min_receive_rate, config.min_send_rate, config.write_deadline_s,

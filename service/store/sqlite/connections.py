@@ -2,7 +2,7 @@
 
 One :class:`Db` owns one database file. Reads run ``fn(conn)`` on a pooled connection;
 writes run ``fn(conn)`` inside ``BEGIN IMMEDIATE`` on the single writer connection of
-this process. SQL text lives in ``sql/`` and is loaded once by name.
+this process. SQL text lives in ``sql/`` and is loaded once by name (queries.py).
 """
 from __future__ import annotations
 
@@ -17,27 +17,9 @@ import time
 from pathlib import Path
 
 from ...errors import StorageUnavailable
-from ..statements import named, sql_file
+from .queries import schema
 
 log = logging.getLogger(__name__)
-
-def sql(name: str) -> str:
-    """A named statement from sql/queries.sql (or another sql/*_queries.sql, e.g. live_queries.sql)."""
-    return named("*queries.sql")[name]
-
-
-def fetch_all(conn: sqlite3.Connection, name: str, params: dict | None = None) -> list:
-    """The rows of a named statement: ``db.read(fetch_all, "catalog_recent", {...})``."""
-    return conn.execute(sql(name), params or {}).fetchall()
-
-
-def fetch_one(conn: sqlite3.Connection, name: str, params: dict | None = None):
-    """The first row of a named statement (None when there is none)."""
-    return conn.execute(sql(name), params or {}).fetchone()
-
-
-def schema(filename: str) -> str:
-    return sql_file(filename)
 
 
 def check_fts5() -> str | None:

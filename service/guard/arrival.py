@@ -1,4 +1,4 @@
-"""A request as it arrives, before a gunicorn worker thread reads it (service/gunicorn_guard.py).
+"""A request as it arrives, before a gunicorn worker thread reads it (service/guard/).
 
 Each time the connection is readable, ``buffer_request`` takes what has arrived without blocking: the
 head, then the body whatever its framing (Content-Length, chunked, or after the "100 Continue" sent
@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from .guard_socket import PREBUFFER_BYTES, Bounds
+from ..doors import body_limit
+from .deadline import PREBUFFER_BYTES, Bounds
 
 _CHUNK_LINE_MAX = 8192            # gunicorn's own bound on a chunk-size line (limit_request_field_size)
 _TRAILER_MAX = 8190 * 32          # ... and on a trailer section
@@ -174,7 +175,6 @@ class Door:
     def limit(self, path: str) -> int:
         if self.config is None:
             return self.bounds.max_body_bytes
-        from .doors import body_limit
         return body_limit(self.config, path)
 
     def authenticated(self, header: str | None) -> bool:

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 import requests
 
-from ..client_env import KEY_VAR, URL_VAR, from_env
+from .env import KEY_VAR, URL_VAR, from_env
 
 log = logging.getLogger("context-mode.mcp-stdio")
 

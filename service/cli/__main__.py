@@ -1,0 +1,4 @@
+"""``python -m service.cli``: the ``context-mode`` command."""
+from . import main
+
+main()
