@@ -54,6 +54,11 @@ local function load(path, into)
 end
 load("%(search)s", bodies_search)
 load("%(push)s", bodies_push)
+local auth = "%(auth)s"
+local function hdrs(t)
+  if auth ~= "" then t["Authorization"] = "Bearer " .. auth end
+  return t
+end
 local counter = 1
 function setup(thread) thread:set("id", counter); counter = counter + 1 end
 local i, n = 0, 0
@@ -64,13 +69,13 @@ end
 local function search_req()
   i = i + 1
   if i > #bodies_search then i = 1 end
-  return wrk.format("POST", "/mcp/search", {["Content-Type"] = "application/json"}, bodies_search[i])
+  return wrk.format("POST", "/mcp/search", hdrs({["Content-Type"] = "application/json"}), bodies_search[i])
 end
 local function push_req()
   n = n + 1
   local b = bodies_push[(n %% #bodies_push) + 1]
   b = string.gsub(b, "@N@", "%(nonce)s-" .. id .. "-" .. n)
-  return wrk.format("POST", "/mcp/push", {["Content-Type"] = "application/json"}, b)
+  return wrk.format("POST", "/mcp/push", hdrs({["Content-Type"] = "application/json"}), b)
 end
 function done(summary, latency, requests)
   local out = {}
@@ -157,13 +162,14 @@ class RssSampler(threading.Thread):
                 self.peak[p.pid] = max(self.peak.get(p.pid, 0), rss)
 
 
-def start_gunicorn(src: Path, app: str, port: int, log_name: str, pythonpath: str, **env_vars) -> subprocess.Popen:
-    """``app`` under service/gunicorn_conf.py with the default workers and threads."""
+def start_gunicorn(src: Path, app: str, port: int, log_name: str, pythonpath: str, conf: str = "service/gunicorn_conf.py",
+                   **env_vars) -> subprocess.Popen:
+    """``app`` under service/gunicorn_conf.py (or ``conf``) with the default workers and threads."""
     env = dict(os.environ, CONTEXT_BIND=f"127.0.0.1:{port}", PYTHONPATH=pythonpath, **env_vars)
     env.pop("CONTEXT_WORKERS", None)
     env.pop("CONTEXT_THREADS", None)
     log = open(TMP / log_name, "ab")
-    return subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-c", "service/gunicorn_conf.py", app],
+    return subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-c", conf, app],
                             cwd=src, env=env, stdout=log, stderr=log, start_new_session=True)
 
 
@@ -216,7 +222,8 @@ def search_queries(kind: str, seed: int) -> list[str]:
     return (questions if kind == "questions" else queries)(2000, seed)
 
 
-def write_inputs(seed: int, nonce: str, kind: str = "short") -> dict:
+def write_inputs(seed: int, nonce: str, kind: str = "short", key: str | None = None) -> dict:
+    """wrk's Lua scripts per workload (each request with ``Authorization: Bearer <key>`` when a key is given)."""
     from corpus import Generator
     TMP.mkdir(parents=True, exist_ok=True)
     search = TMP / "http-search-bodies.txt"
@@ -232,8 +239,8 @@ def write_inputs(seed: int, nonce: str, kind: str = "short") -> dict:
     push.write_text("\n".join(lines) + "\n")
     scripts = {}
     for name, req in REQUEST.items():
-        path = TMP / f"http-{name}.lua"
-        path.write_text(LUA_COMMON % {"search": search, "push": push, "nonce": nonce} + req)
+        path = TMP / f"http-{name}{'-key' if key else ''}.lua"
+        path.write_text(LUA_COMMON % {"search": search, "push": push, "nonce": nonce, "auth": key or ""} + req)
         scripts[name] = path
     return scripts
 
@@ -349,16 +356,18 @@ class Server:
         return rss
 
 
-def run_alternating(servers: list[Server], cells: list, scripts: dict, duration: float, rounds: int) -> None:
+def run_alternating(servers: list[Server], cells: list, scripts: dict, duration: float, rounds: int,
+                    scripts_of=None) -> None:
     """Every server up at once; each cell (workload, connections) runs on each server in turn, the order
     turned round each round, so that the shared machine's load falls on all alike. Before each cell every
-    server is idle (no backlog of another's cell); the server's CPU per request is read around it."""
+    server is idle (no backlog of another's cell); the server's CPU per request is read around it.
+    ``scripts_of(server)``, when given, picks a server's own scripts (e.g. with its key)."""
     for s in servers:
         s.up()
     for s in servers:
         s.ready()
         if "search" in s.workloads:
-            wrk(scripts["search"], s.port, 16, 3)       # warm each alike: connections, caches, the index
+            wrk((scripts_of(s) if scripts_of else scripts)["search"], s.port, 16, 3)       # warm each alike: connections, caches, the index
     for rnd in range(rounds):
         for workload, conns in cells:
             turn = [s for s in servers if workload in s.workloads]
@@ -367,7 +376,7 @@ def run_alternating(servers: list[Server], cells: list, scripts: dict, duration:
                 for other in servers:
                     wait_idle(other.proc.pid)
                 before = cpu_seconds({"node": s.proc.pid})
-                data = wrk(scripts[workload], s.port, conns, duration)
+                data = wrk((scripts_of(s) if scripts_of else scripts)[workload], s.port, conns, duration)
                 cpu = cpu_used(before, cpu_seconds({"node": s.proc.pid}))
                 data["round"] = rnd
                 data["server_cpu_ms_per_request"] = round(sum(v for k_, v in cpu.items() if k_.startswith("node "))
