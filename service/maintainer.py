@@ -263,7 +263,8 @@ def run(parent: int) -> int:
     is then the shell)."""
     _set_name(MAINTAINER_NAME)
     _die_with_parent()
-    from .boot import freeze_heap, limit_malloc_arenas, raise_open_files_limit, setup_logging
+    from .boot import freeze_heap, limit_malloc_arenas, raise_open_files_limit
+    from .logs import setup_logging
     from .store import check_backend, open_backend
     limit_malloc_arenas()
     from .config import Config
@@ -350,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     parent = int(argv[argv.index("--parent") + 1]) if "--parent" in argv else os.getppid()
     if argv and argv[0] == "run":
         return run(parent)
-    from .boot import setup_logging
+    from .logs import setup_logging
     setup_logging()
     return supervise(parent)
 
