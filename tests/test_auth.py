@@ -55,6 +55,27 @@ def test_tenants_are_isolated(keyed):
     assert [r["cid"] for r in rv.get_json()["results"]] == [only_acme["cid"]]
 
 
+def test_each_of_many_keys_is_its_own_tenant_and_a_repeated_hash_is_its_last_entry(tmp_path, make_app):
+    keys = {f"key-{i:05d}-0123456789abcdef": f"t{i % 500}" for i in range(2000)}
+    entries = [{"key_sha256": hash_key(k), "tenant": t, "scopes": ["push", "search"]} for k, t in keys.items()]
+    entries.append({"key_sha256": hash_key("key-00007-0123456789abcdef"), "tenant": "later", "scopes": ["search"]})
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps({"keys": entries}))
+    c = make_app(api_keys_file=str(path)).test_client()
+    for key in ("key-00001-0123456789abcdef", "key-01999-0123456789abcdef"):
+        assert c.post("/mcp/push", json=make_unit(f"zebrafish {key}"), headers=bearer(key)).status_code == 200
+    found = c.post("/mcp/search", json={"query": "zebrafish", "consistency": "strong"},
+                   headers=bearer("key-00501-0123456789abcdef")).get_json()["results"]
+    assert [r["content"] for r in found] == ["zebrafish key-00001-0123456789abcdef"]        # t1's, not t499's
+    # the hash listed twice is its later entry: tenant "later", search only
+    assert_error(c.post("/mcp/push", json=make_unit("x"), headers=bearer("key-00007-0123456789abcdef")), 403,
+                 "missing_scope")
+    assert c.post("/mcp/search", json={"query": "zebrafish", "consistency": "strong"},
+                  headers=bearer("key-00007-0123456789abcdef")).get_json()["results"] == []
+    assert_error(c.post("/mcp/search", json={"query": "x"}, headers=bearer("key-02000-0123456789abcdef")), 401,
+                 "invalid_api_key")
+
+
 def test_keys_file_rejects_bad_entries(tmp_path, make_app):
     for entry in ({"key": "k", "tenant": "../etc", "scopes": ["push"]},
                   {"key": "k", "tenant": "ok", "scopes": ["root"]},
