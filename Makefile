@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export CONTEXT_BIND ?= 127.0.0.1:5000
 export CONTEXT_DATA_DIR ?= ./data
 
-.PHONY: run serve test test-all test-fast test-postgresql bench quality soak fuzz clean lock container-smoke pg-cluster
+.PHONY: run serve test test-all test-fast test-postgresql bench quality memory soak fuzz clean lock container-smoke pg-cluster
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,12 @@ test-postgresql: $(VENV)/.installed-test
 # QUALITY_DATA: the folder holding the judged sets stard/ and scifact/ (bench/README.md, "Judged sets").
 quality: $(VENV)/.installed-bench
 	$(BIN)/python bench/quality.py
+
+# Agent memory on LoCoMo (bench/memory.py): LOCOMO names the public locomo10.json (github.com/snap-research/locomo,
+# data/locomo10.json; CC BY-NC 4.0, never shipped here) or a folder of conv-*.json files; CONVERSATIONS picks some
+# (e.g. conv-26,conv-30); MEMORY_ARGS adds others (--store postgresql, --ablations).
+memory: $(VENV)/.installed-bench
+	$(BIN)/python bench/memory.py $(if $(LOCOMO),--data $(LOCOMO)) $(if $(CONVERSATIONS),--conversations $(CONVERSATIONS)) $(MEMORY_ARGS)
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/search.py

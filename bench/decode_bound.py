@@ -65,6 +65,34 @@ def cases() -> dict[str, bytes]:
                        ("batch_1mib_wide_contents", "\U0001f600" + "a" * (MIB - 64))):
         units = [unit(f"{i} {text}") for i in range(BODY // (MIB + 256))]
         out[name] = json.dumps(units, ensure_ascii=False).encode()
+    out.update(escape_cases())
+    return out
+
+
+def one_field(name: bytes, text: bytes, size: int) -> bytes:
+    """One unit whose field ``name`` is ``text`` repeated to fill ``size`` bytes of body."""
+    head, tail = b'{"type": "tool_output", ', b'}'
+    if name != b"source":
+        head += b'"source": "bench_decode_v1", '
+    if name != b"content":
+        tail = b', "content": "x"' + tail
+    inner = size - len(head) - len(tail) - len(name) - 6
+    return head + b'"' + name + b'": "' + text * (inner // len(text)) + b'"' + tail
+
+
+def escape_cases() -> dict[str, bytes]:
+    """Issue 39, finding 4: one escaped string cost ~64x its size before its cap was checked. The same body
+    size as plain text beside each, so the two compare in one run."""
+    out = {"one_unit_source_newline_escapes": one_field(b"source", b"\\n", BODY),
+           "one_unit_content_e9_escapes": one_field(b"content", b"\\u00e9", BODY),
+           "one_unit_content_plain": one_field(b"content", b"a", BODY)}
+    # valid batches of escaped contents (each at most 1 MiB once decoded), as large as the body cap allows
+    for name, text, per_unit in (("batch_newline_escape_contents", b"\\n", MIB // 2),
+                                 ("batch_e9_escape_contents", b"\\u00e9", MIB // 2 - 64)):
+        one = json.dumps(unit("{i}"))[:-1].encode()
+        one = one.replace(b'"content": "{i}"', b'"content": "{i} ' + text * per_unit + b'"') + b"}"
+        n = BODY // (len(one) + 8)
+        out[name] = b"[" + b",".join(one.replace(b"{i}", str(i).encode()) for i in range(n)) + b"]"
     return out
 
 

@@ -68,7 +68,7 @@ def main(argv=None) -> None:
             lengths = view.searcher.fast_field_values("len", [h.address for h in hits])
             avgdl = index.average_length(view, terms, hits[0])
             scoring = index.scoring_terms(terms, weights)
-            exact = sorted((-x.score, index.unit_of(x.doc)["cid"]) for x in (
+            exact = sorted((-x.score, index.unit_of(x.document(view.searcher))["cid"]) for x in (
                 index.score_exactly(view.searcher, h, n, length_norm(n, avgdl), scoring, len(terms))
                 for h, n in zip(hits, lengths)))[:a.top_k]
             naive_ms = (time.perf_counter() - t) * 1000

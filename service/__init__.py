@@ -26,7 +26,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     from . import adapters, doors, errors, limits, mcp, metrics
     from .api import health, search, units
     from .auth import KeyRing
-    from .doors import refuse_open_bind
+    from .doors import refuse_open_bind, refuse_shared_origins
     from .store import check_backend, open_backend
 
     setup_logging()
@@ -51,6 +51,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
 
     keys = KeyRing.from_config(config)
     refuse_open_bind(config, keys)
+    refuse_shared_origins(config, keys)
     if keys.open:
         log.warning("=" * 72)
         log.warning("NO API KEYS CONFIGURED: every caller is the single 'default' tenant with all scopes.")
@@ -70,6 +71,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     errors.init_app(app)
     metrics.init_app(app)     # first: times and logs every request, also those the doors refuse
     doors.init_app(app)
+    limits.init_answers(app)  # after the doors: its 429 gets their CORS headers, and the access log sees it
     app.register_blueprint(units.bp)
     app.register_blueprint(search.bp)
     app.register_blueprint(health.bp)

@@ -54,7 +54,8 @@ def hook(args):
     """Agent hook: CLIENT EVENT, the event JSON on stdin (clients/MCP.md, "Agent hooks").
 
     Stores tool outputs and prompts, answers relevant earlier context in the agent's format; never
-    fails the agent (see `context-mode hook check`). Same as `python -m context_mode_client.hook`.
+    fails the agent (see `context-mode hook check`). The same as `context-mode-hook`, which agents
+    should call: it starts without loading the service (~300 ms less per call).
     """
     from context_mode_client.hook import main as hook_main
     hook_main(list(args))
@@ -69,7 +70,10 @@ def hook(args):
 @click.option("--timestamp", default=None, type=int, help="Unix seconds (default: now).")
 @click.option("--metadata", default=None, help="A JSON object.")
 @click.option("--parent", "parent_cid", default=None, help="CID of the parent unit.")
-def push(url, api_key, content, type_, source, ttl, timestamp, metadata, parent_cid):
+@click.option("--project", default=None, help="Sets metadata.project: searches with --project see the unit.")
+@click.option("--global", "is_global", is_flag=True,
+              help="Sets metadata.global: the unit is seen from every project (e.g. agent hooks in any repository).")
+def push(url, api_key, content, type_, source, ttl, timestamp, metadata, parent_cid, project, is_global):
     """Push one unit; CONTENT is the text ('-' or nothing reads stdin). Prints the CID."""
     if content is None or content == "-":
         content = sys.stdin.read()
@@ -79,9 +83,12 @@ def push(url, api_key, content, type_, source, ttl, timestamp, metadata, parent_
             meta = json.loads(metadata)
         except ValueError as e:
             raise click.BadParameter(f"not JSON: {e}", param_hint="--metadata") from None
+        if (project is not None or is_global) and not isinstance(meta, dict):
+            raise click.BadParameter("must be a JSON object to take --project or --global", param_hint="--metadata")
     try:
         rv = _client(url, api_key).push(content, type=type_, source=source, ttl=ttl, timestamp=timestamp,
-                                        metadata=meta, parent_cid=parent_cid)
+                                        metadata=meta, parent_cid=parent_cid, project=project,
+                                        is_global=is_global)
     except ContextModeError as e:
         _fail(e)
     click.echo(f"{rv['cid']} {rv['status']} seq={rv['seq']}")
@@ -93,16 +100,19 @@ def push(url, api_key, content, type_, source, ttl, timestamp, metadata, parent_
 @click.option("--top-k", default=10, show_default=True, type=int)
 @click.option("--type", "types", multiple=True, help="Only this type (repeatable).")
 @click.option("--source", default=None, help="Exact source, or a prefix ending in '*'.")
+@click.option("--project", default=None, help="Only this project's units (metadata.project) and global ones.")
 @click.option("--min-score", default=None, type=float)
 @click.option("--strong", is_flag=True, help="Read-your-writes: include units pushed just now.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON answer.")
-def search(url, api_key, query, top_k, types, source, min_score, strong, as_json):
+def search(url, api_key, query, top_k, types, source, project, min_score, strong, as_json):
     """Search units; prints score, CID, type, source and a one-line excerpt per result."""
     params = {"top_k": top_k}
     if types:
         params["types"] = list(types)
     if source:
         params["source"] = source
+    if project is not None:
+        params["project"] = project
     if min_score is not None:
         params["min_score"] = min_score
     if strong:

@@ -68,6 +68,9 @@ class Config:
     max_request_bytes: int = 1024 * 1024         # every other route's body (search, MCP, retrieval, ...)
     max_metadata_depth: int = 32
     max_lineage_bytes: int = 4 * 1024 * 1024     # content in one lineage answer (REST and review-lineage)
+    # Mask credentials in every pushed unit (content, source, metadata) with the hooks' detector before it is
+    # stored, under the CID of what is stored (docs/design.md §3); off: units are stored as sent.
+    mask_pushes: bool = False
     # Tokenizer (docs/design.md §6).
     segmenter: str = "auto"          # auto | rjieba | jieba
     user_dict: str | None = None
@@ -85,6 +88,9 @@ class Config:
     # files, the units acknowledged before it that the read index lacks; it indexes those still
     # pending for at most this long (0: off, default searches read the read index alone) ...
     read_your_writes_ms: int = 500
+    # A unit with no parent and no metadata.session joins its source's previous unit's thread when that one is
+    # 1 s to this many seconds older (0: off, each such unit is a thread of its own; docs/design.md §3).
+    thread_gap_s: int = 0
     # ... when they are at most this many (a bulk import's backlog is reported in freshness instead).
     read_your_writes_max: int = 20_000
     janitor_interval_s: float = 30.0
@@ -169,6 +175,15 @@ class Config:
     stream_key_share: int = -1
     shard_share: int = -1             # of max_open_shards: day files one tenant keeps open in a process
     tool_search_bytes: int = 8 << 20  # token bytes one tool search scores at most (name, text, schema columns)
+    # Large answers: one over large_answer_bytes (what the slow-client guard's poller keeps for a slow reader,
+    # service/guard_socket.py) holds a thread while a slow client reads it, so a worker writes at most
+    # large_answers of them at once (-1: half its threads), one tenant at most large_answer_share of those and
+    # one key large_answer_key_share (-1: half / the tenant's); past them 429 (a key's or tenant's share) or 503
+    # (the worker's), with Retry-After.
+    large_answer_bytes: int = 8 << 20
+    large_answers: int = -1
+    large_answer_share: int = -1
+    large_answer_key_share: int = -1
 
     def __post_init__(self):
         mode = str(self.synchronous).strip().upper()

@@ -12,6 +12,11 @@ A browser page on an origin the operator listed (``CONTEXT_ALLOWED_ORIGINS``: a 
 a Figma plugin's sandboxed window) gets CORS answers: its preflight is answered here, before any key is
 asked for (a preflight carries none), and every answer to it names its origin. Same-origin pages need
 none; other origins were refused by rule 1 before CORS could matter.
+
+``Origin: null`` names no site: every sandboxed iframe, ``file://`` page and ``data:`` URL sends it. So it is
+never trusted without keys (a start listing it, or ``*``, with no keys is refused: ``refuse_shared_origins``)
+and, with keys, it reaches the push route only (``NULL_ORIGIN_ROUTES``): never reads, admin, the console or
+metrics (docs/design.md §9).
 """
 from __future__ import annotations
 
@@ -26,6 +31,10 @@ from .errors import ApiError
 
 # Routes whose body may be a batch of units (up to config.max_body_bytes); all others get max_request_bytes.
 BATCH_ROUTES = ("/mcp/push",)
+# What a page whose Origin is "null" may reach (the Figma plugin pushes; nothing there reads or manages).
+NULL_ORIGIN_ROUTES = ("/mcp/push",)
+# Listed origins that any web page can send: "null" (sandboxed frames, file:// pages, data: URLs) and "*".
+SHARED_ORIGINS = ("null", "*")
 
 
 class DoorRefused(ApiError):
@@ -61,6 +70,12 @@ def host_ok(host: str | None, allowed: set[str]) -> bool:
     return bool(name) and (name in allowed or name.strip("[]") in allowed)
 
 
+def listed_origins(config) -> set[str]:
+    """The origins the operator listed (``CONTEXT_ALLOWED_ORIGINS`` and its older name), normalized."""
+    return {o.strip().lower().rstrip("/") for o in (*config.allowed_origins, *config.mcp_allowed_origins)
+            if o.strip()}
+
+
 def origin_ok(origin: str | None, host: str | None, config) -> bool:
     """No Origin: not a browser (or a same-origin GET). Else the exact origin of this service
     (scheme://Host as the request names it: any other port on localhost is another site) or one
@@ -68,8 +83,7 @@ def origin_ok(origin: str | None, host: str | None, config) -> bool:
     if origin is None:
         return True
     origin = origin.strip().lower().rstrip("/")
-    listed = {o.strip().lower().rstrip("/") for o in (*config.allowed_origins, *config.mcp_allowed_origins)
-              if o.strip()}
+    listed = listed_origins(config)
     if "*" in listed or origin in listed:
         return True
     try:
@@ -88,9 +102,12 @@ def listed_origin(origin: str | None, config) -> str | None:
     CORS answers. None for no Origin, this service's own, or any other."""
     if origin is None:
         return None
-    listed = {o.strip().lower().rstrip("/") for o in (*config.allowed_origins, *config.mcp_allowed_origins)
-              if o.strip()}
+    listed = listed_origins(config)
     return origin if "*" in listed or origin.strip().lower().rstrip("/") in listed else None
+
+
+def null_origin(origin: str | None) -> bool:
+    return origin is not None and origin.strip().lower() == "null"
 
 
 # What a listed origin's page may send and read (the MCP transport's headers among them)
@@ -147,8 +164,12 @@ def check_request() -> None:
     config = current_app.config["CONTEXT"]
     if not host_ok(request.headers.get("Host"), allowed_hosts(config)):
         raise DoorRefused("Forbidden: Host header not allowed (DNS rebinding protection).", code="host_not_allowed")
-    if not origin_ok(request.headers.get("Origin"), request.headers.get("Host"), config):
+    origin = request.headers.get("Origin")
+    if not origin_ok(origin, request.headers.get("Host"), config):
         raise DoorRefused("Forbidden: Origin not allowed (cross-site request).", code="origin_not_allowed")
+    if null_origin(origin) and request.path not in NULL_ORIGIN_ROUTES:
+        raise DoorRefused("Forbidden: a page with Origin null (a sandboxed frame, a file:// page or a data: URL) "
+                          "may only push (POST /mcp/push).", code="origin_not_allowed")
     if request.method in ("GET", "HEAD", "OPTIONS") or not has_body():
         return
     limit = body_limit(config, request.path)
@@ -183,6 +204,18 @@ def refuse_open_bind(config, keys) -> None:
             "so anyone who can reach it could read and write everything. Configure keys "
             "(CONTEXT_API_KEYS_FILE, see `context-mode keys add`), bind 127.0.0.1, or set "
             "CONTEXT_ALLOW_OPEN=1 if a proxy in front authenticates callers.")
+
+
+def refuse_shared_origins(config, keys) -> None:
+    """RuntimeError when no keys are configured and an origin any web page can send is listed: without a key
+    to ask for, ``null`` or ``*`` would let every site a user visits push into, or read, the memory."""
+    shared = sorted(listed_origins(config) & set(SHARED_ORIGINS))
+    if keys.open and shared:
+        raise RuntimeError(
+            f"CONTEXT_ALLOWED_ORIGINS lists {' and '.join(repr(o) for o in shared)} and no API keys are configured: "
+            "every sandboxed iframe, file:// page and data: URL sends Origin null, so any web page could reach "
+            "the memory. Configure keys (CONTEXT_API_KEYS_FILE, see `context-mode keys add`; the Figma plugin "
+            "needs one with the push scope) or list exact origins.")
 
 
 def is_loopback_bind(bind: str) -> bool:

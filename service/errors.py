@@ -12,12 +12,25 @@ from werkzeug.exceptions import HTTPException
 log = logging.getLogger(__name__)
 
 
+def encodable(text: str | None) -> str | None:
+    """``text`` as UTF-8 can carry it: a lone surrogate (a name the client sent, echoed in a message or as
+    the ``field``) becomes its ``\\udXXX`` escape instead of failing the answer's encoding (a 500)."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 class ApiError(Exception):
     status = 400
     code = "bad_request"
 
     def __init__(self, message: str, *, code: str | None = None, field: str | None = None,
                  status: int | None = None, headers: dict | None = None):
+        message, field = encodable(message), encodable(field)
         super().__init__(message)
         self.message = message
         if code:

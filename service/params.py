@@ -19,10 +19,12 @@ from typing import Any
 
 from .errors import BadRequest
 from .formats import CONTROL_CHARS_RE, is_cid
+from .unitkeys import MAX_PROJECT_CHARS
 from .units import CID_SCHEMA
 
 MAX_QUERY_CHARS = 16_384
 MAX_TIMESTAMP = 253_402_300_799   # 9999-12-31T23:59:59Z
+MAX_NEIGHBORS = 5                 # units on each side of a result in its context window
 
 DOORS = ("search", "context", "tool", "continue")
 _ALL = frozenset(DOORS)
@@ -31,7 +33,8 @@ _NOT_CONTINUE = frozenset({"search", "context", "tool"})
 @dataclass(frozen=True)
 class Field:
     """One request field. ``kind`` picks the validation and the JSON Schema:
-    text, integer, count (an integer with one combined message), number, boolean, choice, types, source, cid."""
+    text, integer, count (an integer with one combined message), number, boolean, choice, types, source, cid,
+    key (a derived key's exact value, service/unitkeys.py)."""
     name: str
     kind: str
     description: str
@@ -52,6 +55,8 @@ SEARCH: tuple[Field, ...] = (
     Field("since", "integer", "Only units with timestamp >= since (Unix s).", minimum=0, clamp=MAX_TIMESTAMP),
     Field("until", "integer", "Only units with timestamp <= until (Unix s).", minimum=0, clamp=MAX_TIMESTAMP),
     Field("parent_cid", "cid", "Only direct children of this unit.", doors=_NOT_CONTINUE),
+    Field("project", "key", "Only units whose metadata.project is this, plus units marked global "
+          "(metadata.global true).", maximum=MAX_PROJECT_CHARS),
     Field("min_score", "number", "Drop results whose normalized score is below this.", default=0.0,
           minimum=0, maximum=1),
     Field("operator", "choice", "Match any query term (or) or all of them (and).", default="or",
@@ -64,6 +69,9 @@ SEARCH: tuple[Field, ...] = (
           doors=frozenset({"search", "tool"})),
     Field("explain", "boolean", "Add per-term idf and tf contributions.", default=False,
           doors=frozenset({"search"})),
+    Field("neighbors", "integer", "Answer each result with up to this many units before and after it in its "
+          "thread (a context window: 'neighbors': {'before': [...], 'after': [...]}).", default=0, minimum=0,
+          maximum=MAX_NEIGHBORS),
 )
 # POST /mcp/context only: how the results are packed.
 PACKING: tuple[Field, ...] = (
@@ -73,7 +81,11 @@ PACKING: tuple[Field, ...] = (
           minimum=1, maximum=1_000_000, doors=frozenset({"context"})),
 )
 # Where a door's default differs from the field's.
-DOOR_DEFAULTS = {"context": {"top_k": 20}, "continue": {"top_k": 5}}
+# Packed context, Continue's items and Dify's records carry each hit's nearest neighbors in its thread (a turn
+# with the one that asked for it); packing drops them first when a budget is short (service/packing.py).
+ADAPTER_NEIGHBORS = 1
+DOOR_DEFAULTS = {"context": {"top_k": 20, "neighbors": ADAPTER_NEIGHBORS},
+                 "continue": {"top_k": 5, "neighbors": ADAPTER_NEIGHBORS}}
 
 _BY_NAME = {f.name: f for f in PACKING + SEARCH}
 # Names other APIs (and our own query string) use, and the field a body calls them: said in the 400.
@@ -99,12 +111,14 @@ class SearchParams:
     since: int | None = None
     until: int | None = None
     parent_cid: str | None = None
+    project: str | None = None
     min_score: float = 0.0
     operator: str = "or"
     consistency: str = "replica"
     after_seq: int | None = None
     highlight: bool = False
     explain: bool = False
+    neighbors: int = 0
 
     @property
     def strong(self) -> bool:
@@ -199,6 +213,15 @@ def _source(f: Field, v, config):
     return v if v is None else plain_text(v, f.name)
 
 
+def _key(f: Field, v, config):
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v or len(v) > f.maximum or CONTROL_CHARS_RE.search(v):
+        raise BadRequest(f"Field {f.name!r} must be a string of 1 to {f.maximum} characters without control "
+                         "characters.", field=f.name)
+    return plain_text(v, f.name)
+
+
 def _cid(f: Field, v, config):
     if v is not None and not is_cid(v):
         raise BadRequest(f"Field {f.name!r} must be 12 lowercase hex digits.", code="invalid_cid", field=f.name)
@@ -206,7 +229,7 @@ def _cid(f: Field, v, config):
 
 
 _CHECK = {"text": _text, "integer": _integer, "count": _count, "number": _number, "boolean": _boolean,
-          "choice": _choice, "types": _types, "source": _source, "cid": _cid}
+          "choice": _choice, "types": _types, "source": _source, "key": _key, "cid": _cid}
 
 
 def parse(body, config, door: str, *, what: str) -> dict:
@@ -302,7 +325,7 @@ def schema(f: Field, config, door: str | None = None) -> dict:
         out = {"type": "string", "enum": list(f.choices)}
     elif f.kind == "types":
         out = {"type": "array", "items": {"type": "string", "enum": list(config.types)}}
-    elif f.kind == "source":
+    elif f.kind in ("source", "key"):
         out = {"type": "string", "minLength": 1, "maxLength": f.maximum}
     else:
         out = dict(CID_SCHEMA)

@@ -23,7 +23,7 @@ def check(environ: dict | None = None, *, wait: bool = True, log=None, **overrid
     saying why the start cannot work.
     :param wait: wait up to CONTEXT_STORE_WAIT_S for a PostgreSQL primary that does not answer yet."""
     from .auth import KeyRing
-    from .doors import refuse_open_bind
+    from .doors import refuse_open_bind, refuse_shared_origins
     try:
         config = Config.from_env(environ, **overrides)
     except ValueError as e:
@@ -36,6 +36,7 @@ def check(environ: dict | None = None, *, wait: bool = True, log=None, **overrid
         raise Refused(str(e)) from None
     try:
         refuse_open_bind(config, keys)
+        refuse_shared_origins(config, keys)
         check_backend(config)
     except RuntimeError as e:
         raise Refused(str(e)) from None

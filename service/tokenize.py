@@ -45,6 +45,11 @@ CHINESE_STOPWORDS = frozenset("""
 
 STOPWORDS = ENGLISH_STOPWORDS | CHINESE_STOPWORDS
 
+# A token longer than this (a base64 blob, a minified line) is no word anyone searches for, and PostgreSQL's
+# GIN index refuses a key past about 2.7 kB: one such token stopped a tenant's indexing for good. Dropped; an
+# identifier's parts are still kept.
+MAX_TOKEN_CHARS = 256
+
 
 # Where SQLite's unicode61 tables (an older Unicode) disagree with Python's: FTS5 folds final sigma to
 # sigma, and treats these New Tai Lue / Vedic signs (letters in Python's Unicode) as separators. Found by
@@ -85,17 +90,18 @@ class Tokenizer:
             han = m.group("han")
             if han is not None:
                 for w in self._cut(han):
-                    if w and w not in stop:
+                    if w and w not in stop and len(w) <= MAX_TOKEN_CHARS:
                         out.append(w)
                 continue
             word = m.group("word")
             if _PART_RE.search(word):
                 # Identifier: whole, then each part (ORD-7890 -> ord-7890, ord, 7890).
-                out.append(word)
+                if len(word) <= MAX_TOKEN_CHARS:
+                    out.append(word)
                 for part in _PART_RE.split(word):
-                    if part and part not in stop:
+                    if part and part not in stop and len(part) <= MAX_TOKEN_CHARS:
                         out.append(self._stem(part))
-            elif word not in stop:
+            elif word not in stop and len(word) <= MAX_TOKEN_CHARS:
                 out.append(self._stem(word))
         return out
 

@@ -4,7 +4,8 @@ A tool is a name, a description, an endpoint, an ``auth_type``, tags, metadata, 
 schemas checked as JSON Schema 2020-12 (``jsonschema``). No credential is ever stored: every string of
 a tool is checked, keys included (title, description, metadata, every schema keyword and value, the
 endpoint's user info, query and fragment); only the kind of auth is kept. Schemas' $ref and $id are
-local pointers, acyclic, with a bounded expansion.
+local pointers or anchors, recursive only through a deeper part of the instance, with a bounded
+expansion (service/schemarefs.py).
 service/store/sqlite/registry.py stores and searches what passes.
 """
 from __future__ import annotations
@@ -14,8 +15,11 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
+from context_mode_client import secretscan
+
 from .errors import ApiError, BadRequest, NotFound, Unprocessable
 from .params import plain_text
+from .schemarefs import check_refs
 from .units import _check_metadata_values
 
 TOOL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -30,28 +34,9 @@ MAX_SCHEMA_DEPTH = 64
 MAX_SEARCH_QUERY = 4096
 DRAFT_2020_12 = ("https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2020-12/schema#")
 
-# Credentials are refused wherever they may hide (metadata keys and values, the endpoint, schema
-# defaults and examples, the description). Key names are compared without case, '-' and '_'.
-SECRET_KEYS = frozenset({"password", "passwd", "pwd", "secret", "token", "apikey", "apitoken", "accesstoken",
-                         "refreshtoken", "authtoken", "bearer", "bearertoken", "idtoken", "sessiontoken",
-                         "sessionid", "cookie", "authorization", "credential", "credentials", "privatekey",
-                         "secretkey", "accesskey", "clientsecret", "xapikey"})
-SECRET_KEY_ENDINGS = ("password", "secret", "apikey", "accesstoken", "refreshtoken", "authtoken", "privatekey",
-                      "secretkey", "accesskey", "credentials", "sessiontoken")
-SECRET_VALUES = re.compile("|".join((
-    r"\bBearer\s+[A-Za-z0-9._~+/=-]{16,}",            # an Authorization header value
-    r"\bBasic\s+[A-Za-z0-9+/]{12,}={0,2}",
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
-    r"\bAKIA[0-9A-Z]{16}\b",                           # AWS access key id
-    r"\bgh[pousr]_[A-Za-z0-9]{30,}",                   # GitHub tokens
-    r"\bsk-[A-Za-z0-9_-]{20,}",                        # OpenAI-style secret keys
-    r"\bxox[abprs]-[A-Za-z0-9-]{10,}",                 # Slack tokens
-    r"\bAIza[0-9A-Za-z_-]{35}",                        # Google API keys
-    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",   # a JWT
-    r"\bcms_[A-Za-z0-9_-]{20,}",                       # this service's own keys (service/auth.py new_key)
-    r"\b[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@",      # a URL with a password: postgres://admin:pw@db
-    r"[#?&](?:access_token|id_token|refresh_token|api_key|apikey|token|password)=[^&\s]+",
-)))
+# Credentials are refused wherever they may hide (metadata keys and values, the endpoint, schema defaults and
+# examples, the description), found by the client package's one secret detector, the one the hooks mask with:
+# linear in its input, so a registration cannot hold a worker (issue 39, findings 5 and 6).
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -85,52 +70,89 @@ class Tool:
 
 
 def _secret_key(key: str) -> bool:
-    norm = re.sub(r"[-_\s.]", "", key.lower())
-    return norm in SECRET_KEYS or norm.endswith(SECRET_KEY_ENDINGS)
+    return secretscan.secret_name(key)
 
 
-def _scan(value, where: str, *, keys: bool) -> None:
-    """Refuse a credential-looking key (when ``keys``) or string value anywhere in ``value``."""
+def _secret_value(key: str, value) -> bool:
+    """A value under a key named like a secret: any for password, token, ...; a string for auth, sig (an
+    object under "auth" describes the auth, and is scanned like any other)."""
+    if value in (None, "", False):
+        return False
+    return secretscan.secret_name(key, strict=True) or (secretscan.secret_name(key) and isinstance(value, str))
+
+
+class _Texts:
+    """The strings of one part of a tool, checked for credentials together: the detector reads them joined by
+    newlines (no rule matches across a line break) in one pass, not once per string (a 40,000-string enum
+    took 3 s one by one); only a refusal looks up which string it was."""
+
+    def __init__(self):
+        self.paths: list[str] = []
+        self.texts: list[str] = []
+
+    def add(self, text: str, path: str) -> None:
+        self.paths.append(path)
+        self.texts.append(text)
+
+    def check(self) -> None:
+        if not self.texts:
+            return
+        hit = secretscan.first_span("\n".join(self.texts))
+        if hit is None:
+            return
+        start, at = hit[0], 0
+        for path, text in zip(self.paths, self.texts):
+            if start <= at + len(text):
+                raise CredentialRefused(path)
+            at += len(text) + 1
+        raise CredentialRefused(self.paths[-1])
+
+
+def _scan(value, where: str, *, keys: bool, texts: _Texts | None = None) -> None:
+    """Refuse a credential-looking key (when ``keys``) or string value anywhere in ``value``; its strings are
+    checked when this returns, or with ``texts`` when its caller checks them."""
+    mine = texts is None
+    texts = _Texts() if texts is None else texts
     stack = [(value, where)]
     while stack:
         item, path = stack.pop()
         if isinstance(item, str):
-            if SECRET_VALUES.search(item):
-                raise CredentialRefused(path)
+            texts.add(item, path)
         elif isinstance(item, dict):
             for k, v in item.items():
-                if SECRET_VALUES.search(str(k)) or (keys and _secret_key(str(k)) and v not in (None, "", False)):
+                if keys and _secret_value(str(k), v):
                     raise CredentialRefused(f"{path}.{k}")
+                texts.add(str(k), f"{path}.{k}")
                 stack.append((v, f"{path}.{k}"))
         elif isinstance(item, list):
             stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
+    if mine:
+        texts.check()
 
 
 _NAMED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _LITERALS = ("default", "const", "examples", "enum")
-MAX_REF_EXPANSION = 10_000     # schema nodes a client that inlines every $ref would build
 
 
 def _schema_values(schema, where: str) -> None:
     """Every string in a schema, keys included, holds no credential: literal values (default, const,
     examples, enum) are scanned with their keys, a credential-named keyword (``x-api-key``) may carry no
     value, a credential-named property no literal value, and every other string is scanned as text."""
+    texts = _Texts()
     stack = [(schema, where, False)]
     while stack:
         node, path, secret_named = stack.pop()
         if isinstance(node, dict):
             for k, v in node.items():
                 key = str(k)
-                if SECRET_VALUES.search(key):
-                    raise CredentialRefused(path)
+                texts.add(key, path)
                 if key in _LITERALS:
-                    _scan(v, f"{path}.{key}", keys=True)
+                    _scan(v, f"{path}.{key}", keys=True, texts=texts)
                     if secret_named and v not in (None, "", False, []):
                         raise CredentialRefused(f"{path}.{key}")
                 elif key in _NAMED and isinstance(v, dict):
                     for name, sub in v.items():
-                        if SECRET_VALUES.search(str(name)):
-                            raise CredentialRefused(f"{path}.{key}")
+                        texts.add(str(name), f"{path}.{key}")
                         stack.append((sub, f"{path}.{key}.{name}", _secret_key(str(name))))
                 else:
                     if _secret_key(key) and not isinstance(v, (dict, list, bool)) and v not in (None, ""):
@@ -138,73 +160,16 @@ def _schema_values(schema, where: str) -> None:
                     stack.append((v, f"{path}.{key}", False))
         elif isinstance(node, list):
             stack.extend((v, f"{path}[{i}]", False) for i, v in enumerate(node))
-        elif isinstance(node, str) and SECRET_VALUES.search(node):
-            raise CredentialRefused(path)
-
-
-def _local_refs_only(schema, bad) -> None:
-    stack = [schema]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, dict):
-            for kw in ("$ref", "$dynamicRef", "$id"):
-                v = n.get(kw)
-                if v is not None and (not isinstance(v, str) or not v.startswith("#")):
-                    raise bad(f"{kw} {str(v)[:64]!r} points outside the schema; only local '#/...' pointers "
-                              "are accepted.")
-            stack.extend(n.values())
-        elif isinstance(n, list):
-            stack.extend(n)
+        elif isinstance(node, str):
+            texts.add(node, path)
+    texts.check()
 
 
 def _refs(schema, name: str) -> None:
-    """$ref and $id point inside the schema only (``#`` or ``#/...``: a remote one makes every client that
-    resolves it fetch that URL), no $ref is cyclic, and inlining every $ref stays under MAX_REF_EXPANSION
-    nodes (2^59 fan-out otherwise fits in a few KiB)."""
+    """$ref and $id point inside the schema only, recursion is told apart from expansion (schemarefs)."""
     def bad(msg):
         return BadRequest(f"Field {name!r}: {msg}", code="invalid_schema", field=name)
-
-    _local_refs_only(schema, bad)
-
-    def target(ref: str):
-        node = schema
-        for part in ref[2:].split("/") if ref.startswith("#/") else []:
-            part = part.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isascii() and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                raise bad(f"$ref {ref[:64]!r} points at nothing.")
-        return node
-
-    sizes: dict[int, int] = {}
-    resolving: set[int] = set()
-
-    def size(node, depth=0) -> int:
-        if not isinstance(node, (dict, list)):
-            return 1
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        if key in resolving:
-            raise bad("$ref is cyclic.")
-        resolving.add(key)
-        total = 1
-        children = node.values() if isinstance(node, dict) else node
-        for child in children:
-            total += size(child, depth + 1)
-        if isinstance(node, dict) and isinstance(node.get("$ref"), str):
-            total += size(target(node["$ref"]), depth + 1)
-        resolving.discard(key)
-        sizes[key] = total
-        if total > MAX_REF_EXPANSION:
-            raise bad(f"inlining its $refs would build more than {MAX_REF_EXPANSION} schema nodes.")
-        return total
-    try:
-        size(schema)
-    except RecursionError:
-        raise bad("$ref chains too deep.") from None
+    check_refs(schema, bad)
 
 
 def _string(raw: dict, name: str, limit: int, *, required: bool = False) -> str | None:
@@ -241,7 +206,7 @@ def _endpoint(raw: dict) -> str | None:
     if parts.username is not None or parts.password is not None:
         raise CredentialRefused("endpoint")
     for key, val in parse_qsl(parts.query, keep_blank_values=True) + parse_qsl(parts.fragment, keep_blank_values=True):
-        if _secret_key(key) and val:
+        if secretscan.secret_param(key) and val:
             raise CredentialRefused("endpoint")
     _scan(value, "endpoint", keys=False)
     return value

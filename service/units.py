@@ -15,6 +15,7 @@ from functools import lru_cache
 from .config import Config
 from .errors import ApiError, BadRequest, Unprocessable
 from .formats import CONTROL_CHARS_RE, is_cid
+from .unitkeys import derive
 
 CID_SCHEMA = {"type": "string", "pattern": "^[0-9a-f]{12}$", "description": "12 lowercase hex digits.",
               "examples": ["1f0c2a9be7d4"]}
@@ -69,6 +70,8 @@ class Unit:
     metadata: dict | None          # the decoded object when built by hand; validate_unit keeps only the text
     parent_cid: str | None
     metadata_text: str | None = field(default=None, compare=False, repr=False)   # the metadata as stored
+    # what search filters on, from the metadata (service/unitkeys.py); validate_unit derives them
+    keys: dict | None = field(default=None, compare=False, repr=False)
     # derived once here (a push reads them several times)
     day: str = field(init=False, compare=False, repr=False)
     digest: str = field(init=False, compare=False, repr=False)
@@ -78,6 +81,8 @@ class Unit:
         object.__setattr__(self, "digest", content_digest(self.content))
         if self.metadata is not None and self.metadata_text is None:
             object.__setattr__(self, "metadata_text", encode_metadata(self.metadata))
+        if self.keys is None:
+            object.__setattr__(self, "keys", derive(self.metadata))
 
     @property
     def expires_at(self) -> int:
@@ -226,6 +231,25 @@ def _check_cid(cid, expected: str) -> None:
                          f"= {expected}.", code="invalid_cid", field="cid")
 
 
+def _masked(content: str, source: str, metadata_text: str | None, config: Config) -> tuple:
+    """CONTEXT_MASK_PUSHES: the unit's strings with credentials masked by the hooks' own detector (the client
+    package's secretscan: linear in its input), metadata keys and values included. A text that its tags make
+    longer than its cap is refused, as a longer one sent would be."""
+    from context_mode_client.secretscan import mask, mask_value
+    content, source = mask(content), mask(source)
+    if metadata_text is not None:
+        metadata_text = encode_metadata(mask_value(json.loads(metadata_text)))
+    for name, text, cap, code in (("content", content, config.max_content_bytes, "content_too_large"),
+                                  ("metadata", metadata_text or "", config.max_metadata_bytes, "metadata_too_large")):
+        if len(text.encode("utf-8")) > cap:
+            raise BadRequest(f"Field {name!r} exceeds {cap} bytes once its credentials are masked.", code=code,
+                             field=name)
+    if len(source) > config.max_source_chars:
+        raise BadRequest(f"Field 'source' exceeds {config.max_source_chars} characters once its credentials are "
+                         "masked.", field="source")
+    return content, source, metadata_text
+
+
 def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
     """Check one pushed unit against every rule of the unit table; raise ApiError on the first failure
     (fields checked in the order below)."""
@@ -246,16 +270,20 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
     ttl = _check_ttl(raw.get("ttl"), config)
     content = _check_content(raw.get("content"), config)
     metadata_text = _check_metadata(raw.get("metadata"), config)
+    keys = derive(raw.get("metadata"))      # (checked: an object or None)
     parent = _check_parent(raw.get("parent_cid"))
     expected = compute_cid(content, timestamp, source)
     _check_cid(raw.get("cid"), expected)
+    if config.mask_pushes:
+        content, source, metadata_text = _masked(content, source, metadata_text, config)
+        expected = compute_cid(content, timestamp, source)
     if parent == expected:
         raise Unprocessable("A unit cannot be its own parent.", code="parent_not_found", field="parent_cid")
     if timestamp + ttl <= now:
         raise Unprocessable("The unit expired before it arrived (timestamp + ttl is in the past).",
                             code="already_expired", field="ttl")
     return Unit(cid=expected, type=utype, source=source, timestamp=timestamp, ttl=ttl,
-                content=content, metadata=None, parent_cid=parent, metadata_text=metadata_text)
+                content=content, metadata=None, parent_cid=parent, metadata_text=metadata_text, keys=keys)
 
 
 # --- decoding a push body, one unit at a time ---------------------------------------------------------
@@ -271,8 +299,10 @@ def validate_unit(raw, config: Config, now: float | None = None) -> Unit:
 RAW_FIELD_BYTES = 64 * 1024
 _FIRST_WINDOW = 4096
 _WS = re.compile(rb"[ \t\n\r]*")
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_SCALAR = re.compile(rb'[^,\]}\[{" \t\n\r:]+')
+# Possessive (Python 3.11): the scan keeps no state per escape. The former backtracking form kept a mark per
+# escape, so a 31 MB string of `\\n` cost a worker 1.9 GB before its cap was checked (issue 39, finding 4).
+_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.S)
+_SCALAR = re.compile(rb'[^,\]}\[{" \t\n\r:]++')
 _UNITS_KEY = re.compile(rb'\{[ \t\n\r]*"units"[ \t\n\r]*:[ \t\n\r]*')
 
 
@@ -318,17 +348,25 @@ def _loads(raw: bytes, i: int, end: int):
         raise _syntax(e.msg, i + e.pos) from None
 
 
+def _scan(raw: bytes, i: int, cap: int, pattern: re.Pattern, what: str, field_name: str | None) -> int:
+    """The end of the string or scalar at byte ``i``, scanning at most ``cap`` bytes of the body (the cap
+    is checked while scanning, not after: the scan never reads past it); 400 ``unit_too_large`` when the
+    value goes on past the cap."""
+    m = pattern.match(raw, i, i + cap + 1)
+    if m is not None and m.end() - i <= cap:
+        return m.end()
+    if m is None and (pattern is _SCALAR or len(raw) <= i + cap + 1):
+        raise _syntax("Unterminated string" if pattern is _STRING else "Expecting value", i)
+    raise _too_large(what, cap, field_name)
+
+
 def _value(raw: bytes, i: int, cap: int, what: str, field_name: str | None):
     """(end, value) of the JSON value at byte ``i``, decoded from at most ``cap`` bytes of the body;
     400 ``unit_too_large`` when it is longer."""
     first = raw[i:i + 1]
     if first == b'"' or first not in (b"[", b"{"):
-        m = (_STRING if first == b'"' else _SCALAR).match(raw, i)
-        if m is None:
-            raise _syntax("Expecting value", i)
-        if m.end() - i > cap:
-            raise _too_large(what, cap, field_name)
-        return m.end(), _loads(raw, i, m.end())
+        end = _scan(raw, i, cap, _STRING if first == b'"' else _SCALAR, what, field_name)
+        return end, _loads(raw, i, end)
     # A container: decode a growing window (x4 each time, up to the cap) until the value fits in it.
     size = min(_FIRST_WINDOW, cap)
     while True:
@@ -360,11 +398,11 @@ def _decode_unit(raw: bytes, i: int, caps: RawCaps, what: str, config: Config, n
         j += 1
     else:
         while True:
-            m = _STRING.match(raw, j)
-            if m is None or m.end() - j > caps.other:
+            if not raw.startswith(b'"', j):
                 raise _syntax("Expecting property name enclosed in double quotes", j)
-            name = _loads(raw, j, m.end())
-            j = _ws(raw, m.end())
+            end = _scan(raw, j, caps.other, _STRING, f"{what}'s field name", None)
+            name = _loads(raw, j, end)
+            j = _ws(raw, end)
             if not raw.startswith(b":", j):
                 raise _syntax("Expecting ':' delimiter", j)
             j = _ws(raw, j + 1)
@@ -497,6 +535,8 @@ STORED_FIELDS: tuple[Shape, ...] = (
     Shape("parent_cid", lambda c: nullable(dict(CID_SCHEMA))),
     Shape("expires_at", lambda c: {"type": "integer"}, True),
     Shape("seq", lambda c: {"type": "integer"}),
+    Shape("thread", lambda c: {"type": "string", "description": "The thread it belongs to (docs/design.md §3): "
+                                "a 12-hex id, fixed when it was first stored."}),
 )
 # What a search result adds to a stored unit (which answers without its seq).
 RESULT_FIELDS: tuple[Shape, ...] = (
@@ -504,6 +544,12 @@ RESULT_FIELDS: tuple[Shape, ...] = (
                               "BM25 divided by the query's maximum attainable BM25."), True),
     Shape("bm25_score", _described({"type": "number"}, "Raw BM25, higher is better."), True),
     Shape("snippet", lambda c: {"type": "string"}),
+    Shape("neighbors", lambda c: {
+        "type": "object", "description": "With 'neighbors': n, the units up to n places before and after it in "
+                                        "its thread (docs/design.md §3), nearest last and first.",
+        "properties": {"before": {"type": "array", "items": {"type": "object"}},
+                       "after": {"type": "array", "items": {"type": "object"}},
+                       "omitted": {"type": "integer"}}}),
 )
 
 
@@ -527,6 +573,8 @@ def unit_dict(row) -> dict:
         "timestamp": row["timestamp"], "ttl": row["ttl"], "content": row["content"],
         "metadata": json.loads(meta) if meta else None, "parent_cid": row["parent_cid"],
         "expires_at": row["expires_at"], "seq": row["seq"],
+        # (a row written before threads: its own)
+        "thread": row["thread"] or row["cid"],
     }
 
 

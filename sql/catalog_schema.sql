@@ -9,7 +9,9 @@ CREATE TABLE IF NOT EXISTS catalog (
     digest       TEXT NOT NULL,                       -- sha256(content): identity check for collisions
     expires_at   INTEGER NOT NULL,
     parent_cid   TEXT,
-    reserved_ms  INTEGER NOT NULL
+    reserved_ms  INTEGER NOT NULL,
+    thread       TEXT,                                -- its thread and place in it (docs/design.md §3)
+    tpos         INTEGER
 );
 CREATE INDEX IF NOT EXISTS catalog_parent ON catalog(parent_cid) WHERE parent_cid IS NOT NULL;
 CREATE INDEX IF NOT EXISTS catalog_expires ON catalog(expires_at);
@@ -21,4 +23,5 @@ CREATE TABLE IF NOT EXISTS days (
     min_expires_at  INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER);
-INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', 1);
+-- 2: threads (thread, tpos and their indexes; an older catalog is migrated: tenant.migrate_catalog)
+INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', 2);

@@ -2,17 +2,54 @@
 
 -- ===== catalog.db =====
 -- name: catalog_get
-SELECT seq, cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms
+SELECT seq, cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms, thread, tpos
 FROM catalog WHERE cid = :cid;
 
 -- name: catalog_get_many
 -- catalog_get for a push's CIDs and parents at once (a JSON array).
-SELECT seq, cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms
+SELECT seq, cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms, thread, tpos
 FROM catalog WHERE cid IN (SELECT value FROM json_each(:cids));
 
 -- name: catalog_insert
-INSERT INTO catalog(cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms)
-VALUES (:cid, :day, :timestamp, :source, :digest, :expires_at, :parent_cid, :reserved_ms);
+INSERT INTO catalog(cid, day, timestamp, source, digest, expires_at, parent_cid, reserved_ms, thread, tpos)
+VALUES (:cid, :day, :timestamp, :source, :digest, :expires_at, :parent_cid, :reserved_ms, :thread, :tpos);
+
+-- name: catalog_thread_last
+-- The highest place taken in a thread (a new unit takes the next).
+SELECT max(tpos) FROM catalog WHERE thread = :thread;
+
+-- name: catalog_source_previous
+-- The thread of a source's latest unit with a timestamp in [:lo, :hi] (a unit with no parent joins it).
+SELECT thread FROM catalog WHERE source = :source AND timestamp BETWEEN :lo AND :hi
+ORDER BY timestamp DESC, seq DESC LIMIT 1;
+
+-- name: catalog_index_thread
+-- (this index and the next after the schema script: an older catalog gets the columns first,
+-- tenant.migrate_catalog)
+CREATE INDEX IF NOT EXISTS catalog_thread ON catalog(thread, tpos);
+
+-- name: catalog_index_source_ts
+CREATE INDEX IF NOT EXISTS catalog_source_ts ON catalog(source, timestamp);
+
+-- name: catalog_window
+-- The live units of a unit's thread up to :n places before and after it (by the thread index).
+SELECT c.cid, c.day, c.tpos - h.tpos AS offset FROM catalog h
+JOIN catalog c ON c.thread = h.thread AND c.tpos BETWEEN h.tpos - :n AND h.tpos + :n
+WHERE h.cid = :cid AND c.cid != h.cid AND c.expires_at > :now
+ORDER BY c.tpos;
+
+-- name: catalog_for_threads
+-- Every unit in acknowledgement order: what migrating an older catalog assigns threads from.
+SELECT seq, cid, source, timestamp, parent_cid FROM catalog ORDER BY seq;
+
+-- name: catalog_set_thread
+UPDATE catalog SET thread = :thread, tpos = :tpos WHERE seq = :seq;
+
+-- name: catalog_threads_of_day
+SELECT cid, thread, tpos FROM catalog WHERE day = :day;
+
+-- name: unit_set_thread
+UPDATE units SET thread = :thread, tpos = :tpos WHERE cid = :cid;
 
 -- name: catalog_update_mutable
 UPDATE catalog SET expires_at = :expires_at, parent_cid = :parent_cid WHERE cid = :cid;
@@ -57,11 +94,14 @@ DELETE FROM catalog WHERE day = :day AND expires_at <= :now;
 
 -- ===== primary/YYYY-MM-DD.db =====
 -- name: unit_upsert
-INSERT INTO units(cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, pushed_ms)
-VALUES (:cid, :seq, :type, :source, :timestamp, :ttl, :expires_at, :content, :metadata, :parent_cid, :pushed_ms)
+INSERT INTO units(cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, pushed_ms,
+                  project, is_global, thread, tpos)
+VALUES (:cid, :seq, :type, :source, :timestamp, :ttl, :expires_at, :content, :metadata, :parent_cid, :pushed_ms,
+        :project, :is_global, :thread, :tpos)
 ON CONFLICT(cid) DO UPDATE SET
     type = excluded.type, ttl = excluded.ttl, expires_at = excluded.expires_at,
     metadata = excluded.metadata, parent_cid = excluded.parent_cid,
+    project = excluded.project, is_global = excluded.is_global,
     -- the read index holds these fields: an indexed row is sent again, replacing what was sent
     indexed = CASE WHEN units.indexed > 0 THEN 3 ELSE 0 END
 WHERE units.content = excluded.content AND units.timestamp = excluded.timestamp
@@ -71,7 +111,7 @@ WHERE units.content = excluded.content AND units.timestamp = excluded.timestamp
 SELECT 1 FROM units WHERE cid = :cid;
 
 -- name: unit_get
-SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, indexed
+SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, indexed, thread, tpos
 FROM units WHERE cid = :cid AND expires_at > :now;
 
 -- name: unit_delete_fetch
@@ -123,13 +163,23 @@ SELECT term, doc FROM units_vocab WHERE term = :term;
 -- name: schema_version
 SELECT value FROM meta WHERE key = 'schema_version';
 
+-- name: migrate_v3_rows
+-- Shard schema 2 -> 3: the rows whose metadata may name a project or global (the keys are derived in Python,
+-- by the rule every push follows: service/unitkeys.py).
+SELECT id, metadata FROM units
+WHERE metadata IS NOT NULL AND (instr(metadata, '"project"') > 0 OR instr(metadata, '"global"') > 0);
+
+-- name: migrate_v3_set
+UPDATE units SET project = :project, is_global = :is_global WHERE id = :id;
+
 -- ===== read index sync (service/store/sqlite/readsync.py) =====
 -- name: unit_read_delete
 -- A removed row the read index may hold (any indexed row: a crash may have left it there unflagged).
 INSERT INTO read_deletes(id) SELECT :id WHERE :indexed > 0;
 
 -- name: sync_rows
-SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid
+SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid,
+       project, is_global, thread, tpos
 FROM units WHERE indexed IN (1, 3) ORDER BY id LIMIT :limit;
 
 -- name: sync_deletes
@@ -150,7 +200,8 @@ DELETE FROM read_deletes WHERE n <= :n;
 
 -- name: sync_page
 -- A rebuild streams every indexed row, in id order.
-SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid
+SELECT id, indexed, tokens, ntok, cid, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid,
+       project, is_global, thread, tpos
 FROM units WHERE indexed > 0 AND id > :after ORDER BY id LIMIT :limit;
 
 -- name: sync_reset_deletes
@@ -177,11 +228,13 @@ SELECT seq FROM catalog WHERE seq <= :seq AND reserved_ms < :before_ms ORDER BY 
 -- Read-your-writes: the days of the units at or after the read index's low-water mark.
 SELECT day, count(*) AS n FROM catalog WHERE seq >= :low AND day >= :first AND day <= :last GROUP BY day;
 
--- name: ryw_gone
--- Of these CIDs (the read index's answer), those deleted or expired since it was sent.
-SELECT j.value FROM json_each(:cids) AS j
-LEFT JOIN catalog c ON c.cid = j.value AND c.expires_at > :now
-WHERE c.cid IS NULL;
+-- name: data_version
+-- Changes whenever another connection commits to this file (a cache of its reads holds while it is the same).
+PRAGMA data_version;
+
+-- name: ryw_expiry
+-- Of these CIDs (the read index's candidates), each one's expiry in the catalog, NULL when it is gone.
+SELECT j.value AS cid, c.expires_at FROM json_each(:cids) AS j LEFT JOIN catalog c ON c.cid = j.value;
 
 -- name: ryw_store_tokens
 -- A search's tokens for a unit still waiting for the indexer (which then need not make them again).
@@ -203,7 +256,8 @@ SELECT count(*), min(pushed_ms) FROM units WHERE indexed = 0 AND seq <= :seq;
 SELECT count(*), min(reserved_ms) FROM catalog WHERE seq > :seq;
 
 -- name: units_by_ids
-SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, ntok, tokens
+SELECT id, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, ntok, tokens,
+       thread, tpos
 FROM units WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- ===== seeing and managing the memory (service/store/sqlite/manage.py) =====

@@ -15,7 +15,11 @@ CREATE TABLE IF NOT EXISTS units (
     indexed     INTEGER NOT NULL DEFAULT 0,  -- 0 pending (the durable indexer queue), 1 in FTS5, 2 also in the
                                              -- read index, 3 in it but changed since (service/store/sqlite/readsync.py)
     ntok        INTEGER NOT NULL DEFAULT 0,  -- document length in tokens, for global BM25
-    tokens      TEXT                         -- space-joined tokens (service/tokenize.py), set when indexed
+    tokens      TEXT,                        -- space-joined tokens (service/tokenize.py), set when indexed
+    project     TEXT,                        -- keys derived from the metadata at push time, for search
+    is_global   INTEGER NOT NULL DEFAULT 0,  -- filters (service/unitkeys.py; schema 3)
+    thread      TEXT,                        -- its thread and place in it, as the catalog has them (schema 3)
+    tpos        INTEGER
 );
 CREATE INDEX IF NOT EXISTS units_pending ON units(id) WHERE indexed = 0;
 CREATE INDEX IF NOT EXISTS units_expires ON units(expires_at);
@@ -38,5 +42,5 @@ CREATE VIRTUAL TABLE IF NOT EXISTS units_vocab USING fts5vocab(units_fts, row);
 -- Small meta table: schema version, indexed document count and token total (global BM25 stats),
 -- index version and the time the replica first fell behind.
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER);
-INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', 2), ('ndocs', 0), ('ntokens', 0),
+INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', 3), ('ndocs', 0), ('ntokens', 0),
     ('index_version', 0), ('dirty_since_ms', 0);

@@ -45,9 +45,10 @@ def hook_env(url: str, state_dir: Path, key: str | None = KEY, **settings) -> di
 
 
 def run_hook(client: str, event: str, payload, env: dict, *, via: str = "module", timeout: float = 30) -> HookRun:
-    """``python -m context_mode_client.hook`` (or ``context-mode hook`` with via="cli")."""
-    cmd = ([str(VENV_BIN / "context-mode"), "hook"] if via == "cli"
-           else [sys.executable, "-m", "context_mode_client.hook"]) + [client, event]
+    """``python -m context_mode_client.hook``; via="script": the shipped ``context-mode-hook``; via="cli":
+    ``context-mode hook``."""
+    cmd = {"cli": [str(VENV_BIN / "context-mode"), "hook"], "script": [str(VENV_BIN / "context-mode-hook")],
+           "module": [sys.executable, "-m", "context_mode_client.hook"]}[via] + [client, event]
     data = payload if isinstance(payload, (bytes, str)) else json.dumps(payload, ensure_ascii=False)
     t0 = time.monotonic()
     proc = subprocess.run(cmd, input=data.encode() if isinstance(data, str) else data, capture_output=True,

@@ -190,3 +190,24 @@ def test_unreachable_server(tmp_path):
     env.pop("CONTEXT_API_KEY", None)
     rv = subprocess.run([str(CLI), "search", "x"], env=env, capture_output=True, text=True, timeout=120)
     assert rv.returncode == 1 and "connection_error" in rv.stderr
+
+
+def test_push_to_a_project_or_everywhere(server):
+    """--project sets metadata.project, --global metadata.global: search --project then sees that project's
+    units and the global ones, never another project's."""
+    cids = {}
+    for name, args in (("alpha", ["--project", "/repo/alpha"]), ("beta", ["--project", "/repo/beta"]),
+                       ("everywhere", ["--global", "--metadata", '{"k": 2}'])):
+        rv = run(server, "push", "--source", "cli_v1_ci", *args, f"SCOPETAG note {name}")
+        assert rv.returncode == 0, rv.stderr
+        cids[name] = rv.stdout.split()[0]
+    for project, want in (("/repo/alpha", {"alpha", "everywhere"}), ("/repo/beta", {"beta", "everywhere"})):
+        rv = run(server, "search", "SCOPETAG", "--strong", "--project", project, "--json")
+        assert rv.returncode == 0, rv.stderr
+        assert {r["cid"] for r in json.loads(rv.stdout)["results"]} == {cids[n] for n in want}
+    rv = run(server, "search", "SCOPETAG", "--strong", "--json")
+    found = {r["cid"]: r["metadata"] for r in json.loads(rv.stdout)["results"]}
+    assert found[cids["everywhere"]] == {"k": 2, "global": True}
+    assert found[cids["alpha"]] == {"project": "/repo/alpha"}
+    rv = run(server, "push", "--global", "--metadata", "[1]", "x")
+    assert rv.returncode == 2 and "--metadata" in rv.stderr

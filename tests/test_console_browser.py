@@ -365,6 +365,34 @@ def test_bulk_forget_counts_first_then_forgets(ui, server):
     assert ui.errors() == []
 
 
+def test_a_link_to_a_forget_dry_run_waits_for_a_click(ui, server):
+    """Issue 39, low 11: #/forget?run=…&… (a link someone sent) fills the form in and runs nothing; the dry run
+    waits for the button, and a reload of the address it left runs nothing either."""
+    for i in range(2):
+        push(server, f"linked 链接 sweep candidate {i}", source="link_sweep_v1")
+
+    def forget_calls():
+        return server.log().count("route=/mcp/forget ")
+    ui.sign_in(ADMIN)
+    before = forget_calls()
+    ui.go("#/forget?run=1&q=sweep&source=link_sweep*")
+    ui.until(lambda: ui.d.execute_script("return document.querySelector('main').dataset.ready") == "forget")
+    assert ui.find("#forget-q").get_attribute("value") == "sweep"
+    assert ui.find("#forget-form input[name=source]").get_attribute("value") == "link_sweep*"
+    time.sleep(1)
+    assert ui.all("#forget-count") == [] and ui.all("#forget-confirm") == []
+    assert forget_calls() == before                     # no request left the page
+    ui.find("#forget-submit").click()
+    ui.until(lambda: ui.all("#forget-count"))
+    assert ui.text("#forget-count") == "2 units match."
+    assert forget_calls() == before + 1
+    ui.open(ui.d.execute_script("return location.hash"))      # the address the click left, loaded again
+    ui.until(lambda: ui.d.execute_script("return document.querySelector('main').dataset.ready") == "forget")
+    time.sleep(1)
+    assert ui.all("#forget-count") == [] and forget_calls() == before + 1
+    assert ui.errors() == []
+
+
 def test_keyboard_and_the_chinese_interface(ui, world):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys

@@ -1,13 +1,22 @@
 """CORS for the origins an operator lists (CONTEXT_ALLOWED_ORIGINS): a web page on another origin, or a Figma
 plugin's sandboxed window (``Origin: null``), can call the service with its key; any other origin still gets
 403 and no CORS answer. Against a real gunicorn with keys; the browser case in headless Chromium: a page
-served from another loopback port pushes and searches with fetch, as clients/figma/ui.html does."""
+served from another loopback port pushes and searches with fetch, as clients/figma/ui.html does.
+
+``Origin: null`` (issue 39, finding 1) names no site: every sandboxed iframe, file:// page and data: URL sends
+it. A start that lists it without keys is refused, and with keys it reaches the push route only: the
+sandboxed iframe, the file:// page and the data: URL of the finding, in Chromium, with the tenant's admin key
+in hand, push and read nothing (export, search, forget's dry run, the console session, metrics)."""
 from __future__ import annotations
 
+import contextlib
+import json
 import shutil
 import threading
+import time
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote
 
 import pytest
 import requests
@@ -15,7 +24,8 @@ import requests
 from conftest import LiveServer, free_port, make_unit
 
 KEY = "cors-writer-0123456789abcdef01"
-KEYS = {KEY: ("acme", ["push", "search"])}
+ADMIN = "cors-admin-0123456789abcdef012"
+KEYS = {KEY: ("acme", ["push", "search"]), ADMIN: ("acme", ["push", "search", "admin"])}
 PAGE_PORT = free_port()
 PAGE_ORIGIN = f"http://127.0.0.1:{PAGE_PORT}"
 
@@ -142,3 +152,131 @@ def test_a_page_on_an_unlisted_origin_is_blocked_by_the_browser(tmp_path):
         driver.quit()
         page.shutdown()
         s.stop()
+
+
+# --- Origin: null (issue 39, finding 1) ------------------------------------------------------------------
+# Every route a null-origin page must not reach, with the key that would otherwise be enough for it.
+NULL_REFUSED = [("GET", "/mcp/export", None, ADMIN), ("POST", "/mcp/search", {"query": "cormorant"}, ADMIN),
+                ("GET", "/mcp/units", None, ADMIN), ("GET", "/mcp/stats", None, ADMIN),
+                ("POST", "/mcp/forget", {"query": "cormorant"}, ADMIN), ("GET", "/console/session", None, ADMIN),
+                ("GET", "/metrics", None, ADMIN), ("POST", "/mcp/context", {"query": "cormorant"}, ADMIN),
+                ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+                    "name": "context_search", "arguments": {"query": "cormorant"}}}, ADMIN),
+                ("POST", "/retrieval", {"knowledge_id": "", "query": "cormorant"}, ADMIN),
+                ("GET", "/mcp/tools", None, ADMIN), ("DELETE", "/mcp/units/0123456789ab", None, ADMIN)]
+
+
+@pytest.mark.parametrize("method,path,body,key", NULL_REFUSED, ids=[f"{m} {p}" for m, p, *_ in NULL_REFUSED])
+def test_origin_null_reaches_nothing_but_the_push_route(server, method, path, body, key):
+    rv = requests.request(method, server.url + path, json=body, timeout=10,
+                          headers={**server.headers(key), "Origin": "null", "Accept": "application/json"})
+    assert rv.status_code == 403, rv.text
+    assert "cormorant" not in rv.text
+    rv = preflight(server, "null", path)
+    assert rv.status_code == 403 and "Access-Control-Allow-Methods" not in rv.headers
+    # the same request from a listed web origin (or no browser at all) is answered
+    rv = requests.request(method, server.url + path, json=body, timeout=10,
+                          headers={**server.headers(key), "Origin": PAGE_ORIGIN, "Accept": "application/json"})
+    assert rv.status_code != 403, rv.text
+
+
+@pytest.mark.parametrize("origins", ["null", "*", "https://app.example,null"])
+def test_origin_null_or_star_without_keys_is_refused_at_start(make_app, origins):
+    with pytest.raises(RuntimeError, match="no API keys are configured"):
+        make_app(allowed_origins=origins.split(","))
+    make_app(allowed_origins=origins.split(","), api_keys="start-key-0123456789abcd:acme:push")    # keys: fine
+
+
+PROBE = """<!doctype html><meta charset="utf-8"><title>probe</title><script>
+// Runs the requests of the finding from wherever this document is (a sandboxed frame, file://, data:) and
+// reports what it could read: each answer's status, or "blocked" when the browser withheld it.
+async function probe(url, key, admin) {
+  const out = {origin: String(self.origin)};
+  const call = async (name, method, path, body, k) => {
+    try {
+      const headers = {"Authorization": "Bearer " + k};
+      if (body) headers["Content-Type"] = "application/json";
+      const rv = await fetch(url + path, {method, headers, body: body ? JSON.stringify(body) : undefined});
+      const text = await rv.text();
+      out[name] = rv.status + (text.includes("cormorant") ? " leaked" : "");
+    } catch (e) { out[name] = "blocked"; }
+  };
+  await call("push", "POST", "/mcp/push", {type: "design_note", source: "figma_plugin_v1.2",
+                                            content: "null origin push " + Date.now()}, key);
+  await call("export", "GET", "/mcp/export", null, admin);
+  await call("search", "POST", "/mcp/search", {query: "cormorant"}, admin);
+  await call("forget", "POST", "/mcp/forget", {query: "cormorant"}, admin);
+  await call("session", "GET", "/console/session", null, admin);
+  await call("metrics", "GET", "/metrics", null, admin);
+  await call("plain_export", "GET", "/mcp/export", null, "");
+  return out;
+}
+const args = new URLSearchParams(location.hash.slice(1));
+if (args.get("url")) probe(args.get("url"), args.get("key"), args.get("admin")).then((out) => {
+  window.result = out;
+  if (parent !== self) parent.postMessage(out, "*");
+});
+</script>"""
+FRAMED = """<!doctype html><title>another site</title><script>
+window.addEventListener("message", (ev) => { window.result = ev.data; });
+</script><iframe sandbox="allow-scripts" src="probe.html#{args}"></iframe>"""
+
+
+@contextlib.contextmanager
+def chromium():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--no-first-run"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def result_of(driver, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = driver.execute_script("return window.result || null")
+        if out:
+            return out
+        time.sleep(0.1)
+    raise AssertionError("the page reported nothing")
+
+
+def assert_pushes_only(out: dict, pushes: tuple = ("200",)) -> None:
+    assert out["origin"] == "null", out
+    assert out["push"] in pushes, out                    # the Figma plugin's one request
+    for name in ("export", "search", "forget", "session", "metrics", "plain_export"):
+        assert out[name] in ("blocked", "403"), (name, out)
+
+
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="chromium and chromedriver are not installed "
+                    "(.ci/setup.d/chromium.sh)")
+def test_a_sandboxed_frame_a_file_page_and_a_data_url_push_and_read_nothing(server, tmp_path):
+    rv = requests.post(server.url + "/mcp/push", headers=server.headers(KEY), timeout=10,
+                       json=make_unit("cormorant secret roadmap", source="figma_plugin_v1.2", type="design_note"))
+    assert rv.status_code == 200
+    args = f"url={quote(server.url)}&key={KEY}&admin={ADMIN}"
+    (tmp_path / "probe.html").write_text(PROBE)
+    (tmp_path / "framed.html").write_text(FRAMED.replace("{args}", args))
+    page = ThreadingHTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(tmp_path)))
+    threading.Thread(target=page.serve_forever, daemon=True).start()
+    try:
+        with chromium() as driver:
+            driver.set_script_timeout(30)
+            # a sandboxed iframe on another site (that site's own origin is not listed)
+            driver.get(f"http://127.0.0.1:{page.server_address[1]}/framed.html")
+            assert_pushes_only(result_of(driver))
+            # a file:// page
+            driver.get((tmp_path / "probe.html").as_uri() + "#" + args)
+            assert_pushes_only(result_of(driver))
+            # a data: URL
+            driver.get("data:text/html;charset=utf-8," + quote(PROBE.replace(
+                "location.hash.slice(1)", json.dumps(args))))
+            assert_pushes_only(result_of(driver), ("200", "blocked"))   # Chromium keeps data: pages off loopback
+    finally:
+        page.shutdown()

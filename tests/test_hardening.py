@@ -692,6 +692,31 @@ def test_escaped_and_pretty_printed_units_within_their_caps_are_stored(make_app)
     assert_error(c.post("/mcp/push", json=make_unit("a" * 1001)), 400, "content_too_large", "content")
 
 
+# --- issue 39, finding 4: a string's cap is checked while it is scanned, so escapes cost what plain text does ---
+@pytest.mark.parametrize("field,text", [(b"source", b"\\n"), (b"content", b"\\u00e9"), (b"content", b"a"),
+                                        (b"name", b"\\n")], ids=["source-newlines", "content-e9", "content-plain",
+                                                                  "field-name"])
+def test_a_long_string_costs_no_more_when_escaped(make_app, field, text):
+    """31 MiB of one string: refused at its cap having cost about the body, escaped or not (a string of `\\n`
+    escapes cost 1.9 GB here, its source's cap checked only after the scan; bench/decode_bound.py on a worker)."""
+    import tracemalloc
+    c = make_app().test_client()
+    size = 31 * 1024 * 1024
+    if field == b"name":            # an unknown field's name
+        body = b'{"' + text * (size // len(text)) + b'": 1, "type": "tool_output", "source": "s", "content": "x"}'
+    else:
+        other = b'"source": "s", ' if field == b"content" else b""
+        body = b'{"type": "tool_output", ' + other + b'"' + field + b'": "' + text * (size // len(text)) + b'"}'
+    tracemalloc.start()
+    try:
+        rv = c.post("/mcp/push", data=body, content_type="application/json")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert_error(rv, 400, "unit_too_large", None if field == b"name" else field.decode())
+    assert peak < 3 * len(body), peak          # the body as werkzeug read it, and its copies
+
+
 def test_a_long_integer_is_said_to_be_too_long(client):
     unit = json.dumps(make_unit("long number"))[:-1].encode()
     rv = client.post("/mcp/push", data=unit + b', "metadata": {"n": ' + b"7" * 5000 + b"}}",

@@ -8,7 +8,7 @@ from service.units import FIELDS, PUSH_FIELDS
 # A value each kind of field refuses, as JSON and as a query-string value (None: nothing is invalid there).
 BAD = {"text": (5, None), "integer": ("x", "x"), "count": ("x", "x"), "number": ("x", "x"),
        "boolean": ("x", None), "choice": ("zzz", "zzz"), "types": (5, "no_such_type"), "source": ("", ""),
-       "cid": ("XYZ", "XYZ")}
+       "key": ("", "a\x01b"), "cid": ("XYZ", "XYZ")}
 ALL_NAMES = [f.name for f in params.PACKING + params.SEARCH] + ["tenant", "other"]
 
 

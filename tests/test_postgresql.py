@@ -657,6 +657,9 @@ def test_a_version_1_database_is_upgraded_at_start(tmp_path, pg_cluster):
                 assert c.execute("SELECT reloptions FROM pg_class WHERE oid = 'unit_terms_tfs'::regclass"
                                  ).fetchone()[0] == ["fastupdate=on"]
                 indexed_terms = {term for (tfs,) in c.execute("SELECT tfs FROM unit_terms") for term in tfs}
+                # (threads, version 4: units of no lineage are threads of their own, each its first unit)
+                assert c.execute("SELECT count(*) FROM catalog WHERE thread = cid AND tpos = 0").fetchone()[0] == 100
+                assert c.execute("SELECT count(*) FROM units WHERE thread = cid AND tpos = 0").fetchone()[0] == 100
                 assert c.execute("SELECT count(*) FROM term_df").fetchone()[0] == len(indexed_terms)
             drain(pg)
             pushed(lite, units[:100])

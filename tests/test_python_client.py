@@ -58,6 +58,17 @@ def test_push_search_context_get_lineage_delete(server):
     assert (e.value.status, e.value.code, e.value.field) == (404, "not_found", "cid")
 
 
+def test_units_go_to_a_project_or_everywhere(server):
+    cm = ContextModeClient(server.url, "rw-0123456789abcdef")
+    alpha = cm.push("PYSCOPE note alpha", source="pyclient_v1_ci", project="/repo/alpha")["cid"]
+    beta = cm.push("PYSCOPE note beta", source="pyclient_v1_ci", project="/repo/beta", metadata={"k": 1})["cid"]
+    shared = cm.push(client_unit("PYSCOPE note shared", source="pyclient_v1_ci", is_global=True))["cid"]
+    found = cm.search("PYSCOPE", project="/repo/alpha", consistency="strong")
+    assert {r["cid"] for r in found["results"]} == {alpha, shared}
+    assert cm.get(beta)["metadata"] == {"k": 1, "project": "/repo/beta"}
+    assert cm.get(shared)["metadata"] == {"global": True}
+
+
 def test_push_many_in_batches_reports_each_unit(server):
     cm = ContextModeClient(server.url, "rw-0123456789abcdef")
     units = [client_unit(f"batch item {i} BATCHTAG", source="pyclient_v1_ci") for i in range(5)]

@@ -75,8 +75,11 @@ def test_updates_deletes_and_expiry_reach_the_read_index(clock, app):
 
 
 def test_filters_on_the_read_index_equal_the_primaries(app):
-    """Every filter and AND give the same units with the same fields as FTS5 on the primaries (scores
-    are checked against an independent BM25 in test_shards)."""
+    """Every filter and AND give the same matching units with the same fields as FTS5 on the primaries
+    (scores are checked against an independent BM25 in test_shards). A default search also answers, after
+    them, units that match nothing but sit next to a matching one in a client's thread (here the first unit's
+    child: docs/design.md §6, threads); a strong one ranks by BM25 alone. min_score keeps each path's
+    results scoring at least that, the score being relative to the path's own first result."""
     client = app.test_client()
     now = int(time.time())
     units = []
@@ -94,16 +97,30 @@ def test_filters_on_the_read_index_equal_the_primaries(app):
              {"source": "web_v1_ci"}, {"source": "nothing*"}, {"since": now - 2 * 86_400},
              {"until": now - 86_400, "since": now - 4 * 86_400}, {"parent_cid": parent},
              {"operator": "and"}, {"min_score": 0.5}, {"types": ["user_input"], "source": "git_*", "operator": "and"}]
+    pulled = []
     for query in ("otter kelp", "sea kelp", "river note otter"):
         for extra in cases:
             # top_k above the number of matches: the same sets whatever the ties at a cut
             fast = search(client, query, top_k=100, **extra)["results"]
             exact = search(client, query, consistency="strong", top_k=100, **extra)["results"]
-            assert {r["cid"] for r in fast} == {r["cid"] for r in exact}, (query, extra)
-            by_cid = {r["cid"]: r for r in exact}
+            if "min_score" in extra:
+                for kind, got in (({}, fast), ({"consistency": "strong"}, exact)):
+                    every = search(client, query, top_k=100, **kind)["results"]
+                    assert got == [r for r in every if r["score"] >= extra["min_score"]], (query, kind)
+                    assert got and len(got) < len(every)
+                continue
+            matching = [r for r in fast if r["bm25_score"] > 0]
+            assert {r["cid"] for r in matching} == {r["cid"] for r in exact}, (query, extra)
             for r in fast:
+                if r["bm25_score"] == 0:
+                    assert r["parent_cid"] == parent and r["thread"] == parent
+                    assert parent in {m["cid"] for m in matching}
+                    pulled.append((query, extra))
+            by_cid = {r["cid"]: r for r in exact}
+            for r in matching:
                 assert {k: v for k, v in r.items() if "score" not in k} == \
                        {k: v for k, v in by_cid[r["cid"]].items() if "score" not in k}
+    assert ("sea kelp", {}) in pulled      # (the child, which holds neither word, beside its matching parent)
 
 
 def test_explain_terms_add_up_to_the_score(app):
@@ -303,3 +320,26 @@ def test_searches_read_the_primaries_while_the_index_is_rebuilt(app):
     view = store.searcher.view(t)
     assert view is not None and view.searcher.num_docs == 12
     assert len(search(client, "kestrel")["results"]) == 12
+
+
+def test_long_units_are_counted_from_the_postings_and_read_only_when_answered(make_app, monkeypatch):
+    """A candidate past LARGE_TOKENS is scored from tantivy's postings, not by splitting its stored tokens (a
+    unit may hold 1 MiB: 200 of them took a default search 15-36 s), with the scores of the primaries'
+    exact BM25; only the answered ones' stored fields are read."""
+    from service.readindex import searcher as index
+    app = make_app(**INDEX_NOW)
+    client = app.test_client()
+    filler = " ".join(f"w{i}" for i in range(index.LARGE_TOKENS + 500))
+    now = int(time.time())
+    units = [make_unit(f"big page {i} {filler} {'big ' * (i % 7)}tail{i}", timestamp=now - i) for i in range(40)]
+    rv = client.post("/mcp/push", json={"units": units})
+    assert all(r["status"] == "ok" for r in rv.get_json()["results"])
+    drain(app)
+    reads = []
+    original = tantivy.Searcher.doc
+    monkeypatch.setattr(tantivy.Searcher, "doc", lambda self, address: reads.append(address) or original(self, address))
+    fast = search(client, "big tail3", top_k=5)["results"]
+    assert 0 < len(reads) <= 5 + 2       # (the answered ones, not every rescored candidate)
+    monkeypatch.undo()
+    exact = search(client, "big tail3", top_k=5, consistency="strong")["results"]
+    assert [(r["cid"], r["bm25_score"]) for r in fast] == [(r["cid"], r["bm25_score"]) for r in exact]

@@ -32,6 +32,10 @@ REFUSED = {
     "public bind, no keys": ({"CONTEXT_BIND": "0.0.0.0:{port}"}, "is not loopback"),
     "unknown store": ({"CONTEXT_STORE": "mysql://db/x"}, "CONTEXT_STORE must be"),
     "not a number": ({"CONTEXT_WORKERS": "two"}, "CONTEXT_WORKERS='two' is not a whole number"),
+    # issue 39, finding 1: every sandboxed iframe, file:// page and data: URL sends Origin null
+    "origin null, no keys": ({"CONTEXT_ALLOWED_ORIGINS": "null"}, "lists 'null' and no API keys"),
+    "origin *, no keys": ({"CONTEXT_ALLOWED_ORIGINS": "https://app.example,*"}, "lists '*' and no API keys"),
+    "origin null by its older name": ({"CONTEXT_MCP_ALLOWED_ORIGINS": "null"}, "lists 'null' and no API keys"),
 }
 CASES = list(REFUSED)
 

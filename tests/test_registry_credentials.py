@@ -1,6 +1,7 @@
 """Issue 25, findings 7 and 11: the registry refuses credentials in every string of a tool (this service's
 own keys included) and schemas whose $refs point outside them, loop, or fan out; through a real gunicorn
-on both backends."""
+on both backends. Issue 39: the credentials are found by the hooks' own detector (every shape of
+tests/secret_corpus.py refused, its near-misses kept), and recursive schemas are told from schema bombs."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ import pytest
 import requests
 
 from conftest import LiveServer, store_env
+from secret_corpus import NEAR_MISSES, SECRET_KEYS, SECRETS
 from test_registry import ADMIN, KEYS, READER, WEATHER
 
 BACKENDS = ("sqlite", "postgresql")
@@ -76,9 +78,22 @@ BOMBS = [
     ("relative_ref", {"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}}),
     ("cyclic_ref", {"type": "object", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
                     "properties": {"x": {"$ref": "#/$defs/a"}}}),
-    ("self_ref", {"type": "object", "properties": {"x": {"$ref": "#"}}}),
     ("fanout_2_to_59", fanout(60)),
     ("dangling_ref", {"type": "object", "properties": {"x": {"$ref": "#/$defs/nope"}}}),
+    # issue 39, low 10: loops that stay at one place of the instance, and expansion through in-place keywords
+    ("self_ref_in_place", {"type": "object", "allOf": [{"$ref": "#"}]}),
+    ("not_self", {"type": "object", "not": {"$ref": "#"}}),
+    ("anchor_loop", {"type": "object", "$defs": {"a": {"$anchor": "a", "anyOf": [{"$ref": "#b"}]},
+                                                 "b": {"$anchor": "b", "if": {"$ref": "#a"}}},
+                     "properties": {"x": {"$ref": "#a"}}}),
+    ("dangling_anchor", {"type": "object", "properties": {"x": {"$ref": "#nowhere"}}}),
+    ("allof_fanout", {"type": "object", "$defs": {"d0": {"type": "string"}, **{
+        f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i - 1}"}, {"$ref": f"#/$defs/d{i - 1}"}]} for i in range(1, 40)}},
+        "properties": {"x": {"$ref": "#/$defs/d39"}}}),
+    ("properties_fanout", {"type": "object", "$defs": {"d0": {"type": "string"}, **{
+        f"d{i}": {"type": "object", "properties": {"a": {"$ref": f"#/$defs/d{i - 1}"},
+                                                   "b": {"$ref": f"#/$defs/d{i - 1}"}}} for i in range(1, 40)}},
+        "properties": {"x": {"$ref": "#/$defs/d39"}}}),
 ]
 
 
@@ -98,3 +113,79 @@ def test_local_refs_and_credential_words_without_values_are_kept(server):
         "x-api-key": ""}, endpoint="https://api.example.com/weather#section")
     rv = requests.post(server.url + "/mcp/tools", json=ok, headers=server.headers(ADMIN), timeout=10)
     assert rv.status_code == 200, rv.text
+
+
+# Valid recursive schemas (issue 39, low 10): each cycle passes through a keyword that applies to a part of the
+# instance, so validation follows the instance down and ends with it.
+TREE = {"type": "object", "$defs": {"node": {"type": "object", "properties": {
+    "name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+    "properties": {"tree": {"$ref": "#/$defs/node"}}}
+RECURSIVE = [
+    ("items_root", {"type": "object", "properties": {"x": {"type": "array", "items": {"$ref": "#"}}}},
+     {"x": [{"x": [{"x": []}]}]}, {"x": [{"x": 5}]}),
+    ("properties_root", {"type": "object", "properties": {"next": {"$ref": "#"}, "v": {"type": "integer"}}},
+     {"next": {"next": {"v": 1}}}, {"next": {"v": "one"}}),
+    ("defs_tree", TREE, {"tree": {"name": "a", "children": [{"name": "b", "children": []}]}},
+     {"tree": {"children": [{"name": 7}]}}),
+    ("anchor", {"type": "object", "$defs": {"n": {"$anchor": "node", "type": "object",
+                                                  "additionalProperties": {"$ref": "#node"}}},
+                "properties": {"root": {"$ref": "#node"}}}, {"root": {"a": {"b": {}}}}, {"root": {"a": 1}}),
+    ("dynamic_anchor", {"type": "object", "$dynamicAnchor": "meta",
+                        "properties": {"kids": {"type": "array", "items": {"$dynamicRef": "#meta"}}}},
+     {"kids": [{"kids": []}]}, {"kids": [1]}),
+]
+
+
+@pytest.mark.parametrize("name,input_schema,good,bad", RECURSIVE, ids=[r[0] for r in RECURSIVE])
+def test_recursive_schemas_and_anchor_refs_are_accepted(server, name, input_schema, good, bad):
+    from jsonschema import Draft202012Validator
+    validator = Draft202012Validator(input_schema)         # a real validator terminates on them
+    assert validator.is_valid(good) and not validator.is_valid(bad)
+    body = tool(name=f"recursive_{name}", input_schema=input_schema)
+    rv = requests.post(server.url + "/mcp/tools", json=body, headers=server.headers(ADMIN), timeout=10)
+    assert rv.status_code == 200, (name, rv.text)
+    rv = requests.get(f"{server.url}/mcp/tools/recursive_{name}", headers=server.headers(READER), timeout=10)
+    assert rv.json()["input_schema"] == input_schema
+
+
+@pytest.mark.parametrize("name", ["self_ref_in_place", "not_self", "anchor_loop"])
+def test_the_loops_refused_are_the_ones_a_validator_cannot_finish(name):
+    from jsonschema import Draft202012Validator
+    schema = dict(BOMBS)[name]
+    with pytest.raises(RecursionError):
+        Draft202012Validator(schema).is_valid({"x": 1})
+
+
+# --- issue 39, finding 5: one detector, the hooks' and the registry's; every shape of the corpus is refused --------
+
+@pytest.mark.parametrize("shape,text,secret", SECRETS, ids=[s[0] for s in SECRETS])
+def test_every_secret_shape_is_refused_in_a_description(server, shape, text, secret):
+    body = tool(name=f"corpus_{shape}", description=f"Calls the service.\n{text}\nThen answers.")
+    rv = requests.post(server.url + "/mcp/tools", json=body, headers=server.headers(ADMIN), timeout=10)
+    assert rv.status_code == 422 and rv.json()["code"] == "credential_not_allowed", (shape, rv.text)
+    assert secret not in rv.text
+
+
+@pytest.mark.parametrize("key", SECRET_KEYS)
+def test_every_secret_named_metadata_key_is_refused(server, key):
+    rv = requests.post(server.url + "/mcp/tools", json=tool(name="corpus_key", metadata={key: "abc12345"}),
+                       headers=server.headers(ADMIN), timeout=10)
+    assert rv.status_code == 422 and rv.json()["field"] == f"metadata.{key}", rv.text
+
+
+def test_near_misses_are_registered_as_written(server):
+    for i, text in enumerate(NEAR_MISSES):
+        body = tool(name=f"near_miss_{i}", description=f"Example output: {text}")
+        rv = requests.post(server.url + "/mcp/tools", json=body, headers=server.headers(ADMIN), timeout=10)
+        assert rv.status_code == 200, (text, rv.text)
+        got = requests.get(f"{server.url}/mcp/tools/near_miss_{i}", headers=server.headers(READER), timeout=10)
+        assert got.json()["description"] == body["description"]
+
+
+def test_a_large_schema_without_references_is_no_bomb(server):
+    """Its own size is bounded by the 256 KiB cap; only what references add is an expansion (it used to be
+    refused past 10,000 nodes, saying "inlining its $refs", with none in it)."""
+    big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "d"} for i in range(5000)}}
+    rv = requests.post(server.url + "/mcp/tools", json=tool(name="wide_schema", input_schema=big),
+                       headers=server.headers(ADMIN), timeout=30)
+    assert rv.status_code == 200, rv.text[:300]

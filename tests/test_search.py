@@ -297,3 +297,17 @@ def test_a_source_filter_with_control_characters_is_400(client, path):
         else:
             rv = client.get(path, query_string={"source": bad})
         assert rv.status_code == 400 and rv.get_json()["field"] == "source", rv.get_json()
+
+
+def test_a_unit_holding_one_enormous_word_is_indexed_and_found_by_its_other_words(app, client):
+    """A 300 kB word (a base64 blob) is no token: PostgreSQL's GIN index refused it, and the unit's indexing
+    failed for good (every strong search of the tenant 503). Its other words are found on both stores."""
+    from service.tokenize import MAX_TOKEN_CHARS
+    blob = "QUJD" * 75_000
+    cid = push(client, f"upload receipt {blob} ORD-{'7' * 300} done")
+    drain(app)
+    assert search(client, "upload receipt", consistency="strong")["results"][0]["cid"] == cid
+    assert search(client, "upload receipt", consistency="replica")["results"][0]["cid"] == cid
+    assert search(client, blob[:MAX_TOKEN_CHARS + 1])["results"] == []
+    tokens = app.extensions["context_store"].tokenizer.tokens(f"x {blob} ORD-{'7' * 300}")
+    assert max(map(len, tokens)) <= MAX_TOKEN_CHARS and "ord" in tokens

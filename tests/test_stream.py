@@ -206,8 +206,8 @@ def test_python_client_readme_live_example_runs(server, tmp_path):
         finally:
             stop.set()
         assert "ORD-7890" in cm.get(scope["unit"]["cid"])["content"]
-        assert scope["best"]["name"] == "get_weather" and scope["best"]["input_schema"]["type"] == "object"
-        assert scope["names"] == ["get_weather"]
+        assert scope["best"]["name"] == "get_forecast" and scope["best"]["input_schema"]["type"] == "object"
+        assert scope["names"] == ["get_forecast"]
         scope["later"].close()
     finally:
         admin.stop()

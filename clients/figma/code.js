@@ -1,4 +1,4 @@
-// Context Mode design notes: a Figma plugin (the original design's section 3.3, scenario 3; issue 27).
+// Context Mode design notes: a Figma plugin (the original design's section 3.3, scenario 3).
 // Pushes the text of the selected text layers (each with its frame's name) to the Context Mode Service as
 // units of a configurable type (design_note by default: the server needs CONTEXT_EXTRA_TYPES=design_note),
 // and shows per layer what happened: pushed, already there, or rejected and why.
@@ -22,6 +22,8 @@ function checkSettings(s) {
   if (!/^https?:\/\/[^\s/]+/.test(String(s.url || ""))) problems.push("The server URL must start with http:// or https://");
   if (!/^[A-Za-z0-9_.-]{1,64}$/.test(String(s.type || ""))) problems.push("The unit type must be a name like design_note");
   if (!String(s.source || "").trim() || String(s.source).length > 200) problems.push("The source must be 1-200 characters");
+  // The service serves a plugin's window (Origin null) only with keys, and then only the push route.
+  if (!String(s.apiKey || "").trim()) problems.push("The API key is required (a key with the push scope)");
   return problems;
 }
 

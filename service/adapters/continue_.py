@@ -14,6 +14,7 @@ from flask import Blueprint, jsonify
 from ..api import config, json_body, store
 from ..auth import require
 from ..errors import BadRequest
+from ..packing import window_text
 from ..params import DOOR_DEFAULTS, MAX_QUERY_CHARS, names, parse_search
 
 bp = Blueprint("continue", __name__)
@@ -30,7 +31,7 @@ def item(unit: dict) -> dict:
     header = f"[{unit['type']} {unit['cid']}] from {unit['source']} at {when} · {NOTICE}"
     return {"name": f"{unit['type']} {unit['cid']}",
             "description": f"{unit['source']} · score {unit['score']:.2f}",
-            "content": header + "\n\n" + unit["content"]}
+            "content": header + "\n\n" + window_text(unit)}
 
 
 @bp.post("/adapters/continue")
@@ -54,6 +55,7 @@ def continue_provider(tenant):
         raise BadRequest("Field 'options' must be an object.", field="options")
     params = {k: options[k] for k in SEARCH_OPTIONS if k in options}
     params.setdefault("top_k", DEFAULT_TOP_K)
+    params.setdefault("neighbors", DOOR_DEFAULTS["continue"]["neighbors"])
     # fullInput is the whole chat message: search its beginning rather than reject it.
     params["query"] = text[:MAX_QUERY_CHARS]
     search = parse_search(params, config())

@@ -14,7 +14,8 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from ..api import parse_json
 from ..auth import DEFAULT_TENANT, bearer_token
 from ..errors import ApiError, invalid_json
-from ..params import MAX_QUERY_CHARS, parse_search
+from ..packing import window_text
+from ..params import ADAPTER_NEIGHBORS, MAX_QUERY_CHARS, parse_search
 from .conditions import ConditionError, parse_metadata_condition
 
 bp = Blueprint("dify", __name__)
@@ -103,7 +104,7 @@ def record(unit: dict) -> dict:
     meta.update({"cid": unit["cid"], "type": unit["type"], "source": unit["source"],
                  "timestamp": unit["timestamp"], "ttl": unit["ttl"], "expires_at": unit["expires_at"],
                  "parent_cid": unit["parent_cid"], "bm25_score": unit["bm25_score"]})
-    return {"content": unit["content"], "score": unit["score"],
+    return {"content": window_text(unit), "score": unit["score"],
             "title": f"{unit['type']} {unit['cid']} ({unit['source']})", "metadata": meta}
 
 
@@ -136,7 +137,7 @@ def _retrieve():
     store = current_app.extensions["context_store"]
     # Metadata filters run on results: fetch the most candidates search allows, then cut to top_k.
     params = {"query": query[:MAX_QUERY_CHARS], "top_k": MAX_TOP_K if condition else top_k,
-              "min_score": threshold}
+              "min_score": threshold, "neighbors": ADAPTER_NEIGHBORS}
     try:
         found = store.search(tenant, parse_search(params, config))
     except ApiError as e:

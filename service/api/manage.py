@@ -2,15 +2,18 @@
 POST /mcp/forget. Tenant-scoped like every view; filters are the search filters (``parse_search``)."""
 from __future__ import annotations
 
+import itertools
 import json
 import time
+from collections.abc import Iterator
 
 from flask import Blueprint, Response, jsonify, request
 
 from .. import tokens
 from ..auth import require
-from ..errors import BadRequest, Conflict
+from ..errors import ApiError, BadRequest, Conflict
 from ..formats import is_cid
+from ..limits import released_when_sent, take_answer_slot
 from ..params import SearchParams, parse_search, query_list, query_value
 from ..store.base import LIST_MAX, SAMPLE
 from . import config, json_body, store
@@ -92,23 +95,42 @@ def export(tenant):
     """Every live unit (optionally filtered) as JSONL, oldest first: `context-mode import` takes it back."""
     p = parse_filters(_query_args(LIST_FIELDS))
     units = store().export_units(tenant, p)
+    chunks = _jsonl(units)
+    headers = {"Content-Disposition": f'attachment; filename="context-mode-{tenant}.jsonl"',
+               "Cache-Control": "no-store"}
+    # Read up to the large-answer threshold first: a small export is one answer, a large one takes a slot
+    # while its thread streams it (service/limits.py), or is refused before anything is sent.
+    head, size = [], 0
+    for chunk in chunks:
+        head.append(chunk)
+        size += len(chunk.encode("utf-8"))
+        if size > config().large_answer_bytes:
+            break
+    else:
+        return Response("".join(head), mimetype="application/x-ndjson", headers=headers)
+    try:
+        release = take_answer_slot()
+    except ApiError:
+        chunks.close()
+        getattr(units, "close", lambda: None)()      # the store's read ends now, not when collected
+        raise
+    return Response(released_when_sent(itertools.chain(head, chunks), release), mimetype="application/x-ndjson",
+                    headers=headers)
 
-    def lines():
-        chunk: list[str] = []
-        size = 0
-        for unit in units:
-            line = json.dumps(unit, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n"
-            chunk.append(line)
-            size += len(line)
-            if size >= 65536:
-                yield "".join(chunk)
-                chunk, size = [], 0
-        if chunk:
+
+def _jsonl(units) -> Iterator[str]:
+    """Export lines in pieces of about 64 KiB."""
+    chunk: list[str] = []
+    size = 0
+    for unit in units:
+        line = json.dumps(unit, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n"
+        chunk.append(line)
+        size += len(line)
+        if size >= 65536:
             yield "".join(chunk)
-
-    return Response(lines(), mimetype="application/x-ndjson", headers={
-        "Content-Disposition": f'attachment; filename="context-mode-{tenant}.jsonl"',
-        "Cache-Control": "no-store"})
+            chunk, size = [], 0
+    if chunk:
+        yield "".join(chunk)
 
 
 def parse_forget(body) -> tuple[SearchParams, list[str] | None, str | None]:

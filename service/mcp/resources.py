@@ -15,7 +15,7 @@ import mcp_types as types
 
 from ..errors import ApiError
 from .. import tokens
-from ..params import parse_search
+from ..params import ADAPTER_NEIGHBORS, parse_search
 from . import uris
 from .context import Call
 from .protocol import invalid_params
@@ -166,7 +166,7 @@ def read_resource(call: Call, req: types.ReadResourceRequest) -> types.ReadResou
         remaining_ms = max(0, (unit["expires_at"] - int(time.time())) * 1000)
         return types.ReadResourceResult(contents=[unit_contents(unit)], ttl_ms=min(UNIT_TTL_MS, remaining_ms),
                                         cache_scope="private")
-    found = search(call, {"query": target.query, "top_k": SEARCH_TOP_K}, uri)
+    found = search(call, {"query": target.query, "top_k": SEARCH_TOP_K, "neighbors": ADAPTER_NEIGHBORS}, uri)
     text = search_markdown(target.query, found)
     return types.ReadResourceResult(
         contents=[types.TextResourceContents(uri=uris.search_uri(target.query), mime_type="text/markdown",
@@ -207,5 +207,12 @@ def search_markdown(query: str, found: dict) -> str:
                   f"- score: {r['score']:.4f} (bm25 {r['bm25_score']:.4f})", ""]
         if r.get("parent_cid"):
             lines[-1:] = [f"- parent: {uris.unit_uri(r['parent_cid'])}", ""]
-        lines += [fence + "text", r["content"], fence, ""]
+        window = r.get("neighbors") or {}
+        for side, label in (("before", "Before it in its thread"), ("after", "After it in its thread")):
+            if side == "after":
+                lines += [fence + "text", r["content"], fence, ""]
+            for u in window.get(side, ()):
+                f = _fence(u["content"])
+                lines += [f"- {label}: {uris.unit_uri(u['cid'])} ({u['type']}, {u['source']})", "",
+                          f + "text", u["content"], f, ""]
     return "\n".join(lines)

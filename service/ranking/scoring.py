@@ -7,23 +7,32 @@ from dataclasses import dataclass
 
 from .bm25 import length_norm, term_score, unknown_idf
 
-# Context built for a model (packed context, prompts) leaves out results scoring under this share of
-# the best one's raw BM25: on the judged sets fewer than 1 % of the relevant top-10 units do
+# Context built for a model (packed context, prompts) leaves out results ranked under this share of the
+# best one (its raw BM25 where BM25 alone ranks): on the judged sets fewer than 1 % of the relevant top-10 units do
 # (bench/score_scale.py, "relative"), while a weak tail would pad the prompt with noise.
 NEAR_BEST = 0.4
 
 
 @dataclass
 class Ranked:
-    """One winning unit: its public fields, raw BM25 score, and what explain reports."""
+    """One winning unit: its public fields, raw BM25 score, and what explain reports; where threads ranked
+    it (service/ranking/threads.py), its combined score and the parts explain shows."""
     unit: dict
     score: float
     doc_len: int          # in tokens, exact on both paths
     tfs: list[int]
+    tpos: int = 0         # its place in its thread (unit["thread"])
+    combined: float | None = None
+    parts: dict | None = None
+
+    @property
+    def rank(self) -> float:
+        """What orders the answer: the combined score where threads ranked it, else BM25."""
+        return self.score if self.combined is None else self.combined
 
     @property
     def order(self) -> tuple:
-        return -self.score, self.unit["cid"]
+        return -self.rank, self.unit["cid"]
 
 
 @dataclass(frozen=True)
@@ -60,17 +69,23 @@ class Scale:
         return cls(best, min(1.0, best / weight) if weight > 0 else 0.0)
 
     def score(self, bm25: float) -> float:
-        if self.best <= 0:
+        return self.relative(bm25, self.best)
+
+    def relative(self, rank: float, top: float) -> float:
+        """The 0-1 score of a result ranked ``rank`` where the first is ``top`` (BM25, or the combined score
+        where threads ranked, docs/consistency-and-scores.md)."""
+        if top <= 0:
             return 0.0
-        return min(1.0, bm25 / self.best) * math.sqrt(self.coverage)
+        return min(1.0, rank / top) * math.sqrt(self.coverage)
 
 
 def near_best(results: list[dict], share: float = NEAR_BEST) -> tuple[list[dict], list[dict]]:
-    """(results within ``share`` of the best raw BM25, the others): what is worth a model's context."""
+    """(results within ``share`` of the best one's rank, the others): what is worth a model's context. The 0-1
+    score is in proportion to the rank (BM25, or the combined score where threads ranked)."""
     if not results:
         return [], []
-    floor = share * max(r["bm25_score"] for r in results)
-    return [r for r in results if r["bm25_score"] >= floor], [r for r in results if r["bm25_score"] < floor]
+    floor = share * max(r["score"] for r in results)
+    return [r for r in results if r["score"] >= floor], [r for r in results if r["score"] < floor]
 
 
 def explain(r: Ranked, terms: list[str], stats: Stats, scale: Scale) -> dict:

@@ -49,6 +49,7 @@ class Reader:
 
     def __init__(self, path: Path):
         self.path = path
+        self.meta = str(path / "meta.json")          # (stat by every search: its string made once)
         self.index: tantivy.Index | None = None
         self.gen: str | None = None
         self.sig = None
@@ -56,7 +57,7 @@ class Reader:
         self._lock = threading.Lock()
 
     def current(self) -> View | None:
-        sig = signature(self.path / "meta.json")
+        sig = signature(self.meta)
         if sig is None:
             return None
         if sig != self.sig:
@@ -97,7 +98,16 @@ class Readers:
         self.root = Path(root)
         self._readers: dict[str, Reader] = {}
         self._states: dict[str, tuple] = {}     # tenant -> (state.json signature, parsed)
+        self._files: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
+
+    def _paths(self, tenant: str) -> tuple[str, str]:
+        """The tenant's meta.json and state.json, as strings made once (every search stats them)."""
+        paths = self._files.get(tenant)
+        if paths is None:
+            folder = index_dir(self.root, tenant)
+            paths = self._files[tenant] = (str(folder / "meta.json"), str(folder / "state.json"))
+        return paths
 
     def view(self, tenant: str) -> View | None:
         """The tenant's latest committed view, or None (no index, or one not ready)."""
@@ -109,17 +119,18 @@ class Readers:
 
     def moved(self, tenant: str, view: View) -> bool:
         """Whether the leader has committed since ``view`` was loaded."""
-        return signature(index_dir(self.root, tenant) / "meta.json") != view.sig
+        return signature(self._paths(tenant)[0]) != view.sig
 
     def state(self, tenant: str) -> dict | None:
         """The leader's last pass: when, and what the index still lacked then."""
-        path = index_dir(self.root, tenant) / "state.json"
+        path = self._paths(tenant)[1]
         sig = signature(path)
         cached = self._states.get(tenant)
         if cached is not None and cached[0] == sig:
             return cached[1]
         try:
-            state = json.loads(path.read_text())
+            with open(path, encoding="utf-8") as fh:
+                state = json.loads(fh.read())
         except (OSError, ValueError):
             state = None
         self._states[tenant] = (sig, state)

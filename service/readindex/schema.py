@@ -8,7 +8,9 @@ from pathlib import Path
 
 import tantivy
 
-FORMAT = 8
+from ..unitkeys import joined_by
+
+FORMAT = 10                    # 10: projects (project, global) and threads (thread, place, tkey)
 TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
 NO_TOKENS = "cm_none"
 DAY_SHIFT = 2 ** 40            # SQLite's keys: day ordinal * DAY_SHIFT + rowid
@@ -32,8 +34,13 @@ def build_schema() -> tantivy.Schema:
     sb.add_integer_field("ts", fast=True)
     sb.add_integer_field("len", fast=True)     # the exact length in tokens (tantivy keeps one byte of it)
     sb.add_integer_field("cidn", fast=True)    # the CID (12 hex digits) as a number: ties are ordered by it
-    for name in ("day", "type", "src", "parent"):
+    # its thread (12 hex digits as a number), and its place in it × 4 + how it joined it (unitkeys.joined_by):
+    # one fast field read for both (docs/design.md §3)
+    sb.add_integer_field("thread", fast=True)
+    sb.add_integer_field("place", fast=True)
+    for name in ("day", "type", "src", "parent", "project", "tkey"):
         sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
+    sb.add_integer_field("global", indexed=True)     # 1: seen from every project (service/unitkeys.py)
     # the unit's public fields: a hit is answered from here, not from ten day files
     sb.add_text_field("content", stored=True, tokenizer_name=NO_TOKENS, index_option="basic")
     sb.add_text_field("unit", stored=True, tokenizer_name=NO_TOKENS, index_option="basic")
@@ -56,32 +63,50 @@ def signature(path: Path):
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
-UNIT_FIELDS = ("cid", "type", "source", "timestamp", "ttl", "metadata", "parent_cid", "expires_at")
+UNIT_FIELDS = ("cid", "type", "source", "timestamp", "ttl", "metadata", "parent_cid", "expires_at", "thread")
+
+
+def thread_of(r) -> tuple[str, int]:
+    """A stored row's thread and place (a row written before threads: its own, first)."""
+    return (r["thread"], r["tpos"]) if r["thread"] else (r["cid"], 0)
+
+
+def thread_key(thread: str, tpos: int) -> str:
+    """The term that finds the unit at this place of this thread (neighbors, context windows)."""
+    return f"{thread}.{tpos}"
 
 
 def document(day: str, key: int, r, tokens: str | None = None, unit: str | None = None) -> tantivy.Document:
     """A unit's document: ``r``'s fields; ``tokens`` (else ``r["tokens"]``) and the JSON array of its
     UNIT_FIELDS (``unit``, else made here) when the caller already has them."""
     doc = tantivy.Document()
+    thread, tpos = thread_of(r)
     doc.add_text("t", r["tokens"] if tokens is None else tokens)
     # the unit's other public fields in UNIT_FIELDS order; metadata stays the JSON text it is stored as
     doc.add_text("content", r["content"])
-    doc.add_text("unit", unit or json.dumps([r[name] for name in UNIT_FIELDS], ensure_ascii=False))
+    doc.add_text("unit", unit or json.dumps([r[name] for name in UNIT_FIELDS[:-1]] + [thread], ensure_ascii=False))
     doc.add_integer("key", key)
     doc.add_integer("exp", r["expires_at"])
     doc.add_integer("ts", r["timestamp"])
     doc.add_integer("len", r["ntok"])
     doc.add_integer("cidn", int(r["cid"], 16))
+    doc.add_integer("thread", int(thread, 16))
+    doc.add_integer("place", tpos * 4 + joined_by(r["parent_cid"], r["metadata"]))
+    doc.add_text("tkey", thread_key(thread, tpos))
     doc.add_text("day", day)
     doc.add_text("type", r["type"])
     doc.add_text("src", r["source"])
     if r["parent_cid"]:
         doc.add_text("parent", r["parent_cid"])
+    if r["project"] is not None:
+        doc.add_text("project", r["project"])
+    if r["is_global"]:
+        doc.add_integer("global", 1)
     return doc
 
 
 def unit_of(doc: tantivy.Document) -> dict:
-    cid, type_, source, timestamp, ttl, meta, parent, expires_at = json.loads(doc.get_first("unit"))
+    cid, type_, source, timestamp, ttl, meta, parent, expires_at, thread = json.loads(doc.get_first("unit"))
     return {"cid": cid, "type": type_, "source": source, "timestamp": timestamp, "ttl": ttl,
             "content": doc.get_first("content") or "", "metadata": json.loads(meta) if meta else None,
-            "parent_cid": parent, "expires_at": expires_at}
+            "parent_cid": parent, "expires_at": expires_at, "thread": thread}

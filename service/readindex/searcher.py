@@ -19,6 +19,10 @@ RESCORE_FACTOR = 2            # the read index's candidates per result, scored a
 # still equal exhaustive scoring on every bench query, bench/README.md)
 RESCORE_MAX = 200
 COUNT_PASSES = 20_000         # token comparisons past which a candidate's terms are counted in one pass
+# Past this length a candidate's term counts come from the index's postings (tantivy's explanation of one term
+# query each, ~40 µs), not from its stored tokens: a unit may hold 1 MiB, and splitting 200 of them took a
+# default search 15-36 s (issue 39, finding 3). Its stored fields are read only if it is answered.
+LARGE_TOKENS = 2048
 # A tie at the k-th place is settled by CID, as the primaries settle it, over up to this many documents at
 # or above the tied score (a corpus of templated units ties thousands); past it, the ties the engine's
 # document order gives.
@@ -26,19 +30,23 @@ TIE_MAX = 20_480
 TIE_EPS = 1e-6                # f32 rounding between tantivy's scores of exactly tied units
 
 
-def best(view: View, p, terms: list[str], weights: list[float], now: int, gone) -> list[Ranked]:
+def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
+         first: list[Hit] | None = None) -> list[Ranked]:
     """The read index's best k by exact BM25, with the units' stored fields, leaving out those ``gone(cids)``
-    names (the store's: deleted, expired or changed since the index got them, or read fresher from the store)."""
+    names (the store's: deleted, expired or changed since the index got them, or read fresher from the store).
+    ``first``: tantivy's best already read (``search`` with at least RESCORE_FACTOR × k wanted), for the first
+    round. Each answer carries its place in its thread (for thread-aware ranking, service/readindex/threaded.py)."""
     k = p.top_k
     want = RESCORE_FACTOR * k
     for _ in range(8):
-        hits = search(view, p, terms, now, want=want)
+        hits = first[:want] if first is not None else search(view, p, terms, now, want=want)
+        first = None
         scored, complete = rescore(view, hits, terms, weights, k)
         last = complete or len(hits) < want or want >= RESCORE_MAX
         if last and len(hits) == want:
             # (also past RESCORE_MAX: a tie of lengths past 40, or of f32 scores, is never "complete")
             scored = settle_ties(view, p, terms, weights, now, hits, scored, k)
-        found = [unit_of(x.doc) for x in scored]
+        found = [unit_of(x.document(view.searcher)) for x in scored]
         cids = [u["cid"] for u in found]
         drop = gone(cids) if cids else set()
         if drop and len(cids) - len(drop) < p.top_k and len(hits) == want and k < p.top_k + len(drop):
@@ -48,7 +56,9 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone) 
         if last:
             break
         want *= 4     # a document past these candidates could still win with its exact length
-    return [Ranked(unit, x.score, x.length, x.tfs) for unit, x in zip(found, scored) if unit["cid"] not in drop]
+    place = view.searcher.fast_field_values("place", [x.hit.address for x in scored]) if scored else []
+    return [Ranked(unit, x.score, x.length, x.tfs, pos >> 2) for unit, x, pos in zip(found, scored, place)
+            if unit["cid"] not in drop]
 
 
 def search(view: View, p, terms: list[str], now: int, want: int | None = None) -> list[Hit]:
@@ -56,7 +66,13 @@ def search(view: View, p, terms: list[str], now: int, want: int | None = None) -
     filters, by tantivy's score (lengths in one byte)."""
     schema = view.schema
     occur = Occur.Must if p.operator == "and" else Occur.Should
-    query = Query.boolean_query([(occur, Query.term_query(schema, "t", term)) for term in terms])
+    return live_best(view, Query.boolean_query([(occur, Query.term_query(schema, "t", term)) for term in terms]),
+                     p, now, want or p.top_k)
+
+
+def live_best(view: View, query, p, now: int, want: int) -> list[Hit]:
+    """The best ``want`` live documents of ``query`` that pass the request's filters."""
+    schema = view.schema
     filters = []
     if p.types:
         filters.append(Query.term_set_query(schema, "type", list(p.types)))
@@ -73,11 +89,14 @@ def search(view: View, p, terms: list[str], now: int, want: int | None = None) -
         filters.append(Query.range_query(schema, "ts", FieldType.Integer, p.since, p.until))
     if p.parent_cid:
         filters.append(Query.term_query(schema, "parent", p.parent_cid))
+    if p.project is not None:
+        filters.append(Query.boolean_query([(Occur.Should, Query.term_query(schema, "project", p.project)),
+                                            (Occur.Should, Query.term_query(schema, "global", 1))]))
     if filters:
         query = _filtered(query, filters)
     # Expired documents (not yet purged by the janitor) are dropped after ranking, which keeps the
     # plain disjunction tantivy evaluates fastest; when they crowd the top, a range filter instead.
-    want = limit = want or p.top_k
+    limit = want
     while True:
         hits = view.searcher.search(query, limit, count=False).hits
         expiry = view.searcher.fast_field_values("exp", [a for _, a in hits])
@@ -98,12 +117,18 @@ def _filtered(query, filters):
 
 @dataclass
 class Scored:
-    """A candidate scored again with its exact length; tfs per query term; its stored document."""
+    """A candidate scored again with its exact length; tfs per query term; its stored document (None until
+    read, for a long unit counted from the postings)."""
     hit: Hit
     score: float
     length: int
     tfs: list[int]
     doc: object
+
+    def document(self, searcher):
+        if self.doc is None:
+            self.doc = searcher.doc(self.hit.address)
+        return self.doc
 
 
 def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float], k: int) -> tuple[list[Scored], bool]:
@@ -128,7 +153,7 @@ def rescore(view: View, hits: list[Hit], terms: list[str], weights: list[float],
     low = sorted((min(h.score, h.score * (1 + u) / (1 + e)) for h, u, e in zip(hits, used, exact)), reverse=True)
     bound = low[k - 1] * (1 - 1e-9) if len(low) >= k else 0.0     # (1e-9: float rounding is not a win)
     scoring = scoring_terms(terms, weights)
-    out = [score_exactly(searcher, h, lengths[i], exact[i], scoring, len(terms))
+    out = [score_exactly(searcher, h, lengths[i], exact[i], scoring, len(terms), view.schema)
            for i, h in enumerate(hits) if h.score >= bound]
     out.sort(key=lambda x: -x.score)
     # No document past the candidates scores more than the last one did in tantivy; once the k-th
@@ -146,19 +171,38 @@ def scoring_terms(terms: list[str], weights: list[float]) -> list[tuple[int, str
     return [(j, term, w) for j, (term, w) in enumerate(zip(terms, weights)) if w]
 
 
-def score_exactly(searcher, h: Hit, length: int, norm: float, scoring: list, n_terms: int) -> Scored:
+def score_exactly(searcher, h: Hit, length: int, norm: float, scoring: list, n_terms: int, schema=None) -> Scored:
     """One candidate's BM25 with its exact length (``norm``: k1's length factor): its query terms counted
-    in its stored tokens."""
-    doc = searcher.doc(h.address)
-    tokens = (doc.get_first("t") or "").split()
-    # one pass per term over a short unit; one pass in all over a long one (a unit may hold 1 MiB)
-    count = collections.Counter(tokens).__getitem__ if len(tokens) * len(scoring) > COUNT_PASSES else tokens.count
+    in its stored tokens, or, past LARGE_TOKENS (with ``schema``), read from the postings."""
+    if schema is not None and length > LARGE_TOKENS:
+        doc, count = None, lambda term: term_frequency(searcher, schema, term, h.address)
+    else:
+        doc = searcher.doc(h.address)
+        tokens = (doc.get_first("t") or "").split()
+        # one pass per term over a short unit; one pass in all over a longer one
+        count = collections.Counter(tokens).__getitem__ if len(tokens) * len(scoring) > COUNT_PASSES else tokens.count
     tfs = [0] * n_terms
     score = 0.0
     for j, term, w in scoring:
         tf = tfs[j] = count(term)
         score += term_score(w, tf, norm)
     return Scored(h, score, length, tfs, doc)
+
+
+def term_frequency(searcher, schema, term: str, address) -> int:
+    """How often ``term`` occurs in one document, from tantivy's explanation of its term query (the
+    postings: no stored field is read)."""
+    try:
+        tree = json.loads(Query.term_query(schema, "t", term).explain(searcher, address).to_json(), strict=False)
+    except ValueError:
+        return 0                                  # (the document does not hold the term)
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if node.get("description", "").startswith("freq,"):
+            return int(node["value"])
+        stack.extend(node.get("details") or [])
+    return 0
 
 
 def settle_ties(view: View, p, terms: list[str], weights: list[float], now: int, hits: list[Hit],
@@ -207,7 +251,8 @@ def settle_ties(view: View, p, terms: list[str], weights: list[float], now: int,
             out.append(tied[i])
             continue
         e = i - len(tied)
-        x = score_exactly(searcher, extra[e], lengths[e], length_norm(lengths[e], avgdl), scoring, len(terms))
+        x = score_exactly(searcher, extra[e], lengths[e], length_norm(lengths[e], avgdl), scoring, len(terms),
+                          view.schema)
         if x.score >= s:
             out.append(x)
     out.sort(key=lambda x: -x.score)

@@ -37,6 +37,32 @@ FORGET_CHUNK = 500             # units per removal transaction: a push to the te
 SAMPLE = 10                    # units a forget dry run shows
 
 
+# A search's context windows hold at most this much content in all (docs/design.md §4: answers are bounded);
+# the nearest neighbors first; what does not fit is left out and counted (``neighbors.omitted``).
+WINDOW_BYTES = 4 << 20
+
+
+def with_windows(results: list[dict], windows: dict[str, list[tuple[int, dict]]]) -> None:
+    """Each result's ``neighbors``: ``before`` and ``after`` it in its thread, nearest first into the budget."""
+    budget = WINDOW_BYTES
+    for r in results:
+        found = sorted(windows.get(r["cid"], ()), key=lambda x: (abs(x[0]), x[0]))
+        kept, omitted = [], 0
+        for offset, unit in found:
+            size = len(unit["content"])
+            if size > budget:
+                omitted += 1
+                continue
+            budget -= size
+            unit = dict(unit)
+            unit.pop("seq", None)
+            kept.append((offset, unit))
+        kept.sort(key=lambda x: x[0])
+        r["neighbors"] = {"before": [u for o, u in kept if o < 0], "after": [u for o, u in kept if o > 0]}
+        if omitted:
+            r["neighbors"]["omitted"] = omitted
+
+
 class StoreApi:
     """Base of both stores; subclasses call ``super().__init__(config)`` first and set the attributes below."""
 
@@ -178,7 +204,16 @@ class StoreApi:
     def search(self, tenant: str, params) -> dict:
         # A cap on concurrent searches per worker keeps threads free for everything else.
         with self.search_slot(tenant):
-            return self._search(tenant, params)
+            found = self._search(tenant, params)
+            if params.neighbors and found["results"]:
+                with_windows(found["results"], self.thread_window(tenant, [r["cid"] for r in found["results"]],
+                                                                  params.neighbors))
+            return found
+
+    def thread_window(self, tenant: str, cids: list[str], n: int) -> dict[str, list[tuple[int, dict]]]:
+        """For each of these units, the live units of its thread up to ``n`` places before and after it, as
+        (offset, unit) in place order (offset -n..-1, 1..n; docs/design.md §3 "Threads")."""
+        raise NotImplementedError
 
     def search_slot(self, tenant: str):
         """A context holding one of this worker's search slots for ``tenant`` (and the caller's key): unit

@@ -1,6 +1,7 @@
-"""A request's filters (types, source or prefix, time range, parent) as SQL conditions over a units table
-(alias ``u``), for both stores' statements: fixed text, every value a bound parameter (``:name``; PostgreSQL's
-``%(name)s`` via ``pg_filters``), so listing, exporting and forgetting select exactly what search filters."""
+"""A request's filters (types, source or prefix, time range, parent, project) as SQL conditions over a units
+table (alias ``u``), for both stores' statements: fixed text, every value a bound parameter (``:name``;
+PostgreSQL's ``%(name)s`` via ``pg_filters``), so listing, exporting and forgetting select exactly what search
+filters. A project reads the columns derived at push time (service/unitkeys.py), never the metadata."""
 from __future__ import annotations
 
 import re
@@ -33,6 +34,10 @@ def filters(p: SearchParams, args: dict) -> list[str]:
     if p.parent_cid:
         args["parent"] = p.parent_cid
         where.append("u.parent_cid = :parent")
+    if p.project is not None:
+        args["project"] = p.project
+        # (is_global: 0/1 on SQLite, boolean on PostgreSQL; both read it as a condition)
+        where.append("(u.project = :project OR u.is_global)")
     return where
 
 
@@ -47,6 +52,8 @@ def passes(unit, p: SearchParams, now: int) -> bool:
         elif unit["source"] != p.source:
             return False
     if (p.since is not None and unit["timestamp"] < p.since) or (p.until is not None and unit["timestamp"] > p.until):
+        return False
+    if p.project is not None and not (unit["is_global"] or unit["project"] == p.project):
         return False
     return not p.parent_cid or unit["parent_cid"] == p.parent_cid
 

@@ -15,10 +15,30 @@ SELECT pg_try_advisory_xact_lock(%(key)s) AS ok;
 -- made before a table was added runs the re-runnable script again) ...
 SELECT to_regclass('tools') IS NOT NULL AS ok;
 
+-- name: meta_present
+-- Whether the database holds any version of the schema (the upgrade reads its version, a new one has none).
+SELECT to_regclass('cms_meta') IS NOT NULL AS ok;
+
 -- name: schema_version
 -- ... and its version, the last upgrade step it ran (schema.sql's end; a database made by an earlier
 -- version runs the script again, which upgrades it).
 SELECT value AS version FROM cms_meta WHERE key = 'schema_version';
+
+-- name: keys_backfill_rows
+-- Schema version 4: the units stored before it whose metadata may name a project or global (their keys are
+-- derived in Python, by the rule every push follows: service/unitkeys.py).
+SELECT tenant, day::text AS day, cid, metadata FROM units
+WHERE metadata IS NOT NULL AND (strpos(metadata, '"project"') > 0 OR strpos(metadata, '"global"') > 0);
+
+-- name: keys_backfill_units
+UPDATE units SET project = %(project)s, is_global = %(is_global)s
+WHERE tenant = %(tenant)s AND day = %(day)s AND cid = %(cid)s;
+
+-- name: keys_backfill_pending
+UPDATE pending SET project = %(project)s, is_global = %(is_global)s WHERE tenant = %(tenant)s AND cid = %(cid)s;
+
+-- name: keys_backfill_terms
+UPDATE unit_terms SET project = %(project)s, is_global = %(is_global)s WHERE tenant = %(tenant)s AND cid = %(cid)s;
 
 -- name: writable_probe
 UPDATE cms_meta SET value = value WHERE key = 'schema_version';
@@ -113,37 +133,67 @@ WHERE tenant = %(tenant)s AND max_expires_at > %(now)s AND day BETWEEN %(first)s
 -- --- push ---------------------------------------------------------------------------------------
 
 -- name: catalog_many
-SELECT cid, seq, day::text AS day, timestamp, source, digest, expires_at FROM catalog
+SELECT cid, seq, day::text AS day, timestamp, source, digest, expires_at, thread, tpos FROM catalog
 WHERE tenant = %(tenant)s AND cid = ANY(%(cids)s);
 
+-- name: catalog_threads_last
+-- Read with catalog_many (one round trip): the highest place taken in each thread a batch's units may join
+-- without a look at time (service/store/postgresql/threads.py): those asked for (their CIDs, the threads their
+-- metadata.session names) and those of the stored units and parents it names; NULL where a thread has none.
+SELECT t.thread, (SELECT max(c.tpos) FROM catalog c WHERE c.tenant = %(tenant)s AND c.thread = t.thread) AS last
+FROM (SELECT unnest(%(threads)s::text[])
+      UNION
+      SELECT coalesce(thread, cid) FROM catalog WHERE tenant = %(tenant)s AND cid = ANY(%(cids)s)) AS t(thread);
+
+-- name: catalog_thread_last
+-- The highest place taken in a thread (a new unit takes the next).
+SELECT max(tpos) AS last FROM catalog WHERE tenant = %(tenant)s AND thread = %(thread)s;
+
+-- name: catalog_source_previous
+-- The thread of a source's latest unit with a timestamp in [lo, hi] (a unit with no parent joins it, with
+-- CONTEXT_THREAD_GAP_S: through catalog_source_ts).
+SELECT thread FROM catalog WHERE tenant = %(tenant)s AND source = %(source)s AND timestamp BETWEEN %(lo)s AND %(hi)s
+ORDER BY timestamp DESC, seq DESC LIMIT 1;
+
+-- name: catalog_gap_index_present
+SELECT to_regclass('catalog_source_ts') IS NOT NULL AS ok;
+
+-- name: catalog_index_source_ts
+CREATE INDEX IF NOT EXISTS catalog_source_ts ON catalog (tenant, source, timestamp);
+
 -- name: catalog_insert
-INSERT INTO catalog(tenant, cid, seq, day, timestamp, source, digest, expires_at, parent_cid)
-VALUES (%(tenant)s, %(cid)s, %(seq)s, %(day)s, %(timestamp)s, %(source)s, %(digest)s, %(expires_at)s, %(parent_cid)s);
+INSERT INTO catalog(tenant, cid, seq, day, timestamp, source, digest, expires_at, parent_cid, thread, tpos)
+VALUES (%(tenant)s, %(cid)s, %(seq)s, %(day)s, %(timestamp)s, %(source)s, %(digest)s, %(expires_at)s, %(parent_cid)s,
+        %(thread)s, %(tpos)s);
 
 -- name: catalog_update_mutable
 UPDATE catalog SET expires_at = %(expires_at)s, parent_cid = %(parent_cid)s WHERE tenant = %(tenant)s AND cid = %(cid)s;
 
 -- name: unit_insert
-INSERT INTO units(tenant, day, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, pushed_ms)
+INSERT INTO units(tenant, day, cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, pushed_ms,
+                  project, is_global, thread, tpos)
 VALUES (%(tenant)s, %(day)s, %(cid)s, %(seq)s, %(type)s, %(source)s, %(timestamp)s, %(ttl)s, %(expires_at)s,
-        %(content)s, %(metadata)s, %(parent_cid)s, %(pushed_ms)s);
+        %(content)s, %(metadata)s, %(parent_cid)s, %(pushed_ms)s, %(project)s, %(is_global)s, %(thread)s, %(tpos)s);
 
 -- name: unit_update_mutable
 UPDATE units SET type = %(type)s, ttl = %(ttl)s, expires_at = %(expires_at)s, metadata = %(metadata)s,
-    parent_cid = %(parent_cid)s
+    parent_cid = %(parent_cid)s, project = %(project)s, is_global = %(is_global)s
 WHERE tenant = %(tenant)s AND day = %(day)s AND cid = %(cid)s;
 
 -- name: pending_insert
-INSERT INTO pending(tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at, parent_cid)
+INSERT INTO pending(tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at, parent_cid, project,
+                    is_global)
 VALUES (%(tenant)s, %(cid)s, %(day)s, %(seq)s, %(pushed_ms)s, %(type)s, %(source)s, %(timestamp)s, %(expires_at)s,
-        %(parent_cid)s);
+        %(parent_cid)s, %(project)s, %(is_global)s);
 
 -- name: pending_update_mutable
-UPDATE pending SET type = %(type)s, expires_at = %(expires_at)s, parent_cid = %(parent_cid)s
+UPDATE pending SET type = %(type)s, expires_at = %(expires_at)s, parent_cid = %(parent_cid)s,
+    project = %(project)s, is_global = %(is_global)s
 WHERE tenant = %(tenant)s AND cid = %(cid)s;
 
 -- name: unit_terms_update_mutable
-UPDATE unit_terms SET type = %(type)s, expires_at = %(expires_at)s, parent_cid = %(parent_cid)s
+UPDATE unit_terms SET type = %(type)s, expires_at = %(expires_at)s, parent_cid = %(parent_cid)s,
+    project = %(project)s, is_global = %(is_global)s
 WHERE tenant = %(tenant)s AND cid = %(cid)s;
 
 -- --- reads --------------------------------------------------------------------------------------
@@ -153,8 +203,15 @@ SELECT day::text AS day FROM catalog WHERE tenant = %(tenant)s AND cid = %(cid)s
 
 -- name: units_by_day_cids
 -- With the days given, only their partitions are read (pruned when planned).
-SELECT cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid FROM units
+SELECT cid, seq, type, source, timestamp, ttl, expires_at, content, metadata, parent_cid, thread, tpos FROM units
 WHERE tenant = %(tenant)s AND day = ANY(%(days)s::date[]) AND cid = ANY(%(cids)s);
+
+-- name: catalog_window
+-- The live units of each of these units' threads up to %(n)s places before and after it (by catalog_thread).
+SELECT h.cid AS around, c.cid, c.day::text AS day, c.tpos - h.tpos AS shift FROM catalog h
+JOIN catalog c ON c.tenant = h.tenant AND c.thread = h.thread AND c.tpos BETWEEN h.tpos - %(n)s AND h.tpos + %(n)s
+WHERE h.tenant = %(tenant)s AND h.cid = ANY(%(cids)s) AND c.cid <> h.cid AND c.expires_at > %(now)s
+ORDER BY h.cid, c.tpos;
 
 -- name: catalog_children
 SELECT cid FROM catalog
@@ -204,30 +261,34 @@ SELECT set_config('jit', 'off', true);
 -- it cost time in proportion to the queue's length, at every claim. Each one's content is then one
 -- primary-key lookup in its day's partition (NULL: the unit is gone, nothing to index).
 WITH p AS MATERIALIZED (
-    SELECT tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at, parent_cid FROM pending
+    SELECT tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at, parent_cid, project, is_global
+    FROM pending
     ORDER BY pushed_ms LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 SELECT p.tenant, p.cid, p.day::text AS day, p.seq, p.pushed_ms, p.type, p.source, p.timestamp, p.expires_at,
-       p.parent_cid,
+       p.parent_cid, p.project, p.is_global,
        (SELECT u.content FROM units u WHERE u.tenant = p.tenant AND u.day = p.day AND u.cid = p.cid) AS content
 FROM p;
 
 -- name: pending_claim_tenant
 WITH p AS MATERIALIZED (
-    SELECT tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at, parent_cid FROM pending
+    SELECT tenant, cid, day, seq, pushed_ms, type, source, timestamp, expires_at, parent_cid, project, is_global
+    FROM pending
     WHERE tenant = %(tenant)s ORDER BY pushed_ms LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 SELECT p.tenant, p.cid, p.day::text AS day, p.seq, p.pushed_ms, p.type, p.source, p.timestamp, p.expires_at,
-       p.parent_cid,
+       p.parent_cid, p.project, p.is_global,
        (SELECT u.content FROM units u WHERE u.tenant = p.tenant AND u.day = p.day AND u.cid = p.cid) AS content
 FROM p;
 
 -- name: unit_terms_insert
 -- A batch's rows in one statement: a JSON array of objects (one parameter, encoded by json in C; an
 -- executemany cost ~250 us of Python per unit).
-INSERT INTO unit_terms(tenant, cid, day, seq, type, source, timestamp, expires_at, parent_cid, ntok, tfs)
-SELECT r.tenant, r.cid, r.day, r.seq, r.type, r.source, r.timestamp, r.expires_at, r.parent_cid, r.ntok, r.tfs
+INSERT INTO unit_terms(tenant, cid, day, seq, type, source, timestamp, expires_at, parent_cid, ntok, tfs, project,
+                       is_global)
+SELECT r.tenant, r.cid, r.day, r.seq, r.type, r.source, r.timestamp, r.expires_at, r.parent_cid, r.ntok, r.tfs,
+       r.project, r.is_global
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(tenant text, cid text, day date, seq bigint, type text, source text,
                                               timestamp bigint, expires_at bigint, parent_cid text, ntok integer,
-                                              tfs jsonb)
+                                              tfs jsonb, project text, is_global boolean)
 ON CONFLICT (cid, tenant) DO NOTHING;
 
 -- name: unit_terms_clean
@@ -469,31 +530,32 @@ LEFT JOIN LATERAL (SELECT seq, pushed_ms FROM pending WHERE tenant = %(tenant)s 
 -- lookup without its LIMIT 1 is flattened into a hash of every day's rows for each page (164 of a page's
 -- 390 ms at 100k units, and growing with the table).
 WITH c AS MATERIALIZED (
-    SELECT seq, cid, day FROM catalog
+    SELECT seq, cid, day, thread, tpos FROM catalog
     WHERE tenant = %(tenant)s AND seq > %(after)s AND expires_at > %(now)s ORDER BY seq LIMIT %(limit)s)
 SELECT c.seq, c.cid, c.day::text AS day, t.ntok, (SELECT string_agg(repeat(e.key || ' ', e.value::int), '') FROM jsonb_each_text(t.tfs) e) AS tokens,
        t.cid IS NOT NULL AS indexed, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid,
-       u.content,
-       -- (the document's stored fields, in service/readindex/schema.py's UNIT_FIELDS order)
+       u.content, u.project, u.is_global, c.thread, c.tpos,
+       -- (the document's stored fields, in service/readindex/schema.py's UNIT_FIELDS order; a unit stored
+       -- before threads is its own)
        json_build_array(c.cid, u.type, u.source, u.timestamp, u.ttl, u.metadata, u.parent_cid,
-                        u.expires_at)::text AS unit
+                        u.expires_at, coalesce(c.thread, c.cid))::text AS unit
 FROM c
 LEFT JOIN unit_terms t ON t.tenant = %(tenant)s AND t.cid = c.cid
 CROSS JOIN LATERAL (
-    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, content FROM units
+    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, content, project, is_global FROM units
     WHERE tenant = %(tenant)s AND day = c.day AND cid = c.cid LIMIT 1) u
 ORDER BY c.seq;
 
 -- name: node_units_by_cid
 SELECT c.seq, c.cid, c.day::text AS day, t.ntok, (SELECT string_agg(repeat(e.key || ' ', e.value::int), '') FROM jsonb_each_text(t.tfs) e) AS tokens, u.type, u.source, u.timestamp, u.ttl, u.expires_at,
-       u.metadata, u.parent_cid, u.content,
+       u.metadata, u.parent_cid, u.content, u.project, u.is_global, c.thread, c.tpos,
        -- (the document's stored fields, in service/readindex/schema.py's UNIT_FIELDS order)
        json_build_array(c.cid, u.type, u.source, u.timestamp, u.ttl, u.metadata, u.parent_cid,
-                        u.expires_at)::text AS unit
+                        u.expires_at, coalesce(c.thread, c.cid))::text AS unit
 FROM catalog c
 JOIN unit_terms t ON t.cid = c.cid AND t.tenant = c.tenant
 CROSS JOIN LATERAL (
-    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, content FROM units
+    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, content, project, is_global FROM units
     WHERE tenant = %(tenant)s AND day = c.day AND cid = c.cid LIMIT 1) u
 WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s) AND c.expires_at > %(now)s;
 
@@ -527,10 +589,12 @@ SELECT coalesce((SELECT last_seq FROM tenants WHERE tenant = %(tenant)s), 0) AS 
 -- up in its own day's partition (LATERAL ... LIMIT 1: the LIMIT keeps the planner from flattening the lookup
 -- into a join, which the search pool's generic plans made a hash of every day's rows: ~150 ms at 100k
 -- units, whatever the tail). A unit deleted since node_tail read it has no row: it is gone.
-SELECT p.seq, p.cid, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid, u.pushed_ms
+SELECT p.seq, p.cid, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.metadata, u.parent_cid, u.pushed_ms,
+       u.project, u.is_global, u.thread, u.tpos
 FROM unnest(%(seqs)s::bigint[], %(cids)s::text[], %(days)s::date[]) AS p(seq, cid, day)
 CROSS JOIN LATERAL (
-    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, pushed_ms FROM units
+    SELECT type, source, timestamp, ttl, expires_at, metadata, parent_cid, pushed_ms, project, is_global, thread, tpos
+    FROM units
     WHERE tenant = %(tenant)s AND day = p.day AND cid = p.cid LIMIT 1) u
 ORDER BY p.seq;
 
@@ -563,3 +627,22 @@ SELECT (SELECT count(*) FROM catalog
 SELECT CASE WHEN pg_is_in_recovery() THEN (SELECT received_tli FROM pg_stat_wal_receiver)
             ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END AS tli;
 
+-- --- threads: the upgrade of a database made before them (service/store/postgresql/threads.py) ----------
+
+-- name: catalog_tenants
+SELECT DISTINCT tenant FROM catalog ORDER BY tenant;
+
+-- name: catalog_for_threads
+-- A tenant's units in acknowledgement order, a page at a time: what the upgrade assigns threads from.
+SELECT seq, cid, source, timestamp, parent_cid FROM catalog
+WHERE tenant = %(tenant)s AND seq > %(after)s ORDER BY seq LIMIT %(limit)s;
+
+-- name: catalog_set_threads
+UPDATE catalog c SET thread = v.thread, tpos = v.tpos
+FROM unnest(%(seqs)s::bigint[], %(threads)s::text[], %(tposs)s::integer[]) AS v(seq, thread, tpos)
+WHERE c.tenant = %(tenant)s AND c.seq = v.seq;
+
+-- name: units_threads_from_catalog
+-- Every unit's row as its catalog row has it (one statement over every day's partition).
+UPDATE units u SET thread = c.thread, tpos = c.tpos FROM catalog c
+WHERE c.tenant = u.tenant AND c.cid = u.cid AND c.day = u.day AND u.thread IS NULL;

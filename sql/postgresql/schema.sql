@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS catalog (
     digest      text   NOT NULL,
     expires_at  bigint NOT NULL,
     parent_cid  text,
+    thread      text,              -- its thread and place in it (docs/design.md §3), fixed at its first push
+    tpos        integer,
     PRIMARY KEY (tenant, cid)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS catalog_seq ON catalog (tenant, seq);
@@ -66,6 +68,10 @@ CREATE TABLE IF NOT EXISTS units (
     metadata    text,
     parent_cid  text,
     pushed_ms   bigint NOT NULL,
+    project     text,                       -- keys derived from the metadata at push time, for search
+    is_global   boolean NOT NULL DEFAULT false,  -- filters (service/unitkeys.py; schema version 4)
+    thread      text,              -- as the catalog has them (what the node index and the tail read)
+    tpos        integer,
     PRIMARY KEY (tenant, day, cid)
 ) PARTITION BY RANGE (day);
 CREATE INDEX IF NOT EXISTS units_expires ON units (expires_at);
@@ -92,6 +98,8 @@ CREATE TABLE IF NOT EXISTS unit_terms (
     parent_cid  text,
     ntok        integer NOT NULL,
     tfs         jsonb   NOT NULL,
+    project     text,
+    is_global   boolean NOT NULL DEFAULT false,
     -- cid first: no index serves "tenant = ..." alone, so a search never ANDs a bitmap of all the
     -- tenant's rows with the terms' (that grew with the tenant: ~3 ms at 20k units, ~15 ms at 100k)
     PRIMARY KEY (cid, tenant)
@@ -112,6 +120,8 @@ CREATE TABLE IF NOT EXISTS pending (
     timestamp   bigint NOT NULL,
     expires_at  bigint NOT NULL,
     parent_cid  text,
+    project     text,
+    is_global   boolean NOT NULL DEFAULT false,
     PRIMARY KEY (tenant, cid)
 ) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 2000);
 -- (a queue: every row is deleted soon after it is written; vacuumed by count, not by share, so scans
@@ -223,3 +233,23 @@ ALTER INDEX unit_terms_tfs SET (fastupdate = on);
 UPDATE cms_meta SET value = 2 WHERE key = 'schema_version' AND value < 2;
 -- Version 3 (a read index on every node): pending_seq (above).
 UPDATE cms_meta SET value = 3 WHERE key = 'schema_version' AND value < 3;
+-- Version 4 (project scopes): the keys derived from the metadata (service/unitkeys.py) on every table search
+-- filters; the rows stored before are given theirs by the store after this script (PgStore._ensure_schema).
+ALTER TABLE units ADD COLUMN IF NOT EXISTS project text;
+ALTER TABLE units ADD COLUMN IF NOT EXISTS is_global boolean NOT NULL DEFAULT false;
+ALTER TABLE unit_terms ADD COLUMN IF NOT EXISTS project text;
+ALTER TABLE unit_terms ADD COLUMN IF NOT EXISTS is_global boolean NOT NULL DEFAULT false;
+ALTER TABLE pending ADD COLUMN IF NOT EXISTS project text;
+ALTER TABLE pending ADD COLUMN IF NOT EXISTS is_global boolean NOT NULL DEFAULT false;
+UPDATE cms_meta SET value = 4 WHERE key = 'schema_version' AND value < 4;
+-- Version 5 (threads, docs/design.md §3): each unit's thread and place, on the catalog and the units (above;
+-- added here to a database made before), a unit's next place found through catalog_thread. A database made
+-- before gets its units' threads from the store at this upgrade (service/store/postgresql/threads.py,
+-- ``migrate``), in the same transaction. The index by source and time that CONTEXT_THREAD_GAP_S needs is
+-- made by a node that starts with it set (``ensure_gap_index``).
+ALTER TABLE catalog ADD COLUMN IF NOT EXISTS thread text;
+ALTER TABLE catalog ADD COLUMN IF NOT EXISTS tpos integer;
+ALTER TABLE units ADD COLUMN IF NOT EXISTS thread text;
+ALTER TABLE units ADD COLUMN IF NOT EXISTS tpos integer;
+CREATE INDEX IF NOT EXISTS catalog_thread ON catalog (tenant, thread, tpos);
+UPDATE cms_meta SET value = 5 WHERE key = 'schema_version' AND value < 5;

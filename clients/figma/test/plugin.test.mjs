@@ -1,5 +1,6 @@
-// node --test clients/figma/test/  with CONTEXT_URL and CONTEXT_API_KEY of a running service that allows the
-// design_note type (CONTEXT_EXTRA_TYPES=design_note); tests/test_figma_plugin.py starts that gunicorn.
+// node --test clients/figma/test/  with CONTEXT_URL and CONTEXT_API_KEY (push and search scopes) of a running
+// service with keys that allows the design_note type (CONTEXT_EXTRA_TYPES=design_note); tests/test_figma_plugin.py
+// starts that gunicorn.
 // Figma cannot run here: code.js runs in a node vm with a stand-in `figma` global that records what the
 // plugin asked of it (UI messages, notifications, clientStorage), while its fetch reaches the real service.
 import assert from "node:assert/strict";
@@ -9,7 +10,9 @@ import vm from "node:vm";
 
 const URL_ = process.env.CONTEXT_URL;
 const KEY = process.env.CONTEXT_API_KEY;
-const live = { skip: URL_ ? false : "set CONTEXT_URL to a running Context Mode Service" };
+// A key is needed: the plugin refuses to save settings without one, and a wrong key must be told from a good one.
+const live = { skip: URL_ && KEY ? false : "set CONTEXT_URL and CONTEXT_API_KEY (push and search scopes) of a running "
+  + "Context Mode Service started with keys" };
 const CODE = readFileSync(new URL("../code.js", import.meta.url), "utf8");
 
 function text(id, name, characters) {
@@ -129,8 +132,14 @@ test("bad settings are refused and kept out of clientStorage; an empty selection
   const plugin = startPlugin([]);
   await plugin.send({ type: "save-settings", settings: { url: "localhost:5000", type: "design note" } });
   assert.deepEqual(plugin.last("settings-error").problems, [
-    "The server URL must start with http:// or https://", "The unit type must be a name like design_note"]);
+    "The server URL must start with http:// or https://", "The unit type must be a name like design_note",
+    "The API key is required (a key with the push scope)"]);
   assert.equal(plugin.calls.storage.has("context-mode-settings"), false);
+  await plugin.send({ type: "push" });                            // the defaults hold no key
+  assert.deepEqual(plugin.last("results"), { type: "results", items: [],
+                                             summary: "The API key is required (a key with the push scope)" });
+  await plugin.send({ type: "save-settings", settings: { apiKey: "cms_plugin-key" } });
+  assert.equal(plugin.calls.storage.get("context-mode-settings").apiKey, "cms_plugin-key");
   await plugin.send({ type: "push" });
   assert.deepEqual(plugin.last("results"), { type: "results", items: [],
                                              summary: "Select text layers, or frames that hold text, first." });

@@ -1,7 +1,6 @@
 """The client: one ``requests.Session``, retries only where a retry is safe and useful."""
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
@@ -9,6 +8,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import requests
 
+from .cid import compute_cid
 from .live import LiveMixin, Stream  # noqa: F401 - stream() and the tool registry (issue 16)
 
 # Worth retrying: the server is busy or storage is briefly unavailable. Every other 4xx is the
@@ -17,15 +17,19 @@ RETRY_STATUSES = frozenset({429, 503})
 MAX_BATCH = 1000
 
 
-def compute_cid(content: str, timestamp: int, source: str) -> str:
-    """First 12 hex digits of sha256(content + str(timestamp) + source), UTF-8: the server's rule."""
-    return hashlib.sha256((content + str(timestamp) + source).encode("utf-8")).hexdigest()[:12]
-
-
 def make_unit(content: str, *, type: str = "tool_output", source: str, ttl: Optional[int] = None,
               timestamp: Optional[int] = None, metadata: Optional[dict] = None,
-              parent_cid: Optional[str] = None) -> dict:
-    """A unit dict with its CID filled in (timestamp defaults to now; no ``ttl``: the server's default)."""
+              parent_cid: Optional[str] = None, project: Optional[str] = None, is_global: bool = False) -> dict:
+    """A unit dict with its CID filled in (timestamp defaults to now; no ``ttl``: the server's default).
+
+    ``project`` sets ``metadata.project`` (searches with ``project=`` then see the unit); ``is_global`` sets
+    ``metadata.global`` (seen from every project)."""
+    if project is not None or is_global:
+        metadata = dict(metadata or {})
+        if project is not None:
+            metadata["project"] = project
+        if is_global:
+            metadata["global"] = True
     ts = int(time.time()) if timestamp is None else timestamp
     unit: dict[str, Any] = {"cid": compute_cid(content, ts, source), "type": type, "source": source,
                             "timestamp": ts, "content": content}
@@ -132,8 +136,8 @@ class ContextModeClient(LiveMixin):
             yield dict(r, index=r["index"] + offset)
 
     def search(self, query: str, **params) -> dict:
-        """POST /mcp/search: ``top_k``, ``types``, ``source``, ``since``, ``until``, ``min_score``,
-        ``consistency`` ("strong" for read-your-writes), ..."""
+        """POST /mcp/search: ``top_k``, ``types``, ``source``, ``since``, ``until``, ``project`` (that project's
+        units and the global ones), ``min_score``, ``consistency`` ("strong" for read-your-writes), ..."""
         return self.request("POST", "/mcp/search", body={"query": query, **params})
 
     def context(self, query: str, budget_tokens: int = 2000, **params) -> dict:

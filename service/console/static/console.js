@@ -556,6 +556,8 @@
     return root;
   }
 
+  // The dry run a click on its button asked for in this page: a link to #/forget?run=… alone never runs one.
+  let armedRun = null;
   async function viewForget(main, state) {
     main.appendChild(h("h1", { tabindex: "-1" }, t("forget")));
     if (!isAdmin()) { main.appendChild(h("p", {}, t("adminOnly"))); return; }
@@ -568,11 +570,12 @@
       return b;
     };
     main.appendChild(filterForm("forget", state, (s) => {
-      const next = hashFor("forget", { ...s, run: String(Date.now()) });
-      location.hash = next;
+      armedRun = String(Date.now());
+      location.hash = hashFor("forget", { ...s, run: armedRun });
     }));
     main.appendChild(result);
-    if (!state.run) return;
+    if (!state.run || state.run !== armedRun) return;      // the filters are filled in; the button runs it
+    armedRun = null;
     const dry = await api("POST", "/mcp/forget", { body: body() });
     append(result, [h("p", { id: "forget-count" }, t("dryRunResult", { n: dry.count }))]);
     if (dry.sample.length) {

@@ -30,7 +30,8 @@ from .rows import JANITOR_LOCKS, PARTITION_LOCK, add_df, dumps, partition_day, u
 log = logging.getLogger(__name__)
 
 PURGE_BATCH = 5000
-SEARCH_COLUMNS = ("tenant", "cid", "day", "seq", "type", "source", "timestamp", "expires_at", "parent_cid")
+SEARCH_COLUMNS = ("tenant", "cid", "day", "seq", "type", "source", "timestamp", "expires_at", "parent_cid", "project",
+                  "is_global")
 CATCH_UP_POLL_S = 0.005          # while another node's indexer holds rows a strong read waits for
 TOKEN_CHUNK = 64                 # units per thread-pool task when a batch is tokenized in parallel
 # Indexer transactions one process keeps in flight while its queue is long: while one's statements run on

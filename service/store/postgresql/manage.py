@@ -20,7 +20,7 @@ from .rows import remove_units
 from .search import match_where, pg_filters
 
 UNIT_COLUMNS = ("u.cid, u.seq, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.content, u.metadata, "
-                "u.parent_cid, u.day::text AS day")
+                "u.parent_cid, u.day::text AS day, u.thread, u.tpos")
 
 
 def _page(store, tenant: str, p, pos: int, descending: bool, n: int, max_seq: int | None = None) -> tuple[list, bool]:

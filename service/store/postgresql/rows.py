@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 from psycopg.rows import dict_row
 
 from ...live import UNIT_PREFIX
+from ...unitkeys import derive_text
 from .live import record_changes
 from .queries import sql
 
@@ -55,7 +56,8 @@ def content_rows(cursor):
     return row
 
 
-SCHEMA_VERSION = 3            # sql/postgresql/schema.sql's last upgrade step
+SCHEMA_VERSION = 5            # sql/postgresql/schema.sql's last upgrade step
+THREADS_VERSION = 5           # the first with threads (an older database gets them at its upgrade)
 SCHEMA_LOCK = 0x636d_7331      # advisory lock keys: schema set-up, partition create/drop
 PARTITION_LOCK = 0x636d_7332
 JANITOR_LOCKS = 1 << 32        # + crc32(tenant): the advisory lock of one tenant's janitor
@@ -127,3 +129,15 @@ def add_df(conn, tenant: str, counts: Counter) -> None:
 def dumps(value) -> str:
     """JSON for a ::jsonb parameter (encoded in C, UTF-8 as is)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def backfill_keys(conn) -> int:
+    """Schema version 4: the keys search filters on (service/unitkeys.py) for the units stored before it, in
+    every table that holds them, derived by the push's own rule (inside the schema upgrade's transaction)."""
+    rows = [{"tenant": r["tenant"], "day": r["day"], "cid": r["cid"], **derive_text(r["metadata"])}
+            for r in conn.execute(sql("keys_backfill_rows")).fetchall()]
+    rows = [r for r in rows if r["project"] is not None or r["is_global"]]
+    with conn.cursor() as cur:
+        for name in ("keys_backfill_units", "keys_backfill_pending", "keys_backfill_terms"):
+            cur.executemany(sql(name), rows)
+    return len(rows)

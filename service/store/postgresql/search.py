@@ -23,7 +23,7 @@ from psycopg_pool import PoolTimeout
 
 from ...errors import StorageUnavailable, TooCostly
 from ...ranking.bm25 import B, K1, Bm25, ShardHit, idf_of, scoring_sql as bm25_sql, unknown_idf
-from ...readindex import searcher as index
+from ...readindex import searcher as index, threaded
 from ...ranking.results import MAX_QUERY_TERMS, shape_results
 from ...ranking.scoring import Ranked, Stats
 from ...ranking.tail import TailBudget, TokenCache, Unseen, score_tokens
@@ -196,7 +196,7 @@ class PgSearcher:
             return None
         now = int(time.time())
         read, where = self.store.read_fresh(self.tail.read, tenant, state, now)
-        ranked, stats = self._rank_index(view, p, terms, now, read)
+        ranked, stats, unseen = self._rank_index(tenant, view, p, terms, now, read)
         for _ in range(3):
             # a commit since the view was loaded that this process could not load yet: read again
             if not readers.moved(tenant, view):
@@ -206,13 +206,10 @@ class PgSearcher:
                 return None
             view = newer
             read, where = self.store.read_fresh(self.tail.read, tenant, state, now)
-            ranked, stats = self._rank_index(view, p, terms, now, read)
+            ranked, stats, unseen = self._rank_index(tenant, view, p, terms, now, read)
         if read.too_many:
             return None
         ryw = self.config.read_your_writes_ms > 0
-        unseen = Unseen()
-        if ryw and terms:
-            ranked += self.tail.top(tenant, read, p, terms, stats.bm25, now, unseen)
         results = shape_results(p, terms, ranked, stats.stats, self.tokenizer)
         if ryw:
             pending_n, oldest = unseen.count, unseen.oldest_ms
@@ -226,17 +223,24 @@ class PgSearcher:
                 "shards_searched": self._live_days(tenant),
                 "freshness": {"replica_lag_ms": lag, "index_pending": pending_n}}
 
-    def _rank_index(self, view, p, terms: list[str], now: int, read) -> tuple[list[Ranked], IndexStats]:
-        """The index's best k under its statistics, leaving out what the tail ``read`` says is gone."""
+    def _rank_index(self, tenant: str, view, p, terms: list[str], now: int,
+                    read) -> tuple[list[Ranked], IndexStats, Unseen]:
+        """The best k of the index and the tail's units (read-your-writes: ``fresh``, scored first with the
+        index's statistics), ranked with threads as the SQLite store's default searches are
+        (readindex/threaded.py), leaving out of the index's what the tail ``read`` says is gone
+        (``TailRead.left_out``); and the tail's units left unscored."""
         ryw = self.config.read_your_writes_ms > 0
         unknown = unknown_idf(view.ndocs) if ryw else 0.0     # a term only the tail holds weighs as in one unit
         idf = [view.idf(term) or unknown for term in terms]
         avgdl = index.mean_length(view, terms) if terms else 0.0
         bm25 = Bm25.of(idf, avgdl)
-        ranked = []
+        unseen = Unseen()
+        fresh = self.tail.top(tenant, read, p, terms, bm25, now, unseen) if ryw and terms and not read.too_many else []
+        ranked = list(fresh)
         if terms and (all(idf) or p.operator == "or"):
-            ranked = index.best(view, p, terms, bm25.weights, now, lambda cids: read.gone.intersection(cids))
-        return ranked, IndexStats(bm25, Stats(idf, K1, B, avgdl, view.ndocs))
+            ranked = threaded.best(view, p, terms, bm25.weights, now, read.left_out(p, now), fresh)
+            read.refresh(ranked)
+        return ranked, IndexStats(bm25, Stats(idf, K1, B, avgdl, view.ndocs)), unseen
 
     def _live_days(self, tenant: str) -> int:
         """How many days the tenant has live units in (the answer reports it), read at most once a second."""
@@ -316,7 +320,8 @@ class PgSearcher:
         if not hits:
             return [], Stats(idf, K1, B, avgdl, n), unseen
         units = self._units(conn, args, [(h.cid, day) for h, day in hits])
-        ranked = [Ranked(unit_dict(units[h.cid]), h.score, h.ntok, h.tfs) for h, _ in hits if h.cid in units]
+        ranked = [Ranked(unit_dict(units[h.cid]), h.score, h.ntok, h.tfs, units[h.cid]["tpos"] or 0)
+                  for h, _ in hits if h.cid in units]
         return ranked, Stats(idf, K1, B, avgdl, n), unseen
 
     @staticmethod

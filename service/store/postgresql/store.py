@@ -24,13 +24,15 @@ from ...units import now_ms, unit_dict
 from ..base import StoreApi
 from ...readindex.reader import Readers
 from ..push import PushPlan, check_day_cap
-from . import manage
+from . import manage, threads
 from .live import record_changes
 from .queries import schema, sql, template
 from .rows import (
     PARTITION_LOCK,
     SCHEMA_LOCK,
     SCHEMA_VERSION,
+    THREADS_VERSION,
+    backfill_keys,
     content_rows,
     escape_content,
     next_day,
@@ -101,7 +103,7 @@ class PgStore(StoreApi):
                                           kwargs={**kwargs, **GENERIC_PLANS}, configure=generic_plans,
                                           open=False, timeout=5.0, reconnect_timeout=3600, name="search")
         self.search_pool.open(wait=True, timeout=15)
-        self.write(self._ensure_schema)
+        self.write(self._ensure_schema, config.thread_gap_s)
         self.readers = Readers(self.root)        # this process's views of the node's read indexes
         self.listeners: list = []   # callables(tenant, days) told about new queued units
         self.observers: list = []   # callables(tenant, changes) told after a delete or forget committed
@@ -111,14 +113,24 @@ class PgStore(StoreApi):
 
     # --- connections ------------------------------------------------------------------------------
     @staticmethod
-    def _ensure_schema(conn) -> None:
+    def _ensure_schema(conn, gap: int) -> None:
         """Create the tables once, or upgrade them from an earlier schema version (re-runnable; under a
-        lock, since every node starts with this)."""
-        if (conn.execute(sql("schema_present")).fetchone()["ok"]
-                and conn.execute(sql("schema_version")).fetchone()["version"] >= SCHEMA_VERSION):
-            return
-        conn.execute(sql("advisory_lock"), {"key": SCHEMA_LOCK})
-        conn.execute(schema())
+        lock, since every node starts with this): a database made before version 4 gets its units' keys
+        (backfill_keys), one made before threads (5) its units' threads (threads.migrate), in the same
+        transaction. With CONTEXT_THREAD_GAP_S, the index time adjacency reads."""
+        present = conn.execute(sql("schema_present")).fetchone()["ok"]
+        if not (present and conn.execute(sql("schema_version")).fetchone()["version"] >= SCHEMA_VERSION):
+            conn.execute(sql("advisory_lock"), {"key": SCHEMA_LOCK})
+            # (read again under the lock: another node may have upgraded it meanwhile; no meta table: a new database)
+            before = (conn.execute(sql("schema_version")).fetchone()["version"]
+                      if conn.execute(sql("meta_present")).fetchone()["ok"] else SCHEMA_VERSION)
+            conn.execute(schema())
+            if before < 4:                  # (version 4 added the keys derived from metadata)
+                backfill_keys(conn)
+            if before < THREADS_VERSION:
+                threads.migrate(conn, gap)
+        if gap > 0:
+            threads.ensure_gap_index(conn)
 
     def write(self, fn, *args):
         """``fn(conn, *args)`` in one primary transaction; PostgreSQL down or failing is a 503."""
@@ -352,9 +364,14 @@ class PgStore(StoreApi):
         # partition lock only while it writes, so no janitor or other tenant's new day waits on a forget
         self._hold_partitions(conn, days, create)
         self._check_tenant_days(conn, tenant, days)
-        wanted = {u.cid for _, u in valid} | {u.parent_cid for _, u in valid if u.parent_cid}
-        stored = {r["cid"]: r for r in conn.execute(sql("catalog_many"), {"tenant": tenant, "cids": list(wanted)})}
-        plan = Plan(tenant, last, now_ms(), stored, now)
+        wanted = list({u.cid for _, u in valid} | {u.parent_cid for _, u in valid if u.parent_cid})
+        with conn.pipeline():           # one round trip: the batch's catalog rows and its threads' last places
+            rows = conn.execute(sql("catalog_many"), {"tenant": tenant, "cids": wanted})
+            ends = conn.cursor().execute(sql("catalog_threads_last"), {
+                "tenant": tenant, "cids": wanted, "threads": threads.candidate_threads([u for _, u in valid])})
+            stored = {r["cid"]: r for r in rows.fetchall()}
+            lookup = threads.CatalogThreads(conn, tenant, threads.read_ahead(ends.fetchall()))
+        plan = Plan(tenant, last, now_ms(), stored, now, lookup, self.config.thread_gap_s)
         for i, u in valid:
             try:
                 results[i] = plan.add(u)
@@ -382,6 +399,18 @@ class PgStore(StoreApi):
     def units_at(self, tenant: str, located: list[tuple[str, str]]) -> dict:
         """Stored units by CID, of these (cid, day) pairs."""
         return self.read(units_at, tenant, located)
+
+    def thread_window(self, tenant: str, cids: list[str], n: int) -> dict[str, list[tuple[int, dict]]]:
+        now = int(time.time())
+        rows = self.read(lambda c: c.execute(sql("catalog_window"), {
+            "tenant": tenant, "cids": cids, "n": n, "now": now}).fetchall())
+        units = self.units_at(tenant, list({(r["cid"], r["day"]) for r in rows}))
+        out: dict[str, list[tuple[int, dict]]] = {cid: [] for cid in cids}
+        for r in rows:
+            u = units.get(r["cid"])
+            if u is not None and u["expires_at"] > now:
+                out[r["around"]].append((r["shift"], unit_dict(u)))
+        return out
 
     def children(self, tenant: str, cid: str, limit: int) -> list[str]:
         return [r["cid"] for r in self.read(lambda c: c.execute(sql("catalog_children"), {
@@ -440,8 +469,8 @@ class PgStore(StoreApi):
 class Plan(PushPlan):
     """One push transaction's rows: new units, duplicates' newer mutable fields, days' expiry range."""
 
-    def __init__(self, tenant: str, last_seq: int, ms: int, stored: dict, now: float):
-        super().__init__(stored, now)
+    def __init__(self, tenant: str, last_seq: int, ms: int, stored: dict, now: float, lookup, gap: int):
+        super().__init__(stored, now, threads=lookup, gap=gap)
         self.tenant = tenant
         self.last = last_seq
         self.ms = ms
@@ -450,10 +479,11 @@ class Plan(PushPlan):
 
     def add(self, u) -> dict:
         row, _ = self.check(u)
+        thread, tpos = self.thread(u, row)      # (a duplicate keeps its own)
         params = {"tenant": self.tenant, "cid": u.cid, "day": u.day, "timestamp": u.timestamp,
                   "source": u.source, "digest": u.digest, "expires_at": u.expires_at,
                   "parent_cid": u.parent_cid, "type": u.type, "ttl": u.ttl, "content": escape_content(u.content),
-                  "metadata": u.metadata_json(), "pushed_ms": self.ms}
+                  "metadata": u.metadata_json(), "pushed_ms": self.ms, "thread": thread, "tpos": tpos, **u.keys}
         if row is None:
             self.last += 1
             params["seq"] = self.last

@@ -23,6 +23,7 @@ from ..filters import passes
 from .queries import sql
 
 MAX_CHANGES = 5000          # changes a search reads past the index's state; more: the tables answer instead
+MUTABLE = ("type", "ttl", "expires_at", "metadata", "parent_cid")     # what a re-push may change (docs/design.md §3)
 
 
 class UnitTexts:
@@ -58,6 +59,25 @@ class TailRead:
     seq: int = 0                                   # the tenant's newest seq in this snapshot
     oldest_ms: int | None = None                   # the oldest unit still queued for the indexer
     too_many: bool = False                         # past read_your_writes_max (or MAX_CHANGES)
+
+    def left_out(self, p, now: int):
+        """``gone(cids)`` for the index's answers: of ``cids``, those deleted or expired since the index got
+        them, and those the tail holds (re-pushed, or sent past the index's low-water mark) that no longer pass
+        the request's filters. A tail unit that passes keeps its index copy, as SQLite's index keeps a unit
+        it was sent: its match lends its thread evidence beyond the tail's best k (service/ranking/threads.py)
+        and it answers with the tail's fields (``refresh``); the tail's best k replace their copies
+        (readindex/threaded.py, ``fresh``)."""
+        rows = {r["cid"]: r for r in self.rows}
+        return lambda cids: {c for c in cids if c in self.gone and (c not in rows or not passes(rows[c], p, now))}
+
+    def refresh(self, ranked: list[Ranked]) -> None:
+        """The index's answers that the tail holds, with the mutable fields the tail read (a re-push's)."""
+        rows = {r["cid"]: r for r in self.rows}
+        for r in ranked:
+            row = rows.get(r.unit["cid"])
+            if row is not None:
+                fresh = unit_dict({**row, "content": ""})
+                r.unit.update({k: fresh[k] for k in MUTABLE})
 
 
 class NodeTail:
@@ -121,4 +141,5 @@ class NodeTail:
             if hit is not None:
                 hits.append((hit, r, content))
         hits.sort(key=lambda x: x[0].order)
-        return [Ranked(unit_dict({**r, "content": content}), h.score, h.ntok, h.tfs) for h, r, content in hits[:p.top_k]]
+        return [Ranked(unit_dict({**r, "content": content}), h.score, h.ntok, h.tfs, r["tpos"] or 0)
+                for h, r, content in hits[:p.top_k]]

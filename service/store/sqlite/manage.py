@@ -37,7 +37,7 @@ from .shards import fetch_all, fetch_one, sql
 SCAN_BUDGET = 20_000           # catalog rows one page may look at; a selective filter gets a shorter page
 COMPACT_SHARE = 0.10           # the janitor compacts a day file once this share of its rows was forgotten
 UNIT_COLUMNS = ("u.id, u.cid, u.seq, u.type, u.source, u.timestamp, u.ttl, u.expires_at, u.content, "
-                "u.metadata, u.parent_cid")
+                "u.metadata, u.parent_cid, u.thread, u.tpos")
 
 
 def _all(conn, query: str, args: dict) -> list:
@@ -74,6 +74,11 @@ def _fetch(t, p: SearchParams, rows, now: int) -> dict[str, dict]:
         for r in db.read(_all, query, args):
             out[r["cid"]] = unit_dict(r)
     return out
+
+
+def units_of_rows(t, rows, now: int) -> dict[str, dict]:
+    """The live units of these catalog rows (cid, day), by CID, whatever a search's filters."""
+    return _fetch(t, SearchParams(query=""), rows, now)
 
 
 def _units_of(t, p: SearchParams, rows, now: int):

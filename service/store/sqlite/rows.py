@@ -7,20 +7,34 @@ from __future__ import annotations
 import logging
 import sqlite3
 
+from ...unitkeys import derive_text
 from ...units import now_ms
 from .shards import schema, sql
 
 log = logging.getLogger(__name__)
 
 
-def migrate_shard(conn: sqlite3.Connection) -> None:
-    """Bring a shard written by an older version to the current schema (inside the write lock)."""
+def run_script(conn: sqlite3.Connection, filename: str) -> None:
+    """The statements of a migration script in sql/, one by one, in the caller's transaction."""
+    for statement in schema(filename).split(";\n"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def migrate_shard(conn: sqlite3.Connection, threads=None) -> None:
+    """Bring a shard written by an older version to the current schema (inside the write lock).
+    ``threads()``: the (cid, thread, tpos) rows of this day in the (migrated) catalog."""
     version = conn.execute(sql("schema_version")).fetchone()[0]
     if version == 1:
         log.info("migrating shard to schema 2 (tokens in units, external-content FTS5)")
-        for statement in schema("shard_migrate_v2.sql").split(";\n"):
-            if statement.strip():
-                conn.execute(statement)
+        run_script(conn, "shard_migrate_v2.sql")
+    if version <= 2:
+        log.info("migrating shard to schema 3 (keys derived from metadata: project, is_global; threads)")
+        run_script(conn, "shard_migrate_v3.sql")
+        # keys derived by the push's own rule; threads as the (migrated) catalog has them
+        conn.executemany(sql("migrate_v3_set"), [{"id": r["id"], **derive_text(r["metadata"])}
+                                                 for r in conn.execute(sql("migrate_v3_rows")).fetchall()])
+        conn.executemany(sql("unit_set_thread"), [dict(r) for r in (threads() if threads else [])])
 
 
 def remove_rows(conn: sqlite3.Connection, rows) -> int:

@@ -20,7 +20,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ...readindex import searcher as index
+from ...readindex import searcher as index, threaded
 from ...readindex.reader import Readers
 from ...params import SearchParams
 from ...ranking.bm25 import K1, B, Bm25, idf_of, unknown_idf
@@ -36,6 +36,9 @@ from .tail import Tail, TailReader
 
 
 
+EXPIRY_CACHE = 200_000          # catalog expiries a process keeps per tenant between catalog commits
+
+
 class Searcher:
     def __init__(self, config, tokenizer, readers: Readers):
         self.config = config
@@ -44,6 +47,7 @@ class Searcher:
         self.tokens = TokenCache()
         self.tail = TailReader(config, tokenizer, self.tokens)
         self._live_days: dict[str, tuple[float, list[str]]] = {}
+        self._expiry: dict[str, tuple[int, dict]] = {}     # tenant -> (catalog version, cid -> expiry)
         self.pool = ThreadPoolExecutor(max(1, self.config.search_threads), thread_name_prefix="search")
 
     def close(self) -> None:
@@ -156,18 +160,27 @@ class Searcher:
             view = newer
         ranked = list(fresh)
         if all(idf) or p.operator == "or":
-            fresher = {r.unit["cid"] for r in fresh}
-            ranked += index.best(view, p, terms, bm25.weights, now,
-                                 lambda cids: self._gone(t, cids, now) | fresher.intersection(cids))
+            ranked = threaded.best(view, p, terms, bm25.weights, now, lambda cids: self._gone(t, cids, now), fresh)
         stats = Stats(idf, K1, B, index.mean_length(view, terms), view.ndocs)
         return ranked, stats, (unseen if tail is not None else None)
 
     def _gone(self, t, cids: list[str], now: int) -> set[str]:
         """Of these CIDs, the ones deleted or expired (by a push that changed their ttl) since the read
-        index got them: they leave search at once, not at its next pass."""
+        index got them: they leave search at once, not at its next pass. Their catalog expiries are kept per
+        tenant until the catalog next commits (``catalog_version``: every delete, forget and re-push is a commit
+        there), so a search that meets units already looked up reads nothing."""
         if not cids:
             return set()
-        return {r[0] for r in t.catalog.read(fetch_all, "ryw_gone", {"cids": json.dumps(cids), "now": now})}
+        sig = t.catalog_version()
+        cached = self._expiry.get(t.name)
+        if cached is None or cached[0] != sig or len(cached[1]) > EXPIRY_CACHE:
+            cached = self._expiry[t.name] = (sig, {})
+        known = cached[1]
+        missing = [cid for cid in cids if cid not in known]
+        if missing:
+            rows = t.catalog.read(fetch_all, "ryw_expiry", {"cids": json.dumps(missing)})
+            known.update((r["cid"], r["expires_at"]) for r in rows)
+        return {cid for cid in cids if known.get(cid) is None or known[cid] <= now}
 
     # --- the primary files (strong reads; no read index yet) -------------------------------------
     def _search_shards(self, t, p: SearchParams, terms: list[str], days: list[str], now: int, budget: CpuBudget,
@@ -222,7 +235,8 @@ class Searcher:
         ranked = []
         for db, hits in by_db.values():
             rows = db.read(fts.rows_by_id, [h.rowid for h in hits])
-            ranked += [Ranked(unit_dict(rows[h.rowid]), h.score, h.ntok, h.tfs) for h in hits if h.rowid in rows]
+            ranked += [Ranked(unit_dict(rows[h.rowid]), h.score, h.ntok, h.tfs, rows[h.rowid]["tpos"] or 0)
+                       for h in hits if h.rowid in rows]
         return ranked
 
     def _map(self, fn, items):

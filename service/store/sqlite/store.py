@@ -133,15 +133,17 @@ class Store(StoreApi):
         wanted = {u.cid for _, u in valid} | {u.parent_cid for _, u in valid if u.parent_cid}
         plan = PushPlan({r["cid"]: dict(r) for r in conn.execute(sql("catalog_get_many"),
                                                                  {"cids": json.dumps(sorted(wanted))})},
-                        now, stale=lambda row: self._stale_reservation(t, row, ms))
+                        now, stale=lambda row: self._stale_reservation(t, row, ms), threads=CatalogThreads(conn),
+                        gap=self.config.thread_gap_s)
         for i, u in valid:
             try:
                 row, replace = plan.check(u)
                 if replace:
                     conn.execute(sql("catalog_delete"), {"cid": u.cid})
+                thread, tpos = plan.thread(u, row)
                 params = {"cid": u.cid, "day": u.day, "timestamp": u.timestamp, "source": u.source,
                           "digest": u.digest, "expires_at": u.expires_at, "parent_cid": u.parent_cid,
-                          "reserved_ms": ms}
+                          "reserved_ms": ms, "thread": thread, "tpos": tpos}
                 if row is None:
                     seq = conn.execute(sql("catalog_insert"), params).lastrowid
                     status = "ok"
@@ -150,7 +152,7 @@ class Store(StoreApi):
                     seq, status = row["seq"], "duplicate"
                     params["reserved_ms"] = row["reserved_ms"]
                 plan.planned(u, params | {"seq": seq})
-                planned.append((i, u, seq, status))
+                planned.append((i, u, seq, status, thread, tpos))
             except ApiError as e:
                 results[i] = e
         # One days row update per day of the batch, not per unit.
@@ -184,13 +186,14 @@ class Store(StoreApi):
     @staticmethod
     def _insert_rows(conn: sqlite3.Connection, items: list, ms: int, results: list) -> None:
         touched = False
-        for i, u, seq, status in items:
+        for i, u, seq, status, thread, tpos in items:
             if status == "duplicate" and conn.execute(sql("unit_exists"), {"cid": u.cid}).fetchone() is None:
                 status = "ok"   # reserved by an earlier push that failed before its shard write: first store
             cur = conn.execute(sql("unit_upsert"), {
                 "cid": u.cid, "seq": seq, "type": u.type, "source": u.source, "timestamp": u.timestamp,
                 "ttl": u.ttl, "expires_at": u.expires_at, "content": u.content,
-                "metadata": u.metadata_json(), "parent_cid": u.parent_cid, "pushed_ms": ms})
+                "metadata": u.metadata_json(), "parent_cid": u.parent_cid, "pushed_ms": ms, **u.keys,
+                "thread": thread, "tpos": tpos})
             if cur.rowcount == 0:
                 results[i] = collision(u.cid)      # the shard holds a different unit under this CID: kept
                 continue
@@ -220,6 +223,14 @@ class Store(StoreApi):
             return None
         urow = shard.read(lambda c: c.execute(sql("unit_get"), {"cid": cid, "now": int(time.time())}).fetchone())
         return unit_dict(urow) if urow is not None else None
+
+    def thread_window(self, tenant: str, cids: list[str], n: int) -> dict[str, list[tuple[int, dict]]]:
+        t = self.tenant(tenant)
+        now = int(time.time())
+        places = t.catalog.read(lambda c: {cid: c.execute(sql("catalog_window"), {"cid": cid, "n": n, "now": now})
+                                           .fetchall() for cid in cids})
+        units = manage.units_of_rows(t, [r for rows in places.values() for r in rows], now)
+        return {cid: [(r["offset"], units[r["cid"]]) for r in rows if r["cid"] in units] for cid, rows in places.items()}
 
     def children(self, tenant: str, cid: str, limit: int) -> list[str]:
         rows = self.tenant(tenant).catalog.read(lambda c: c.execute(
@@ -303,3 +314,17 @@ class Store(StoreApi):
     # --- search -------------------------------------------------------------------------------
     def _search(self, tenant: str, params) -> dict:
         return self.searcher.search(self.tenant(tenant), params)
+
+
+class CatalogThreads:
+    """The catalog's answers to thread assignment (``push.ThreadLookup``), in the push's transaction."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def last_pos(self, thread: str) -> int | None:
+        return self.conn.execute(sql("catalog_thread_last"), {"thread": thread}).fetchone()[0]
+
+    def previous(self, source: str, lo: int, hi: int) -> str | None:
+        row = self.conn.execute(sql("catalog_source_previous"), {"source": source, "lo": lo, "hi": hi}).fetchone()
+        return row[0] if row else None

@@ -111,7 +111,8 @@ class TailReader:
             hits = best(hits, p.top_k)
             if hits:
                 units = db.read(fts.rows_by_id, [h.rowid for h in hits])
-                found += [Ranked(unit_dict(units[h.rowid]), h.score, h.ntok, h.tfs) for h in hits if h.rowid in units]
+                found += [Ranked(unit_dict(units[h.rowid]), h.score, h.ntok, h.tfs, units[h.rowid]["tpos"] or 0)
+                          for h in hits if h.rowid in units]
         found.sort(key=lambda r: r.order)
         return found[:p.top_k]
 

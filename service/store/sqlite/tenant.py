@@ -15,10 +15,11 @@ from pathlib import Path
 
 from ...config import Config
 from ...formats import DAY_FILE_RE, TENANT_RE
-from .rows import migrate_shard
+from ..push import StoredInOrder
+from .rows import migrate_shard, run_script
+from .shards import Db, OpenShards, connect, fetch_all, fetch_one, sql
 
-SHARD_SCHEMA_VERSION = 2          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
-from .shards import Db, OpenShards, fetch_all, fetch_one
+SHARD_SCHEMA_VERSION = 3          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
 
 
 class Tenant:
@@ -35,8 +36,21 @@ class Tenant:
         (self.dir / "replica").mkdir(parents=True, exist_ok=True)
         # the catalog is never unlinked: its reads skip the day shards' inode check
         self.catalog = Db(self.dir / "catalog.db", "catalog_schema.sql", config, may_be_unlinked=False)
+        self._version_conn: sqlite3.Connection | None = None
+        self._version_lock = threading.Lock()
+        self.catalog.write(migrate_catalog, config.thread_gap_s)
         self._shards: dict[str, Db] = {}
         self._lock = threading.Lock()
+
+    def catalog_version(self) -> int:
+        """A number that changes whenever any connection, of any process, commits to the catalog (SQLite's
+        data_version, asked on a connection of this process's own that never writes): a cache of catalog
+        reads holds while it is the same."""
+        with self._version_lock:
+            if self._version_conn is None:
+                self._version_conn = connect(self.dir / "catalog.db", busy_timeout_ms=self.config.busy_timeout_ms,
+                                             synchronous=self.config.synchronous)
+            return self._version_conn.execute(sql("data_version")).fetchone()[0]
 
     def primary_path(self, day: str) -> Path:
         return self.dir / "primary" / f"{day}.db"
@@ -78,7 +92,8 @@ class Tenant:
         db = Db(path, "shard_schema.sql", self.config, cache_size_kib=self.config.shard_cache_kib,
                 pool_size=self.config.shard_readers, lazy=lazy)
         if not lazy or _older(db):
-            db.write(migrate_shard)         # (the writer runs the schema script first)
+            # (the writer runs the schema script first)
+            db.write(migrate_shard, lambda: self.catalog.read(fetch_all, "catalog_threads_of_day", {"day": day}))
         return db
 
     def has_day(self, day: str) -> bool:
@@ -119,7 +134,28 @@ class Tenant:
             for db in self._shards.values():
                 db.close()
             self._shards.clear()
+        with self._version_lock:
+            if self._version_conn is not None:
+                self._version_conn.close()
+                self._version_conn = None
         self.catalog.close()
+
+
+def migrate_catalog(conn: sqlite3.Connection, gap: int = 0) -> None:
+    """Bring a catalog written before threads to schema 2 (inside the write lock): the columns, then each unit
+    its thread and place by the push's rules, in acknowledgement order; then the thread indexes (every open; by
+    source and time only where CONTEXT_THREAD_GAP_S asks for them)."""
+    if conn.execute(sql("schema_version")).fetchone()[0] < 2:
+        run_script(conn, "catalog_migrate_v2.sql")
+        threads = StoredInOrder(gap)
+        updates = []
+        for r in conn.execute(sql("catalog_for_threads")).fetchall():
+            thread, tpos = threads.assign(r)
+            updates.append({"seq": r["seq"], "thread": thread, "tpos": tpos})
+        conn.executemany(sql("catalog_set_thread"), updates)
+    conn.execute(sql("catalog_index_thread"))
+    if gap > 0:
+        conn.execute(sql("catalog_index_source_ts"))
 
 
 def _older(db: Db) -> bool:
