@@ -12,6 +12,7 @@ reaches), and keys (service/auth.py: the same, added).
 
     python bench/layers.py --rounds 3 --duration 10 --name layers
     python bench/layers.py --rounds 3 --duration 10 --search --name layers-search
+    python bench/layers.py --variants service --old eb47249 --search --name layers-before-after
 """
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ def main(argv=None) -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--search", action="store_true", help="also whole questions @64 (service, keys, limiter)")
     ap.add_argument("--service-src", default="head")
+    ap.add_argument("--old", help="also this build of the service as it is (before/after in the same run)")
     ap.add_argument("--name", default="layers")
     a = ap.parse_args(argv)
     src = service_src(a.service_src)
@@ -84,6 +86,17 @@ def main(argv=None) -> None:
         server = H.Server(name, partial(start_variant, src, data, off, env), workloads)
         server.keyed = "CONTEXT_API_KEYS" in env
         servers.append(server)
+    if a.old:
+        old = service_src(a.old)
+        data = run / "old"
+        if a.search:
+            shutil.copytree(corpus, data)
+        else:
+            data.mkdir()
+        server = H.Server(f"old {a.old}", partial(H.start_service, old, data), {"healthz", "search"} if a.search
+                          else {"healthz"})
+        server.keyed = False
+        servers.insert(1, server)
     import bare_app
     bare_app.build(corpus, run / "bare")
     bare = H.Server("bare", partial(H.start_bare, src, run / "bare"), {"healthz", "search"} if a.search else {"healthz"})
