@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 HOOKS = {"metrics": {"_start", "_observe"},
-         "doors": {"check_request", "preflight", "allow_cross_origin"},
+         "doors": {"doors", "check_request", "preflight", "allow_cross_origin"},
          "limiter": {"_check_request_limit", "__inject_headers"}}
 
 
