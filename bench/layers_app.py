@@ -9,7 +9,7 @@ import os
 
 HOOKS = {"metrics": {"_start", "_observe"},
          "doors": {"doors", "check_request", "preflight", "allow_cross_origin"},
-         "limiter": {"_check_request_limit", "__inject_headers"}}
+         "limiter": {"check_rate", "rate_headers", "_check_request_limit", "__inject_headers"}}
 
 
 def _name(fn) -> str:

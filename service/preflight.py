@@ -24,6 +24,7 @@ def check(environ: dict | None = None, *, wait: bool = True, log=None, **overrid
     :param wait: wait up to CONTEXT_STORE_WAIT_S for a PostgreSQL primary that does not answer yet."""
     from .auth import KeyRing
     from .doors import refuse_open_bind, refuse_shared_origins
+    from .limits import rate_limits
     try:
         config = Config.from_env(environ, **overrides)
     except ValueError as e:
@@ -39,6 +40,10 @@ def check(environ: dict | None = None, *, wait: bool = True, log=None, **overrid
         refuse_shared_origins(config, keys)
         check_backend(config)
     except RuntimeError as e:
+        raise Refused(str(e)) from None
+    try:
+        rate_limits(config, keys)
+    except ValueError as e:
         raise Refused(str(e)) from None
     if wait:
         problem = wait_for_store(config, log=log)

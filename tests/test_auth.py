@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -142,6 +143,36 @@ def _cli(*args, env=None):
     environ = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_")}
     environ.update(env or {})
     return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, text=True, env=environ)
+
+
+def test_rate_limit_headers_count_down_and_probes_and_unknown_routes_are_never_counted(make_app):
+    c = make_app(rate_limit="4/minute", api_keys="ka-0123456789abcdef:team-a:push+search+admin").test_client()
+    auth = bearer("ka-0123456789abcdef")
+    for _ in range(3):                            # probes, scrapes and no route: no budget, no headers
+        for rv in (c.get("/healthz"), c.get("/readyz"), c.get("/metrics", headers=auth), c.get("/nowhere", headers=auth)):
+            assert rv.status_code in (200, 404) and "X-RateLimit-Limit" not in rv.headers
+    answers = [c.get("/mcp/stats", headers=auth) for _ in range(5)]
+    assert [rv.status_code for rv in answers] == [200, 200, 200, 200, 429]
+    assert [rv.headers["X-RateLimit-Remaining"] for rv in answers] == ["3", "2", "1", "0", "0"]
+    assert {rv.headers["X-RateLimit-Limit"] for rv in answers} == {"4"}
+    now = time.time()
+    assert all(now < int(rv.headers["X-RateLimit-Reset"]) <= now + 62 for rv in answers)
+    assert 0 < int(answers[4].headers["Retry-After"]) <= 61
+    assert "4 per 1 minute" in answers[4].get_json()["error"]
+
+
+def test_two_limits_are_both_kept_and_a_bad_one_stops_the_start(make_app):
+    c = make_app(rate_limit="2/second;3/minute", api_keys="ka-0123456789abcdef:team-a:search").test_client()
+    auth = bearer("ka-0123456789abcdef")
+    answers = [c.get("/mcp/stats", headers=auth) for _ in range(3)]
+    assert [rv.status_code for rv in answers] == [200, 200, 429]
+    assert [rv.headers["X-RateLimit-Limit"] for rv in answers] == ["2", "2", "2"]     # the second's, over it
+    time.sleep(1.1)
+    answers = [c.get("/mcp/stats", headers=auth) for _ in range(2)]
+    assert [rv.status_code for rv in answers] == [200, 429]
+    assert [rv.headers["X-RateLimit-Limit"] for rv in answers] == ["2", "3"]          # then over the minute's
+    with pytest.raises(ValueError, match="is not a rate limit"):
+        make_app(rate_limit="lots", api_keys="ka-0123456789abcdef:team-a:search")
 
 
 def test_keys_list_shows_ids_tenants_and_scopes_never_keys(tmp_path):
