@@ -62,7 +62,7 @@ class MovingWindow:
         self.amount, self.seconds = amount, seconds
         self.hits: dict[str, collections.deque] = {}
         self.lock = threading.Lock()
-        self.swept = time.time()
+        self.swept = 0.0
 
     def _window(self, key: str, now: float) -> collections.deque:
         hits = self.hits.get(key)

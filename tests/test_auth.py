@@ -175,6 +175,19 @@ def test_two_limits_are_both_kept_and_a_bad_one_stops_the_start(make_app):
         make_app(rate_limit="lots", api_keys="ka-0123456789abcdef:team-a:search")
 
 
+def test_the_moving_window_counts_every_window_and_forgets_idle_keys():
+    from service.limits import MovingWindow
+    w = MovingWindow(3, 10)
+    assert [w.hit("a", t) for t in (0, 1, 2, 3)] == [True, True, True, False]
+    assert w.stats("a", 3) == (10, 0)               # frees a hit at 0 + 10, none left
+    assert w.hit("a", 10) is False                  # a hit exactly a window old still counts (as limits does)
+    assert w.hit("a", 10.5) is True and w.stats("a", 10.5) == (11, 0)
+    assert w.hit("b", 10.5) is True                 # another key has its own window
+    assert [w.hit("a", t) for t in (11.5, 12.5)] == [True, True] and w.stats("a", 12.5) == (20.5, 0)
+    assert w.hit("c", 40) is True                   # a window later: the idle keys are dropped
+    assert set(w.hits) == {"c"}
+
+
 def test_keys_list_shows_ids_tenants_and_scopes_never_keys(tmp_path):
     keys = tmp_path / "keys.json"
     k1 = _cli("keys", "add", "--tenant", "acme", "--file", str(keys)).stdout.strip()
