@@ -166,18 +166,35 @@ def caller_key() -> str | None:
     return getattr(principal, "key_id", None)
 
 
+class _Waiter:
+    """A search waiting for a slot: its lock is released when a slot is handed to it."""
+
+    __slots__ = ("tenant", "key", "lock", "granted")
+
+    def __init__(self, tenant: str, key: str | None):
+        self.tenant, self.key, self.granted = tenant, key, False
+        self.lock = threading.Lock()
+        self.lock.acquire()
+
+
 class SearchSlots:
     """A worker's search slots with fair shares: at most ``total`` searches at once, of which one tenant
     holds at most ``per_tenant`` and one API key at most ``per_key``, so a tenant running slow searches
     leaves slots for the others. A search that finds no slot within ``wait_s`` is refused with 503
-    ``search_busy`` + Retry-After (service/errors.py ``Busy``)."""
+    ``search_busy`` + Retry-After (service/errors.py ``Busy``).
+
+    A slot given back is handed to the first waiting search its shares let in, which alone is woken: a
+    condition woken for all (``notify_all``) woke every waiting thread of the worker for each search that
+    ended, each to take the GIL and sleep again (a twelfth of a worker's GIL under 64 connections of
+    questions, bench/README.md "The request path")."""
 
     def __init__(self, total: int, per_tenant: int, per_key: int, wait_s: float):
         self.total, self.per_tenant, self.per_key, self.wait_s = total, per_tenant, per_key, wait_s
         self.used = 0
         self.tenants: dict[str, int] = {}
         self.keys: dict[str, int] = {}
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._waiting: collections.deque[_Waiter] = collections.deque()     # in arrival order
 
     @classmethod
     def of(cls, config) -> "SearchSlots | None":
@@ -192,31 +209,58 @@ class SearchSlots:
         return (self.used < self.total and self.tenants.get(tenant, 0) < self.per_tenant
                 and (key is None or self.keys.get(key, 0) < self.per_key))
 
+    def _take(self, tenant: str, key: str | None) -> None:
+        self.used += 1
+        self.tenants[tenant] = self.tenants.get(tenant, 0) + 1
+        if key is not None:
+            self.keys[key] = self.keys.get(key, 0) + 1
+
+    def _give_back(self, tenant: str, key: str | None) -> None:
+        self.used -= 1
+        for counts, name in ((self.tenants, tenant), (self.keys, key)):
+            if name is not None:
+                counts[name] -= 1
+                if not counts[name]:
+                    del counts[name]
+        # Hand the free slots on, in arrival order, to the waiters their shares let in (others keep waiting).
+        for waiter in list(self._waiting):
+            if self.used >= self.total:
+                break
+            if self._free(waiter.tenant, waiter.key):
+                self._waiting.remove(waiter)
+                self._take(waiter.tenant, waiter.key)
+                waiter.granted = True
+                waiter.lock.release()
+
+    def _wait(self, tenant: str, key: str | None) -> None:
+        """Take a slot, waiting up to ``wait_s`` for one to be handed over; Busy when none is."""
+        from .errors import Busy
+        with self._lock:
+            if self._free(tenant, key):       # (a waiter its shares would let in has a slot already)
+                self._take(tenant, key)
+                return
+            waiter = _Waiter(tenant, key)
+            self._waiting.append(waiter)
+        if self.wait_s > 0 and waiter.lock.acquire(timeout=self.wait_s):
+            return
+        with self._lock:
+            if waiter.granted:                # handed a slot just as the wait ended
+                return
+            self._waiting.remove(waiter)
+            mine = self.tenants.get(tenant, 0) >= self.per_tenant or (
+                key is not None and self.keys.get(key, 0) >= self.per_key)
+        raise Busy("This tenant already runs its share of this server's searches; retry shortly."
+                   if mine else "Too many searches at once; retry shortly.")
+
     @contextlib.contextmanager
     def hold(self, tenant: str, key: str | None = None):
         """One slot for the duration of the block, or ``Busy`` when none came free in time."""
-        from .errors import Busy
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._free(tenant, key), timeout=self.wait_s):
-                mine = self.tenants.get(tenant, 0) >= self.per_tenant or (
-                    key is not None and self.keys.get(key, 0) >= self.per_key)
-                raise Busy("This tenant already runs its share of this server's searches; retry shortly."
-                           if mine else "Too many searches at once; retry shortly.")
-            self.used += 1
-            self.tenants[tenant] = self.tenants.get(tenant, 0) + 1
-            if key is not None:
-                self.keys[key] = self.keys.get(key, 0) + 1
+        self._wait(tenant, key)
         try:
             yield
         finally:
-            with self._cond:
-                self.used -= 1
-                for counts, name in ((self.tenants, tenant), (self.keys, key)):
-                    if name is not None:
-                        counts[name] -= 1
-                        if not counts[name]:
-                            del counts[name]
-                self._cond.notify_all()
+            with self._lock:
+                self._give_back(tenant, key)
 
 
 class AnswerSlots:
