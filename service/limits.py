@@ -215,7 +215,8 @@ class SearchSlots:
         if key is not None:
             self.keys[key] = self.keys.get(key, 0) + 1
 
-    def _give_back(self, tenant: str, key: str | None) -> None:
+    def _give_back(self, tenant: str, key: str | None) -> list:
+        """Return a slot (under the lock); the waiters handed one, to be woken once the lock is let go."""
         self.used -= 1
         for counts, name in ((self.tenants, tenant), (self.keys, key)):
             if name is not None:
@@ -223,6 +224,7 @@ class SearchSlots:
                 if not counts[name]:
                     del counts[name]
         # Hand the free slots on, in arrival order, to the waiters their shares let in (others keep waiting).
+        handed = []
         for waiter in list(self._waiting):
             if self.used >= self.total:
                 break
@@ -230,7 +232,8 @@ class SearchSlots:
                 self._waiting.remove(waiter)
                 self._take(waiter.tenant, waiter.key)
                 waiter.granted = True
-                waiter.lock.release()
+                handed.append(waiter)
+        return handed
 
     def _wait(self, tenant: str, key: str | None) -> None:
         """Take a slot, waiting up to ``wait_s`` for one to be handed over; Busy when none is."""
@@ -260,7 +263,9 @@ class SearchSlots:
             yield
         finally:
             with self._lock:
-                self._give_back(tenant, key)
+                handed = self._give_back(tenant, key)
+            for waiter in handed:       # woken outside the lock: a waker the scheduler stops holds no one up
+                waiter.lock.release()
 
 
 class AnswerSlots:
