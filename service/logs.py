@@ -31,7 +31,6 @@ class LineHandler(logging.StreamHandler):
         self.setFormatter(logging.Formatter(FORMAT))
         self.own_formatter = self.formatter
         self.pending: collections.deque[bytes] = collections.deque()   # append and popleft need no lock
-        self.wake = threading.Event()
         self.flusher_pid = 0
         self.second = (0, "")                                          # asctime's text of the current second
         atexit.register(self.flush_pending)
@@ -80,22 +79,20 @@ class LineHandler(logging.StreamHandler):
         self.pending.append(line.encode(self.encoding(), "backslashreplace"))
         if len(self.pending) >= MAX_PENDING:
             self.flush_pending()
-        elif not self.wake.is_set():
-            self.wake.set()
 
     def start_flusher(self) -> None:
         # One per process (a forked child starts its own; what its parent had pending is the parent's).
         self.pending.clear()
         self.flusher_pid = os.getpid()
-        self.wake = threading.Event()
-        threading.Thread(target=self._flusher, args=(self.wake,), name="cms-log-flush", daemon=True).start()
+        threading.Thread(target=self._flusher, name="cms-log-flush", daemon=True).start()
 
-    def _flusher(self, wake: threading.Event) -> None:
+    def _flusher(self) -> None:
+        # It looks every FLUSH_S rather than being woken: waking a thread from a request's thread got that
+        # thread, holding the GIL, taken off the CPU for the woken one (a worker's stall, not a line's cost).
         while True:
-            wake.wait()
             time.sleep(FLUSH_S)
-            wake.clear()
-            self.flush_pending()
+            if self.pending:
+                self.flush_pending()
 
     def flush_pending(self) -> None:
         lines = []
