@@ -438,14 +438,15 @@ def question_targets(entry: dict) -> dict:
 def limits(entry: dict) -> dict:
     """Issue 42's ratios, per cell both servers ran: the service's searches/s (and, at one connection, its
     p50) against the bare app's (the fair limit: the same answer with nothing else) and against the rows-free
-    engine's (tantivy's ids and scores only); and a PostgreSQL node's against the SQLite service's."""
+    engine's (tantivy's ids and scores only), the build before (``--old``) against the same, and a
+    PostgreSQL node's against the SQLite service's."""
     out = {}
-    svc = entry.get("service") or {}
-    for other, label in (("bare", "over_bare"), ("tantivy", "over_engine"), ("service_pg", "pg_over_sqlite")):
-        them = entry.get(other) or {}
-        mine = entry.get("service_pg") if other == "service_pg" else svc
-        base = svc if other == "service_pg" else them
-        for cell in sorted(set(mine or {}) & set(base)):
+    pairs = [("service", "bare", "over_bare"), ("service", "tantivy", "over_engine"),
+             ("service_pg", "service", "pg_over_sqlite"), ("old", "bare", "old_over_bare"),
+             ("old", "tantivy", "old_over_engine"), ("service", "old", "over_old")]
+    for mine_name, base_name, label in pairs:
+        mine, base = entry.get(mine_name) or {}, entry.get(base_name) or {}
+        for cell in sorted(set(mine) & set(base)):
             ratio = {"rps": round(mine[cell]["rps"] / base[cell]["rps"], 3)}
             if cell.endswith("@1"):
                 ratio["p50"] = round(mine[cell]["p50"] / base[cell]["p50"], 3)
@@ -504,6 +505,14 @@ def servers_for(a, src: Path, run_dir: Path, size: int, entry: dict) -> list[Ser
     from corpus import baseline_db
     read = {"search", "healthz"}
     servers = [Server("service", partial(start_service, src, run_dir / "service"), set(a.workloads.split(",")))]
+    if a.old:
+        # the service before, on its own copy of the corpus brought up to date with that build
+        from alternate_search import up_to_date
+        old = service_src(a.old)
+        shutil.copytree(run_dir / "service", run_dir / "old")
+        up_to_date(old, run_dir / "old")
+        servers.append(Server("old", partial(start_service, old, run_dir / "old"), set(a.workloads.split(","))))
+        entry["old_rev"] = service_rev(old)
     if not a.no_bare:
         import bare_app
         n, secs = bare_app.build(run_dir / "service", run_dir / "bare")
@@ -547,6 +556,7 @@ def main(argv=None) -> None:
     ap.add_argument("--no-bare", action="store_true")
     ap.add_argument("--no-tantivy", action="store_true")
     ap.add_argument("--postgresql", action="store_true", help="a PostgreSQL node over the same units too")
+    ap.add_argument("--old", help="also this build of the service (before/after in the same run: 'old')")
     ap.add_argument("--queries", choices=("short", "questions"), default="short",
                     help="2-4 term bench queries, or the judged sets' whole questions")
     ap.add_argument("--name", default="http")
@@ -612,12 +622,12 @@ def plot(out: dict, name: str) -> None:
     fig, axes = pyplot.subplots(2, 3, figsize=(15, 8))
     for col, w in enumerate(workloads):
         for size in sizes:
-            for system in ("service", "baseline", "tantivy", "bare", "service_pg"):
+            for system in ("service", "baseline", "tantivy", "bare", "service_pg", "old"):
                 cells = out["sizes"][size].get(system) or {}
                 pts = sorted((int(k.split("@")[1]), v) for k, v in cells.items() if k.startswith(w + "@"))
                 if not pts:
                     continue
-                ls = {"service": "-", "baseline": "--", "tantivy": ":", "bare": "-.", "service_pg": "-"}[system]
+                ls = {"service": "-", "baseline": "--", "tantivy": ":", "bare": "-.", "service_pg": "-", "old": "--"}[system]
                 xs = [c for c, _ in pts]
                 axes[0][col].plot(xs, [v["rps"] for _, v in pts], marker="o", ls=ls, label=f"{system} {int(size):,}")
                 axes[1][col].plot(xs, [v["p99"] for _, v in pts], marker="o", ls=ls, label=f"{system} {int(size):,} p99")
