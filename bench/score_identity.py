@@ -43,7 +43,7 @@ def dump(a) -> None:
 
         def recording(p, terms, ranked, stats, tokenizer, _shape=shape):
             ranked.sort(key=lambda r: r.order)
-            winners.append([[r.unit["cid"], float(r.score).hex()] for r in ranked[:p.top_k]])
+            winners.append([[getattr(r, "cid", None) or r.unit["cid"], float(r.score).hex()] for r in ranked[:p.top_k]])
             return _shape(p, terms, ranked, stats, tokenizer)
         mod.shape_results = recording
         config = {"data_dir": a.sqlite_dir, "background": False, "search_cpu_ms": 0}

@@ -166,6 +166,38 @@ def caller_key() -> str | None:
     return getattr(principal, "key_id", None)
 
 
+class FairShares:
+    """What is held at once, in all and per tenant and per API key, against each one's cap."""
+
+    def __init__(self, total: int, per_tenant: int, per_key: int):
+        self.total, self.per_tenant, self.per_key = total, per_tenant, per_key
+        self.used = 0
+        self.tenants: dict[str, int] = {}
+        self.keys: dict[str, int] = {}
+
+    def full(self, tenant: str, key: str | None) -> str | None:
+        """Whose share one more would pass ("key", "tenant", "server"), or None."""
+        if key is not None and self.keys.get(key, 0) >= self.per_key:
+            return "key"
+        if self.tenants.get(tenant, 0) >= self.per_tenant:
+            return "tenant"
+        return "server" if self.used >= self.total else None
+
+    def add(self, tenant: str, key: str | None) -> None:
+        self.used += 1
+        self.tenants[tenant] = self.tenants.get(tenant, 0) + 1
+        if key is not None:
+            self.keys[key] = self.keys.get(key, 0) + 1
+
+    def remove(self, tenant: str, key: str | None) -> None:
+        self.used -= 1
+        for counts, name in ((self.tenants, tenant), (self.keys, key)):
+            if name is not None:
+                counts[name] -= 1
+                if not counts[name]:
+                    del counts[name]
+
+
 class _Waiter:
     """A search waiting for a slot: its lock is released when a slot is handed to it."""
 
@@ -177,7 +209,7 @@ class _Waiter:
         self.lock.acquire()
 
 
-class SearchSlots:
+class SearchSlots(FairShares):
     """A worker's search slots with fair shares: at most ``total`` searches at once, of which one tenant
     holds at most ``per_tenant`` and one API key at most ``per_key``, so a tenant running slow searches
     leaves slots for the others. A search that finds no slot within ``wait_s`` is refused with 503
@@ -189,10 +221,8 @@ class SearchSlots:
     questions, bench/README.md "The request path")."""
 
     def __init__(self, total: int, per_tenant: int, per_key: int, wait_s: float):
-        self.total, self.per_tenant, self.per_key, self.wait_s = total, per_tenant, per_key, wait_s
-        self.used = 0
-        self.tenants: dict[str, int] = {}
-        self.keys: dict[str, int] = {}
+        super().__init__(total, per_tenant, per_key)
+        self.wait_s = wait_s
         self._lock = threading.Lock()
         self._waiting: collections.deque[_Waiter] = collections.deque()     # in arrival order
 
@@ -205,32 +235,17 @@ class SearchSlots:
         key = share(config.search_key_share, n) if config.search_key_share >= 0 else tenant
         return cls(n, tenant, min(key, tenant), config.search_wait_s)
 
-    def _free(self, tenant: str, key: str | None) -> bool:
-        return (self.used < self.total and self.tenants.get(tenant, 0) < self.per_tenant
-                and (key is None or self.keys.get(key, 0) < self.per_key))
-
-    def _take(self, tenant: str, key: str | None) -> None:
-        self.used += 1
-        self.tenants[tenant] = self.tenants.get(tenant, 0) + 1
-        if key is not None:
-            self.keys[key] = self.keys.get(key, 0) + 1
-
     def _give_back(self, tenant: str, key: str | None) -> list:
         """Return a slot (under the lock); the waiters handed one, to be woken once the lock is let go."""
-        self.used -= 1
-        for counts, name in ((self.tenants, tenant), (self.keys, key)):
-            if name is not None:
-                counts[name] -= 1
-                if not counts[name]:
-                    del counts[name]
+        self.remove(tenant, key)
         # Hand the free slots on, in arrival order, to the waiters their shares let in (others keep waiting).
         handed = []
         for waiter in list(self._waiting):
             if self.used >= self.total:
                 break
-            if self._free(waiter.tenant, waiter.key):
+            if self.full(waiter.tenant, waiter.key) is None:
                 self._waiting.remove(waiter)
-                self._take(waiter.tenant, waiter.key)
+                self.add(waiter.tenant, waiter.key)
                 waiter.granted = True
                 handed.append(waiter)
         return handed
@@ -239,21 +254,20 @@ class SearchSlots:
         """Take a slot, waiting up to ``wait_s`` for one to be handed over; Busy when none is."""
         from .errors import Busy
         with self._lock:
-            if self._free(tenant, key):       # (a waiter its shares would let in has a slot already)
-                self._take(tenant, key)
+            if self.full(tenant, key) is None:      # (a waiter its shares would let in has a slot already)
+                self.add(tenant, key)
                 return
             waiter = _Waiter(tenant, key)
             self._waiting.append(waiter)
         if self.wait_s > 0 and waiter.lock.acquire(timeout=self.wait_s):
             return
         with self._lock:
-            if waiter.granted:                # handed a slot just as the wait ended
+            if waiter.granted:                      # handed a slot just as the wait ended
                 return
             self._waiting.remove(waiter)
-            mine = self.tenants.get(tenant, 0) >= self.per_tenant or (
-                key is not None and self.keys.get(key, 0) >= self.per_key)
-        raise Busy("This tenant already runs its share of this server's searches; retry shortly."
-                   if mine else "Too many searches at once; retry shortly.")
+            scope = self.full(tenant, key)
+        raise Busy("Too many searches at once; retry shortly." if scope in ("server", None) else
+                   "This tenant already runs its share of this server's searches; retry shortly.")
 
     @contextlib.contextmanager
     def hold(self, tenant: str, key: str | None = None):
@@ -268,7 +282,7 @@ class SearchSlots:
                 waiter.lock.release()
 
 
-class AnswerSlots:
+class AnswerSlots(FairShares):
     """The threads of a worker that write large answers (over ``threshold`` bytes: exports, big searches,
     lineage, listing pages). A client may read an answer as slowly as the guard allows (service/guard_socket.py:
     one over 8 MiB is written by its thread, paced), so 16 slow readers of exports once held every thread of
@@ -276,10 +290,8 @@ class AnswerSlots:
     ``per_key`` of them; past a share the answer is refused at once (waiting would hold a thread too)."""
 
     def __init__(self, total: int, per_tenant: int, per_key: int, threshold: int):
-        self.total, self.per_tenant, self.per_key, self.threshold = total, per_tenant, per_key, threshold
-        self.used = 0
-        self.tenants: dict[str, int] = {}
-        self.keys: dict[str, int] = {}
+        super().__init__(total, per_tenant, per_key)
+        self.threshold = threshold
         self._lock = threading.Lock()
 
     @classmethod
@@ -294,14 +306,9 @@ class AnswerSlots:
         the worker's."""
         from .errors import ApiError
         with self._lock:
-            scope = ("key" if key is not None and self.keys.get(key, 0) >= self.per_key else
-                     "tenant" if self.tenants.get(tenant, 0) >= self.per_tenant else
-                     "server" if self.used >= self.total else None)
+            scope = self.full(tenant, key)
             if scope is None:
-                self.used += 1
-                self.tenants[tenant] = self.tenants.get(tenant, 0) + 1
-                if key is not None:
-                    self.keys[key] = self.keys.get(key, 0) + 1
+                self.add(tenant, key)
         if scope is not None:
             whose = {"key": "This API key", "tenant": "This tenant", "server": "This server"}[scope]
             raise ApiError(f"{whose} is already sending its share of large answers (over {self.threshold} bytes) at "
@@ -316,12 +323,7 @@ class AnswerSlots:
                 if released:
                     return
                 released = True
-                self.used -= 1
-                for counts, name in ((self.tenants, tenant), (self.keys, key)):
-                    if name is not None:
-                        counts[name] -= 1
-                        if not counts[name]:
-                            del counts[name]
+                self.remove(tenant, key)
         return release
 
 

@@ -185,7 +185,7 @@ def test_a_long_question_costs_the_engine_what_a_short_one_does_and_scores_exact
         ranked = sorted(ranked, key=lambda r: r.order)[:10]      # ties by CID, as search does
         calls[name] = counting.calls
         exact = search(client, question, consistency="strong", top_k=10)["results"]
-        assert [r.unit["cid"] for r in ranked] == [r["cid"] for r in exact], name
+        assert [r.cid for r in ranked] == [r["cid"] for r in exact], name
         assert [r.score for r in ranked] == pytest.approx([r["bm25_score"] for r in exact], abs=1e-6), name
         assert all(r.doc_len > 40 for r in ranked) and any(max(r.tfs) > 1 for r in ranked)
     assert calls["long"]["search"] == calls["short"]["search"] <= 2, calls

@@ -30,10 +30,11 @@ def shape_results(p: SearchParams, terms: list[str], ranked: list[Ranked], stats
         score = scale.relative(r.rank, top)
         if score < p.min_score or len(out) == p.top_k:
             break
-        size += len(r.unit["content"].encode("utf-8"))
+        unit = r.fields()
+        size += len(unit["content"].encode("utf-8"))
         if out and size > ANSWER_CONTENT_BYTES:
             break
-        item = dict(r.unit)
+        item = dict(unit)
         item.pop("seq", None)
         item["score"] = round(score, 6)
         item["bm25_score"] = round(r.score, 6)
@@ -42,6 +43,6 @@ def shape_results(p: SearchParams, terms: list[str], ranked: list[Ranked], stats
         if p.explain:
             item["explain"] = explain(r, terms, stats, scale)
             if r.parts is not None:
-                item["explain"]["threads"] = explain_parts(r.parts, r.combined, r.unit["thread"])
+                item["explain"]["threads"] = explain_parts(r.parts, r.combined, unit["thread"])
         out.append(item)
     return out

@@ -16,14 +16,27 @@ NEAR_BEST = 0.4
 @dataclass
 class Ranked:
     """One winning unit: its public fields, raw BM25 score, and what explain reports; where threads ranked
-    it (service/ranking/threads.py), its combined score and the parts explain shows."""
-    unit: dict
+    it (service/ranking/threads.py), its combined score and the parts explain shows. A read index's answer
+    may come with ``unit`` None, its CID and a ``load`` that reads its stored fields when the answer needs
+    them (``fields``): an answer bounded in bytes reads no unit past its bound."""
+    unit: dict | None
     score: float
     doc_len: int          # in tokens, exact on both paths
     tfs: list[int]
     tpos: int = 0         # its place in its thread (unit["thread"])
     combined: float | None = None
     parts: dict | None = None
+    load: object = None   # () -> the unit's public fields, while ``unit`` is None
+    known_cid: str | None = None
+
+    @property
+    def cid(self) -> str:
+        return self.known_cid if self.unit is None else self.unit["cid"]
+
+    def fields(self) -> dict:
+        if self.unit is None:
+            self.unit = self.load()
+        return self.unit
 
     @property
     def rank(self) -> float:
@@ -32,7 +45,7 @@ class Ranked:
 
     @property
     def order(self) -> tuple:
-        return -self.rank, self.unit["cid"]
+        return -self.rank, self.cid
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,9 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
         if last and len(hits) == want:
             # (also past RESCORE_MAX: a tie of lengths past 40, or of f32 scores, is never "complete")
             scored = settle_ties(view, p, terms, weights, now, hits, scored, k)
-        found = [unit_of(x.document(view.searcher)) for x in scored]
-        cids = [u["cid"] for u in found]
+        # in answer order, ties by CID (from a fast field: the units tied past k are never read)
+        cids = [f"{c:012x}" for c in view.searcher.fast_field_values("cidn", [x.hit.address for x in scored])]
+        order = sorted(range(len(scored)), key=lambda i: (-scored[i].score, cids[i]))
         drop = gone(cids) if cids else set()
         if drop and len(cids) - len(drop) < p.top_k and len(hits) == want and k < p.top_k + len(drop):
             k = p.top_k + len(drop)       # room for the next best in place of the dropped ones
@@ -56,9 +57,15 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
         if last:
             break
         want *= 4     # a document past these candidates could still win with its exact length
-    place = view.searcher.fast_field_values("place", [x.hit.address for x in scored]) if scored else []
-    return [Ranked(unit, x.score, x.length, x.tfs, pos >> 2) for unit, x, pos in zip(found, scored, place)
-            if unit["cid"] not in drop]
+    answered = [i for i in order if cids[i] not in drop][:p.top_k]
+    place = view.searcher.fast_field_values("place", [scored[i].hit.address for i in answered]) if answered else []
+    return [Ranked(None, scored[i].score, scored[i].length, scored[i].tfs, pos >> 2,
+                   load=loader(view.searcher, scored[i]), known_cid=cids[i]) for i, pos in zip(answered, place)]
+
+
+def loader(searcher, x: "Scored"):
+    """What reads a candidate's public fields when its answer needs them (``Ranked.fields``)."""
+    return lambda: unit_of(x.document(searcher))
 
 
 def search(view: View, p, terms: list[str], now: int, want: int | None = None) -> list[Hit]:

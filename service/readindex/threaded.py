@@ -2,11 +2,11 @@
 merged with the units it lacks (read-your-writes' ``fresh``, scored exactly by the store).
 
 The pool is tantivy's best POOL under the request's filters, cut where its score last changes (so two indexes
-of the same units pool the same units, whatever their document order); its units' threads, places and links
-are fast fields. Where no two candidates share a thread (a corpus of documents) the answer is ``searcher.best``'s
-exact BM25 order, from the same tantivy read. Otherwise the neighbors of the pool's best are read by their
-thread key, the candidates with the best combined estimate (CONTENDERS × k) get their exact BM25 from their
-stored tokens, and the answer is their combined score, ties by CID.
+of the same units pool the same units, whatever their document order); its units' threads, places and how each
+joined are fast fields. Where no two candidates share a thread and none has a neighbor to read (a corpus of
+documents) the answer is ``searcher.best``'s exact BM25 order, from the same tantivy read. Otherwise the
+neighbors of the pool's best are read by their thread key, the k + EXTRA candidates with the best combined
+estimate get their exact BM25 from their stored tokens, and the answer is their combined score, ties by CID.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..ranking.scoring import Ranked
 from ..ranking.threads import EXTRA, POOL, Candidate, Evidence, has_threads, pullable, settle_heads
 from . import searcher as index
 from .reader import Hit, View
-from .schema import thread_key, unit_of
+from .schema import thread_key
 from ..unitkeys import joined_by
 
 FIELDS = ("cidn", "thread", "place")
@@ -32,15 +32,17 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
     k = p.top_k
     want = max(POOL, index.RESCORE_FACTOR * k)
     hits = index.search(view, p, terms, now, want=want)
-    fresher = {r.unit["cid"] for r in fresh}
+    fresher = {r.cid for r in fresh}
+
+    def leave(cids):
+        return gone(cids) | fresher.intersection(cids)
     # the pool: tantivy's best, less the tied group at its cut (its members depend on document order)
     cut = [h for h in hits if h.score > hits[-1].score] if len(hits) == want else hits
     pool = [c for c in candidates(view, cut) if c.cid not in fresher] + [from_ranked(r) for r in fresh]
     ev = Evidence(pool)
     pulled = _pulled(view, p, now, ev, fresher)
     if not pulled and not has_threads(pool):
-        return list(fresh) + index.best(view, p, terms, weights, now,
-                                        lambda cids: gone(cids) | fresher.intersection(cids), first=hits)
+        return list(fresh) + index.best(view, p, terms, weights, now, leave, first=hits)
     ev.add(pulled)
     chosen = ev.contenders(pool + pulled, k + EXTRA)
     # units deleted or expired since the index got them neither answer nor lend evidence
@@ -55,9 +57,8 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
     if len(cut) < k:
         # BM25's exact best k join them: the tied group the pool's cut left out may hold some
         by_cid = {c.cid: c for c in chosen}
-        for r in index.best(view, p, terms, weights, now, lambda cids: gone(cids) | fresher.intersection(cids),
-                            first=hits):
-            c = by_cid.get(r.unit["cid"]) or from_ranked(r, pooled=False)
+        for r in index.best(view, p, terms, weights, now, leave, first=hits):
+            c = by_cid.get(r.cid) or from_ranked(r, pooled=False)
             c.ranked = r
             by_cid[c.cid] = c
         chosen = list(by_cid.values())
@@ -84,7 +85,8 @@ def _rank(view: View, terms: list[str], weights: list[float], k: int, ev: Eviden
     for i in order:
         value, c = scored[i]
         x = scores[i]
-        r = c.ranked if c.ranked is not None else Ranked(unit_of(x.document(view.searcher)), x.score, x.length, x.tfs)
+        r = c.ranked if c.ranked is not None else Ranked(None, x.score, x.length, x.tfs,
+                                                         load=index.loader(view.searcher, x), known_cid=c.cid)
         r.combined, r.parts, r.tpos = value, c.parts, c.tpos
         out.append(r)
     return out
@@ -118,7 +120,7 @@ def _bounded(view: View, name: str) -> dict:
 def from_ranked(r: Ranked, pooled: bool = True) -> Candidate:
     """A unit already scored exactly (one the index lacks, or among BM25's best k) as a candidate; in the pool's
     evidence with that score, or with none (``pooled`` False: past the pool's cut)."""
-    u = r.unit
+    u = r.fields()
     meta = json.dumps(u["metadata"]) if u["metadata"] else None
     return Candidate(u["cid"], u["thread"], r.tpos, joined_by(u["parent_cid"], meta), r.score if pooled else 0.0,
                      None, r)

@@ -74,10 +74,10 @@ class TailRead:
         """The index's answers that the tail holds, with the mutable fields the tail read (a re-push's)."""
         rows = {r["cid"]: r for r in self.rows}
         for r in ranked:
-            row = rows.get(r.unit["cid"])
+            row = rows.get(r.cid)
             if row is not None:
                 fresh = unit_dict({**row, "content": ""})
-                r.unit.update({k: fresh[k] for k in MUTABLE})
+                r.fields().update({k: fresh[k] for k in MUTABLE})
 
 
 class NodeTail:
