@@ -8,7 +8,8 @@ import os
 from flask import Flask
 from flask.json.provider import DefaultJSONProvider
 
-from .boot import raise_open_files_limit, setup_logging
+from .boot import raise_open_files_limit
+from .logs import setup_logging
 from .config import Config
 
 log = logging.getLogger("service")

@@ -1,12 +1,10 @@
 """What starts a process of the service, a gunicorn worker (service.create_app) or the maintainer
-(service/maintainer.py): logging, the open-files limit, malloc arenas (the store is opened by
-service/store/__init__.py's ``open_backend``)."""
+(service/maintainer.py): the open-files limit, malloc arenas, the frozen heap (logging: service/logs.py; the
+store is opened by service/store/__init__.py's ``open_backend``)."""
 from __future__ import annotations
 
 import gc
-import logging
 import os
-import sys
 
 
 def open_files_needed(config) -> int:
@@ -39,15 +37,6 @@ def freeze_heap() -> None:
     inherit (copy-on-write), as the ``gc`` module's documentation advises."""
     gc.collect()
     gc.freeze()
-
-
-def setup_logging() -> None:
-    root = logging.getLogger()
-    if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
-        root.setLevel(logging.INFO)
 
 
 def limit_malloc_arenas(n: int = 2) -> None:

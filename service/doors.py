@@ -61,6 +61,8 @@ def _host_name(host: str) -> str:
 def host_ok(host: str | None, allowed: set[str]) -> bool:
     if "*" in allowed:
         return True
+    if host in allowed:                  # (as sent: the common case, no copy made)
+        return True
     host = (host or "").strip().lower()
     if not host:
         return False
@@ -76,14 +78,36 @@ def listed_origins(config) -> set[str]:
             if o.strip()}
 
 
-def origin_ok(origin: str | None, host: str | None, config) -> bool:
+class Allowed:
+    """What the doors let in, made once from the configuration (which does not change while the app runs):
+    hosts and listed origins as sets, not rebuilt for every request."""
+
+    def __init__(self, config):
+        self.hosts = allowed_hosts(config)
+        self.origins = listed_origins(config)
+
+    def listed(self, origin: str | None) -> str | None:
+        """The request's Origin as sent when the operator listed it (or listed ``*``): the origins that get
+        CORS answers. None for no Origin, this service's own, or any other."""
+        if origin is None:
+            return None
+        return origin if "*" in self.origins or origin.strip().lower().rstrip("/") in self.origins else None
+
+
+def allowed(app=None) -> Allowed:
+    """The app's Allowed (made by init_app; made here for an app without the doors)."""
+    app = app or current_app
+    found = app.extensions.get("context_doors")
+    return found if found is not None else Allowed(app.config["CONTEXT"])
+
+
+def origin_ok(origin: str | None, host: str | None, listed: set[str]) -> bool:
     """No Origin: not a browser (or a same-origin GET). Else the exact origin of this service
     (scheme://Host as the request names it: any other port on localhost is another site) or one
-    listed in ``allowed_origins``."""
+    ``listed`` (``allowed_origins``)."""
     if origin is None:
         return True
     origin = origin.strip().lower().rstrip("/")
-    listed = listed_origins(config)
     if "*" in listed or origin in listed:
         return True
     try:
@@ -95,15 +119,6 @@ def origin_ok(origin: str | None, host: str | None, config) -> bool:
     host = (host or "").strip().lower()
     default_port = {"http": ":80", "https": ":443"}[parts.scheme]
     return parts.netloc in (host, host.removesuffix(default_port)) or parts.netloc + default_port == host
-
-
-def listed_origin(origin: str | None, config) -> str | None:
-    """The request's Origin as sent when the operator listed it (or listed ``*``): the origins that get
-    CORS answers. None for no Origin, this service's own, or any other."""
-    if origin is None:
-        return None
-    listed = listed_origins(config)
-    return origin if "*" in listed or origin.strip().lower().rstrip("/") in listed else None
 
 
 def null_origin(origin: str | None) -> bool:
@@ -121,7 +136,7 @@ def preflight():
     """A listed origin's CORS preflight: 204 with what it may send, before authentication."""
     if request.method != "OPTIONS" or "Access-Control-Request-Method" not in request.headers:
         return None
-    origin = listed_origin(request.headers.get("Origin"), current_app.config["CONTEXT"])
+    origin = allowed().listed(request.headers.get("Origin"))
     if origin is None:
         return None
     response = make_response("", 204)
@@ -133,11 +148,16 @@ def preflight():
 
 def allow_cross_origin(response):
     """Every answer to a listed origin names it (errors too: the page must be able to read why)."""
-    origin = listed_origin(request.headers.get("Origin"), current_app.config["CONTEXT"])
+    origin = request.environ.get("HTTP_ORIGIN")
     if origin is not None:
-        response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSE
-    response.vary.add("Origin")
+        origin = allowed().listed(origin)
+        if origin is not None:
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSE
+    if "Vary" in response.headers:
+        response.vary.add("Origin")
+    else:
+        response.headers["Vary"] = "Origin"     # (what vary.add writes, without parsing and rebuilding the header)
     return response
 
 
@@ -161,17 +181,20 @@ def has_body() -> bool:
 
 
 def check_request() -> None:
-    config = current_app.config["CONTEXT"]
-    if not host_ok(request.headers.get("Host"), allowed_hosts(config)):
+    environ = request.environ        # the headers read once, as the WSGI server parsed them
+    doors = allowed()
+    host, origin = environ.get("HTTP_HOST"), environ.get("HTTP_ORIGIN")
+    if not host_ok(host, doors.hosts):
         raise DoorRefused("Forbidden: Host header not allowed (DNS rebinding protection).", code="host_not_allowed")
-    origin = request.headers.get("Origin")
-    if not origin_ok(origin, request.headers.get("Host"), config):
-        raise DoorRefused("Forbidden: Origin not allowed (cross-site request).", code="origin_not_allowed")
-    if null_origin(origin) and request.path not in NULL_ORIGIN_ROUTES:
-        raise DoorRefused("Forbidden: a page with Origin null (a sandboxed frame, a file:// page or a data: URL) "
-                          "may only push (POST /mcp/push).", code="origin_not_allowed")
+    if origin is not None:
+        if not origin_ok(origin, host, doors.origins):
+            raise DoorRefused("Forbidden: Origin not allowed (cross-site request).", code="origin_not_allowed")
+        if null_origin(origin) and request.path not in NULL_ORIGIN_ROUTES:
+            raise DoorRefused("Forbidden: a page with Origin null (a sandboxed frame, a file:// page or a data: URL) "
+                              "may only push (POST /mcp/push).", code="origin_not_allowed")
     if request.method in ("GET", "HEAD", "OPTIONS") or not has_body():
         return
+    config = current_app.config["CONTEXT"]
     limit = body_limit(config, request.path)
     if request.content_length is not None and request.content_length > limit:
         raise ApiError(f"Request body too large: at most {limit} bytes on this route.", code="payload_too_large",
@@ -235,7 +258,13 @@ def is_loopback_bind(bind: str) -> bool:
     return True
 
 
+def doors() -> object:
+    """Before every view: the checks, then a listed origin's preflight (one hook: Flask's cost is per hook)."""
+    check_request()
+    return preflight()
+
+
 def init_app(app: Flask) -> None:
-    app.before_request(check_request)
-    app.before_request(preflight)
+    app.extensions["context_doors"] = Allowed(app.config["CONTEXT"])
+    app.before_request(doors)
     app.after_request(allow_cross_origin)

@@ -176,7 +176,7 @@ def respond(status: int, code: str, message: str, field: str | None = None, head
     return rv
 
 
-# Answers that tell a client to come back later; flask-limiter adds Retry-After to every response of a
+# Answers that tell a client to come back later; the rate limit adds Retry-After to every response of a
 # limited route (the time until its window resets), which on a 200 reads as "you are being throttled".
 _RETRY_STATUSES = (429, 503)
 

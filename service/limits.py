@@ -1,6 +1,6 @@
-"""Per-key rate limiting (docs/design.md §9) with flask-limiter: 429 + Retry-After; the fair shares of a
-worker's search slots (``SearchSlots``; stream slots: service/hub.py); and of the threads that write large
-answers (``AnswerSlots``). (Slow clients are bounded by service/guard/.)
+"""Per-key rate limiting (docs/design.md §9): 429 + Retry-After; the fair shares of a worker's search slots
+(``SearchSlots``; stream slots: service/hub.py); and of the threads that write large answers (``AnswerSlots``).
+(Slow clients are bounded by service/guard/.)
 
 The key is a hash of the presented credential (or the client address when there is none),
 so limiting happens before authentication work and never logs a key. Counters live in each
@@ -8,17 +8,23 @@ worker's memory: with N gunicorn workers a key may get up to N times the configu
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import threading
+import time
 
-from flask import Flask, request
-from flask_limiter import Limiter
+from flask import Flask, current_app, g, has_request_context, request
+from limits import parse_many
+from werkzeug.exceptions import TooManyRequests
+from werkzeug.http import parse_date
 
 from .auth import bearer_token
 from .errors import ApiError, Busy, respond
 
 DEFAULT_LIMIT = "1200/minute"
+# Probes and scrapes are never limited (nor a request no route matched, nor a static file).
+EXEMPT = frozenset({"health.healthz", "health.readyz", "metrics"})
 
 
 def _key() -> str:
@@ -29,20 +35,120 @@ def _key() -> str:
     return "addr:" + (request.remote_addr or "unknown")
 
 
-def init_app(app: Flask) -> None:
-    limit = (app.config["CONTEXT"].rate_limit or "off").strip()
+def rate_limits(config, keys) -> list:
+    """The configured rate limits, parsed once (smallest window first), or [] when limiting is off:
+    CONTEXT_RATE_LIMIT ``auto`` (the default) is 1,200/minute per key with keys and off without;
+    ``off``, ``none``, ``0`` turn it off; e.g. ``10/second;1000/hour`` sets two. ValueError names a bad one."""
+    limit = (config.rate_limit or "off").strip()
     if limit.lower() == "auto":
-        limit = "off" if app.extensions["context_keys"].open else DEFAULT_LIMIT
+        limit = "off" if keys.open else DEFAULT_LIMIT
     if limit.lower() in ("off", "none", "0", ""):
+        return []
+    try:
+        return sorted(parse_many(limit))
+    except ValueError:
+        raise ValueError(f"CONTEXT_RATE_LIMIT={limit!r} is not a rate limit: write e.g. 1200/minute, "
+                         "10/second;1000/hour, or off") from None
+
+
+class MovingWindow:
+    """At most ``amount`` hits per key in any window of ``seconds`` (the ``limits`` library's moving window,
+    same rule), counted in this worker's memory: each key's hit times in a deque, so a hit costs the same
+    however full its window is, and keys idle for a whole window are dropped once a window.
+
+    (limits' own memory storage prepends to a list on every hit, and under load starts a timer thread again
+    every 10 ms to expire them, each start holding the request that made it until the new thread ran.)"""
+
+    def __init__(self, amount: int, seconds: float):
+        self.amount, self.seconds = amount, seconds
+        self.hits: dict[str, collections.deque] = {}
+        self.lock = threading.Lock()
+        self.swept = 0.0
+
+    def _window(self, key: str, now: float) -> collections.deque:
+        hits = self.hits.get(key)
+        if hits is None:
+            hits = self.hits[key] = collections.deque()
+        start = now - self.seconds
+        while hits and hits[0] < start:         # (a hit exactly a window old still counts, as in limits)
+            hits.popleft()
+        return hits
+
+    def hit(self, key: str, now: float) -> bool:
+        """Count one hit now, unless the key has ``amount`` in its window already (then False)."""
+        with self.lock:
+            hits = self._window(key, now)
+            if len(hits) >= self.amount:
+                return False
+            hits.append(now)
+            if now - self.swept > self.seconds:
+                self.swept = now
+                for idle in [k for k, h in self.hits.items() if not h or h[-1] < now - self.seconds]:
+                    del self.hits[idle]
+            return True
+
+    def stats(self, key: str, now: float) -> tuple[float, int]:
+        """(when the window frees a hit: its oldest hit + ``seconds``, or now; the hits it has left)."""
+        with self.lock:
+            hits = self._window(key, now)
+            return (hits[0] if hits else now) + self.seconds, self.amount - len(hits)
+
+
+class RateLimit:
+    """One budget per key over every route but the exempt ones, as a moving window per limit, and the headers
+    that tell a client where it stands.
+
+    flask-limiter did the same through decorators, blueprint and exemption scopes resolved again on every
+    request, and limits' memory storage under it started threads: together they cost a limited worker more
+    than a whole bare ``/healthz`` (bench/README.md, "The request path"). Here the limits are parsed once
+    (the ``limits`` library) and a request makes one hit per limit."""
+
+    def __init__(self, items: list):
+        self.items = items
+        self.windows = [MovingWindow(item.amount, item.get_expiry()) for item in items]
+
+    def check_rate(self) -> None:
+        """Before the view: count the request against each limit; 429 at the first one it is over."""
+        endpoint = request.endpoint
+        if endpoint is None or endpoint in EXEMPT or endpoint.rpartition(".")[2] == "static":
+            return
+        key, now = _key(), time.time()
+        for item, window in zip(self.items, self.windows):
+            if not window.hit(key, now):
+                g._rate_limit = (item, window, key)
+                raise TooManyRequests(description=str(item))
+        g._rate_limit = (self.items[0], self.windows[0], key)
+
+    def rate_headers(self, response):
+        """X-RateLimit-Limit, -Remaining and -Reset of the limit the request met (the one it was over, else
+        the smallest window), and Retry-After: when it resets, or later if the answer already said so."""
+        met = g.pop("_rate_limit", None)
+        if met is None:
+            return response
+        item, window, key = met
+        reset_time, remaining = window.stats(key, time.time())
+        reset_at = int(reset_time + 1)
+        response.headers.add("X-RateLimit-Limit", str(item.amount))
+        response.headers.add("X-RateLimit-Remaining", str(remaining))
+        response.headers.add("X-RateLimit-Reset", str(reset_at))
+        existing = response.headers.get("Retry-After")
+        if existing is not None:
+            when = parse_date(existing)
+            later = when.timestamp() if when is not None else time.time() + int(existing) if existing.isdigit() \
+                else reset_at
+            reset_at = max(int(later), reset_at)
+        response.headers["Retry-After"] = str(int(reset_at - time.time()))
+        return response
+
+
+def init_app(app: Flask) -> None:
+    items = rate_limits(app.config["CONTEXT"], app.extensions["context_keys"])
+    if not items:
         return
-    # application_limits: one budget per key across all routes.
-    limiter = Limiter(key_func=_key, app=app, application_limits=[limit], storage_uri="memory://",
-                      headers_enabled=True, strategy="moving-window")
-    # Probes and scrapes are never limited.
-    for view in ("health.healthz", "health.readyz", "metrics"):
-        if view in app.view_functions:
-            limiter.exempt(app.view_functions[view])
-    app.extensions["context_limiter"] = limiter
+    limit = RateLimit(items)
+    app.before_request(limit.check_rate)
+    app.after_request(limit.rate_headers)
+    app.extensions["context_rate_limit"] = limit
 
 
 def share(configured: int, total: int) -> int:
@@ -54,7 +160,6 @@ def share(configured: int, total: int) -> int:
 
 def caller_key() -> str | None:
     """The key id of the request being served, or None outside a request (the live hub's own searches)."""
-    from flask import g, has_request_context
     if not has_request_context():
         return None
     principal = g.get("principal")
@@ -93,16 +198,33 @@ class FairShares:
                     del counts[name]
 
 
+class _Waiter:
+    """A search waiting for a slot: its lock is released when a slot is handed to it."""
+
+    __slots__ = ("tenant", "key", "lock", "granted")
+
+    def __init__(self, tenant: str, key: str | None):
+        self.tenant, self.key, self.granted = tenant, key, False
+        self.lock = threading.Lock()
+        self.lock.acquire()
+
+
 class SearchSlots(FairShares):
     """A worker's search slots with fair shares: at most ``total`` searches at once, of which one tenant
     holds at most ``per_tenant`` and one API key at most ``per_key``, so a tenant running slow searches
     leaves slots for the others. A search that finds no slot within ``wait_s`` is refused with 503
-    ``search_busy`` + Retry-After (service/errors.py ``Busy``)."""
+    ``search_busy`` + Retry-After (service/errors.py ``Busy``).
+
+    A slot given back is handed to the first waiting search its shares let in, which alone is woken: a
+    condition woken for all (``notify_all``) woke every waiting thread of the worker for each search that
+    ended, each to take the GIL and sleep again (a twelfth of a worker's GIL under 64 connections of
+    questions, bench/README.md "The request path")."""
 
     def __init__(self, total: int, per_tenant: int, per_key: int, wait_s: float):
         super().__init__(total, per_tenant, per_key)
         self.wait_s = wait_s
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._waiting: collections.deque[_Waiter] = collections.deque()     # in arrival order
 
     @classmethod
     def of(cls, config) -> "SearchSlots | None":
@@ -113,20 +235,50 @@ class SearchSlots(FairShares):
         key = share(config.search_key_share, n) if config.search_key_share >= 0 else tenant
         return cls(n, tenant, min(key, tenant), config.search_wait_s)
 
+    def _give_back(self, tenant: str, key: str | None) -> list:
+        """Return a slot (under the lock); the waiters handed one, to be woken once the lock is let go."""
+        self.remove(tenant, key)
+        # Hand the free slots on, in arrival order, to the waiters their shares let in (others keep waiting).
+        handed = []
+        for waiter in list(self._waiting):
+            if self.used >= self.total:
+                break
+            if self.full(waiter.tenant, waiter.key) is None:
+                self._waiting.remove(waiter)
+                self.add(waiter.tenant, waiter.key)
+                waiter.granted = True
+                handed.append(waiter)
+        return handed
+
+    def _wait(self, tenant: str, key: str | None) -> None:
+        """Take a slot, waiting up to ``wait_s`` for one to be handed over; Busy when none is."""
+        with self._lock:
+            if self.full(tenant, key) is None:      # (a waiter its shares would let in has a slot already)
+                self.add(tenant, key)
+                return
+            waiter = _Waiter(tenant, key)
+            self._waiting.append(waiter)
+        if self.wait_s > 0 and waiter.lock.acquire(timeout=self.wait_s):
+            return
+        with self._lock:
+            if waiter.granted:                      # handed a slot just as the wait ended
+                return
+            self._waiting.remove(waiter)
+            scope = self.full(tenant, key)
+        raise Busy("Too many searches at once; retry shortly." if scope in ("server", None) else
+                   "This tenant already runs its share of this server's searches; retry shortly.")
+
     @contextlib.contextmanager
     def hold(self, tenant: str, key: str | None = None):
         """One slot for the duration of the block, or ``Busy`` when none came free in time."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self.full(tenant, key) is None, timeout=self.wait_s):
-                raise Busy("Too many searches at once; retry shortly." if self.full(tenant, key) == "server" else
-                           "This tenant already runs its share of this server's searches; retry shortly.")
-            self.add(tenant, key)
+        self._wait(tenant, key)
         try:
             yield
         finally:
-            with self._cond:
-                self.remove(tenant, key)
-                self._cond.notify_all()
+            with self._lock:
+                handed = self._give_back(tenant, key)
+            for waiter in handed:       # woken outside the lock: a waker the scheduler stops holds no one up
+                waiter.lock.release()
 
 
 class AnswerSlots(FairShares):
@@ -175,7 +327,6 @@ class AnswerSlots(FairShares):
 
 def take_answer_slot():
     """A slot for the large answer the current request is about to send (its principal's tenant and key)."""
-    from flask import current_app, g
     principal = g.get("principal")
     slots: AnswerSlots = current_app.extensions["context_answers"]
     return slots.take(principal.tenant if principal else "-", getattr(principal, "key_id", None))
@@ -189,7 +340,6 @@ def init_answers(app: Flask) -> None:
 
     @app.after_request
     def _large_answer(response):
-        from flask import g
         if (response.is_streamed or (response.content_length or 0) <= slots.threshold or response.status_code >= 400
                 or g.get("principal") is None):     # the public documents (OpenAPI, console files) are small
             return response

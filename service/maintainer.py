@@ -39,9 +39,10 @@ import threading
 import time
 from pathlib import Path
 
-from .boot import freeze_heap, limit_malloc_arenas, raise_open_files_limit, setup_logging
+from .boot import freeze_heap, limit_malloc_arenas, raise_open_files_limit
 from .config import Config
 from .formats import DAY_RE, TENANT_RE
+from .logs import setup_logging
 from .store import check_backend, open_backend
 
 log = logging.getLogger("service.maintainer")   # also when run as __main__

@@ -17,6 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from .auth import current_principal
 from .errors import Forbidden
+from .logs import direct_handler
 from .instruments import (DAYS_COMPACTED, DAYS_UNLINKED, INDEX_LAG_SECONDS, REQUEST_SECONDS, UNITS_INDEXED,
                           UNITS_PURGED)
 
@@ -58,26 +59,51 @@ class StoreCollector:
         yield behind_s
 
 
+def access_line(route: str, method: str, status: int, seconds: float) -> None:
+    """One line per request (docs/design.md §9): the route pattern, never the path, content or key. Written
+    by service/logs.py in batches when logging sends it only there (as it is set up), else logged."""
+    principal = g.get("principal")
+    tenant = principal.tenant if principal else "-"
+    handler = direct_handler(ACCESS_LOG)
+    if handler is None:
+        ACCESS_LOG.info("tenant=%s method=%s route=%s status=%d ms=%.1f", tenant, method, route, status,
+                        seconds * 1000)
+    else:
+        handler.defer(ACCESS_LOG.name, f"tenant={tenant} method={method} route={route} status={status} "
+                                       f"ms={seconds * 1000:.1f}")
+
+
+# Methods counted by name; any other a client invents counts as "other" (each name would be a series for good).
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+MAX_SERIES_CACHED = 4096
+
+
 def init_app(app: Flask) -> None:
     @app.before_request
     def _start():
         g._t0 = time.perf_counter()
 
     access = app.config["CONTEXT"].access_log
+    # (route, method, status) -> the histogram's series: ``labels()`` checks its values and takes a lock
+    # on every call, so each series is looked up there once per worker.
+    series: dict = {}
 
     @app.after_request
     def _observe(response):
         t0 = g.pop("_t0", None)
         if t0 is not None:
             route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+            method = request.method if request.method in METHODS else "other"
             seconds = time.perf_counter() - t0
-            REQUEST_SECONDS.labels(route, request.method, str(response.status_code)).observe(seconds)
+            key = (route, method, response.status_code)
+            child = series.get(key)
+            if child is None:
+                child = REQUEST_SECONDS.labels(route, method, str(response.status_code))
+                if len(series) < MAX_SERIES_CACHED:
+                    series[key] = child
+            child.observe(seconds)
             if access:
-                # One line per request (docs/design.md §9): the route pattern, never the path, content or key.
-                principal = g.get("principal")
-                ACCESS_LOG.info("tenant=%s method=%s route=%s status=%d ms=%.1f",
-                                principal.tenant if principal else "-", request.method, route,
-                                response.status_code, seconds * 1000)
+                access_line(route, method, response.status_code, seconds)
         return response
 
     @app.get("/metrics")

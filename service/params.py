@@ -14,6 +14,7 @@ The doors:
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,9 +94,15 @@ HINTS = {"q": "query", "text": "query", "k": "top_k", "limit": "top_k", "n": "to
          "threshold": "min_score", "score_threshold": "min_score", "parent": "parent_cid"}
 
 
+@functools.cache
 def fields(door: str) -> tuple[Field, ...]:
     """The fields one door accepts, in the order they are validated (packing first, then SEARCH's order)."""
     return tuple(f for f in PACKING + SEARCH if door in f.doors)
+
+
+@functools.cache
+def _accepted(door: str) -> frozenset[str]:
+    return frozenset(f.name for f in fields(door))
 
 
 def names(door: str) -> tuple[str, ...]:
@@ -236,11 +243,11 @@ def parse(body, config, door: str, *, what: str) -> dict:
     """Every field ``door`` accepts, validated in declaration order: 400 on the first problem."""
     if not isinstance(body, dict):
         raise BadRequest(f"The {what} body must be a JSON object.", code="invalid_body")
-    declared = fields(door)
-    unknown = sorted(set(body) - {f.name for f in declared})
+    declared, accepted = fields(door), _accepted(door)      # (made once per door)
+    unknown = sorted(set(body) - accepted)
     if unknown:
         hint = HINTS.get(unknown[0])
-        hint = f"; did you mean {hint!r}?" if hint and hint in {f.name for f in declared} else "."
+        hint = f"; did you mean {hint!r}?" if hint and hint in accepted else "."
         raise BadRequest(f"Unknown field {unknown[0]!r}{hint}", code="unknown_field", field=unknown[0])
     defaults = DOOR_DEFAULTS.get(door, {})
     return {f.name: _CHECK[f.kind](f, body[f.name] if f.name in body else defaults.get(f.name), config)

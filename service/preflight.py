@@ -13,6 +13,7 @@ import time
 from .auth import KeyRing
 from .config import Config
 from .doors import refuse_open_bind, refuse_shared_origins
+from .limits import rate_limits
 from .store import check_backend, store_problem
 
 
@@ -39,6 +40,10 @@ def check(environ: dict | None = None, *, wait: bool = True, log=None, **overrid
         refuse_shared_origins(config, keys)
         check_backend(config)
     except RuntimeError as e:
+        raise Refused(str(e)) from None
+    try:
+        rate_limits(config, keys)
+    except ValueError as e:
         raise Refused(str(e)) from None
     if wait:
         problem = wait_for_store(config, log=log)

@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -53,6 +54,27 @@ def test_tenants_are_isolated(keyed):
     assert rv.get_json()["results"] == []
     rv = keyed.post("/mcp/search", json={"query": "机密", "consistency": "strong"}, headers=bearer("acme-reader"))
     assert [r["cid"] for r in rv.get_json()["results"]] == [only_acme["cid"]]
+
+
+def test_each_of_many_keys_is_its_own_tenant_and_a_repeated_hash_is_its_last_entry(tmp_path, make_app):
+    keys = {f"key-{i:05d}-0123456789abcdef": f"t{i % 500}" for i in range(2000)}
+    entries = [{"key_sha256": hash_key(k), "tenant": t, "scopes": ["push", "search"]} for k, t in keys.items()]
+    entries.append({"key_sha256": hash_key("key-00007-0123456789abcdef"), "tenant": "later", "scopes": ["search"]})
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps({"keys": entries}))
+    c = make_app(api_keys_file=str(path)).test_client()
+    for key in ("key-00001-0123456789abcdef", "key-01999-0123456789abcdef"):
+        assert c.post("/mcp/push", json=make_unit(f"zebrafish {key}"), headers=bearer(key)).status_code == 200
+    found = c.post("/mcp/search", json={"query": "zebrafish", "consistency": "strong"},
+                   headers=bearer("key-00501-0123456789abcdef")).get_json()["results"]
+    assert [r["content"] for r in found] == ["zebrafish key-00001-0123456789abcdef"]        # t1's, not t499's
+    # the hash listed twice is its later entry: tenant "later", search only
+    assert_error(c.post("/mcp/push", json=make_unit("x"), headers=bearer("key-00007-0123456789abcdef")), 403,
+                 "missing_scope")
+    assert c.post("/mcp/search", json={"query": "zebrafish", "consistency": "strong"},
+                  headers=bearer("key-00007-0123456789abcdef")).get_json()["results"] == []
+    assert_error(c.post("/mcp/search", json={"query": "x"}, headers=bearer("key-02000-0123456789abcdef")), 401,
+                 "invalid_api_key")
 
 
 def test_keys_file_rejects_bad_entries(tmp_path, make_app):
@@ -121,6 +143,49 @@ def _cli(*args, env=None):
     environ = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_")}
     environ.update(env or {})
     return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, text=True, env=environ)
+
+
+def test_rate_limit_headers_count_down_and_probes_and_unknown_routes_are_never_counted(make_app):
+    c = make_app(rate_limit="4/minute", api_keys="ka-0123456789abcdef:team-a:push+search+admin").test_client()
+    auth = bearer("ka-0123456789abcdef")
+    for _ in range(3):                            # probes, scrapes and no route: no budget, no headers
+        for rv in (c.get("/healthz"), c.get("/readyz"), c.get("/metrics", headers=auth), c.get("/nowhere", headers=auth)):
+            assert rv.status_code in (200, 404) and "X-RateLimit-Limit" not in rv.headers
+    answers = [c.get("/mcp/stats", headers=auth) for _ in range(5)]
+    assert [rv.status_code for rv in answers] == [200, 200, 200, 200, 429]
+    assert [rv.headers["X-RateLimit-Remaining"] for rv in answers] == ["3", "2", "1", "0", "0"]
+    assert {rv.headers["X-RateLimit-Limit"] for rv in answers} == {"4"}
+    now = time.time()
+    assert all(now < int(rv.headers["X-RateLimit-Reset"]) <= now + 62 for rv in answers)
+    assert 0 < int(answers[4].headers["Retry-After"]) <= 61
+    assert "4 per 1 minute" in answers[4].get_json()["error"]
+
+
+def test_two_limits_are_both_kept_and_a_bad_one_stops_the_start(make_app):
+    c = make_app(rate_limit="2/second;3/minute", api_keys="ka-0123456789abcdef:team-a:search").test_client()
+    auth = bearer("ka-0123456789abcdef")
+    answers = [c.get("/mcp/stats", headers=auth) for _ in range(3)]
+    assert [rv.status_code for rv in answers] == [200, 200, 429]
+    assert [rv.headers["X-RateLimit-Limit"] for rv in answers] == ["2", "2", "2"]     # the second's, over it
+    time.sleep(1.1)
+    answers = [c.get("/mcp/stats", headers=auth) for _ in range(2)]
+    assert [rv.status_code for rv in answers] == [200, 429]
+    assert [rv.headers["X-RateLimit-Limit"] for rv in answers] == ["2", "3"]          # then over the minute's
+    with pytest.raises(ValueError, match="is not a rate limit"):
+        make_app(rate_limit="lots", api_keys="ka-0123456789abcdef:team-a:search")
+
+
+def test_the_moving_window_counts_every_window_and_forgets_idle_keys():
+    from service.limits import MovingWindow
+    w = MovingWindow(3, 10)
+    assert [w.hit("a", t) for t in (0, 1, 2, 3)] == [True, True, True, False]
+    assert w.stats("a", 3) == (10, 0)               # frees a hit at 0 + 10, none left
+    assert w.hit("a", 10) is False                  # a hit exactly a window old still counts (as limits does)
+    assert w.hit("a", 10.5) is True and w.stats("a", 10.5) == (11, 0)
+    assert w.hit("b", 10.5) is True                 # another key has its own window
+    assert [w.hit("a", t) for t in (11.5, 12.5)] == [True, True] and w.stats("a", 12.5) == (20.5, 0)
+    assert w.hit("c", 40) is True                   # a window later: the idle keys are dropped
+    assert set(w.hits) == {"c"}
 
 
 def test_keys_list_shows_ids_tenants_and_scopes_never_keys(tmp_path):

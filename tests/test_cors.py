@@ -280,3 +280,24 @@ def test_a_sandboxed_frame_a_file_page_and_a_data_url_push_and_read_nothing(serv
             assert_pushes_only(result_of(driver), ("200", "blocked"))   # Chromium keeps data: pages off loopback
     finally:
         page.shutdown()
+
+
+def test_vary_names_origin_once_beside_what_a_route_varies_on(make_app):
+    """Every answer says it varies with Origin (a cache must not hand one origin's answer to another): written
+    as Vary: Origin, or added to a Vary the route set."""
+    from flask import Response
+
+    from service.doors import allow_cross_origin
+    app = make_app(allowed_origins=["https://console.example"])
+    with app.test_request_context("/x", headers={"Origin": "https://console.example"}):
+        rv = allow_cross_origin(Response("x"))
+        assert rv.headers.get_all("Vary") == ["Origin"]
+        assert rv.headers["Access-Control-Allow-Origin"] == "https://console.example"
+        rv = allow_cross_origin(Response("x", headers={"Vary": "Accept-Encoding"}))
+        assert rv.headers.get_all("Vary") == ["Accept-Encoding, Origin"]
+        rv = allow_cross_origin(Response("x", headers={"Vary": "origin"}))
+        assert rv.headers.get_all("Vary") == ["origin"]
+    c = app.test_client()
+    assert c.get("/healthz").headers.get_all("Vary") == ["Origin"]
+    assert c.get("/healthz", headers={"Host": "LOCALHOST:5000"}).status_code == 200      # (any case, as before)
+    assert c.get("/healthz", headers={"Host": "evil.example"}).status_code == 403

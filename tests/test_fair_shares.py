@@ -234,3 +234,64 @@ def test_tool_search_reads_and_answers_bounded_bytes(make_app, monkeypatch):
     assert sum(sizes) <= (1 << 20) + 3 * ranking.COLUMN_BYTES
     assert 0 < len(tools) < 30 and len(rv.data) <= ranking.ANSWER_BYTES + 512 * 1024
     assert all(t["name"].startswith("weather_") and t["score"] > 0 for t in tools)
+
+
+# --- issue 42: a slot given back is handed to the first search its shares let in, which alone wakes ------
+def _holder(slots, tenant, key, started, release, log, name):
+    """A thread holding a slot until ``release`` is set; ``log`` gets (name, "in") once it has one."""
+    def run():
+        started.set()
+        try:
+            with slots.hold(tenant, key):
+                log.append((name, "in"))
+                release.wait(10)
+        except Exception as e:  # noqa: BLE001 - the test reads what happened
+            log.append((name, type(e).__name__))
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    started.wait(5)
+    time.sleep(0.05)                # (until it holds, or waits, in arrival order)
+    return t
+
+
+def test_search_slots_are_handed_over_in_arrival_order_within_the_shares():
+    from service.limits import SearchSlots
+    slots = SearchSlots(total=2, per_tenant=1, per_key=1, wait_s=5)
+    log, gates = [], {n: threading.Event() for n in ("a1", "a2", "a3", "b1")}
+    threads = {n: _holder(slots, t, None, threading.Event(), gates[n], log, n)
+               for n, t in (("a1", "acme"), ("a2", "acme"), ("a3", "acme"), ("b1", "globex"))}
+    assert log == [("a1", "in"), ("b1", "in")]          # globex passes acme's waiters: their share is full
+    gates["b1"].set()
+    threads["b1"].join(5)
+    time.sleep(0.1)
+    assert log == [("a1", "in"), ("b1", "in")]          # a free slot, but acme still at its share
+    gates["a1"].set()
+    threads["a1"].join(5)
+    time.sleep(0.1)
+    assert log[2:] == [("a2", "in")]                    # the first acme waiter, a3 still waits
+    assert [w.tenant for w in slots._waiting] == ["acme"]
+    gates["a2"].set()
+    gates["a3"].set()
+    for n in ("a2", "a3"):
+        threads[n].join(5)
+    assert log[3:] == [("a3", "in")]
+    assert (slots.used, slots.tenants, list(slots._waiting)) == (0, {}, [])
+
+
+def test_a_search_that_waits_past_its_time_is_busy_and_leaves_no_trace():
+    from service.errors import Busy
+    from service.limits import SearchSlots
+    slots = SearchSlots(total=1, per_tenant=1, per_key=1, wait_s=0.2)
+    release, log = threading.Event(), []
+    holder = _holder(slots, "acme", "k1", threading.Event(), release, log, "first")
+    t0 = time.monotonic()
+    with pytest.raises(Busy, match="share"):
+        with slots.hold("acme", "k2"):
+            pass
+    assert 0.15 < time.monotonic() - t0 < 3
+    assert list(slots._waiting) == []
+    release.set()
+    holder.join(5)
+    assert (slots.used, slots.tenants, slots.keys) == (0, {}, {})
+    with slots.hold("acme", "k2"):                    # and the slot is there for the next
+        assert slots.used == 1

@@ -36,6 +36,7 @@ REFUSED = {
     "origin null, no keys": ({"CONTEXT_ALLOWED_ORIGINS": "null"}, "lists 'null' and no API keys"),
     "origin *, no keys": ({"CONTEXT_ALLOWED_ORIGINS": "https://app.example,*"}, "lists '*' and no API keys"),
     "origin null by its older name": ({"CONTEXT_MCP_ALLOWED_ORIGINS": "null"}, "lists 'null' and no API keys"),
+    "not a rate limit": ({"CONTEXT_RATE_LIMIT": "lots"}, "is not a rate limit"),
 }
 CASES = list(REFUSED)
 
