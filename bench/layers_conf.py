@@ -4,8 +4,12 @@ import os
 import runpy
 
 if "guard" in os.environ.get("LAYERS_OFF", "").split(","):
-    import service.gunicorn_guard
-    service.gunicorn_guard.install = lambda bounds: None
+    import importlib
+    try:
+        guard = importlib.import_module("service.guard")
+    except ImportError:                   # (a build before the guard became a package)
+        guard = importlib.import_module("service.gunicorn_guard")
+    guard.install = lambda bounds: None
 globals().update({k: v for k, v in runpy.run_path(os.path.join(os.environ["LAYERS_SRC"], "service",
                                                                 "gunicorn_conf.py")).items()
                   if not k.startswith("__")})
