@@ -377,7 +377,10 @@ def test_the_postgres_override_balances_two_nodes_on_one_store(tmp_path, pg_urls
                                                                "content": f"balanced unit {i}"},
                                headers=headers, timeout=30)
             assert rv.status_code == 200, rv.text
-        pushes = [n.log().count("route=/mcp/push status=200") for n in nodes]
+        deadline = time.monotonic() + 10     # (access lines are written in batches, at most 50 ms late)
+        while sum(pushes := [n.log().count("route=/mcp/push status=200") for n in nodes]) < 12 and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
         assert all(pushes) and sum(pushes) == 12, pushes                    # both nodes took pushes
         for url in [n.url for n in nodes] + [nginx.url] * 2:
             rv = requests.get(url + "/mcp/units?limit=50&source=two_nodes", headers=headers, timeout=30)
