@@ -170,7 +170,9 @@ def _stop_on(signum, _frame):
 def main() -> None:
     # SIGTERM (a service manager, `kill`, make passing on its own SIGTERM) and SIGHUP (the terminal closed) clean up
     # like Ctrl-C: both servers stopped, the temporary folder removed
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    # (SIGINT too, explicitly: a shell starts a background job with SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler of its own)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, _stop_on)
     cluster = Cluster(Path(sys.argv[1]) if len(sys.argv) > 1 else None)
     try:
@@ -180,8 +182,6 @@ def main() -> None:
               f"# CONTEXT_STORE_REPLICA={cluster.hosts_url('prefer-standby')}")
         print(f"CONTEXT_STORE={cluster.primary_url}\nCONTEXT_STORE_REPLICA={cluster.standby_url}", flush=True)
         signal.pause()
-    except KeyboardInterrupt:
-        pass
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)      # a second signal must not cut the cleanup short
