@@ -144,18 +144,23 @@ def test_a_long_batch_is_refused_before_the_rest_is_decoded(client):
                  "unknown_field", "units")
 
 
-def test_a_unit_over_its_raw_cap_is_refused_before_it_is_decoded(make_app):
+def pushed_with_peak(client, body: bytes):
+    """The answer to pushing ``body``, and the peak of Python's allocations while it was served."""
     import tracemalloc
+    tracemalloc.start()
+    try:
+        rv = client.post("/mcp/push", data=body, content_type="application/json")
+        return rv, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_unit_over_its_raw_cap_is_refused_before_it_is_decoded(make_app):
     app = make_app(max_metadata_bytes=4096)            # metadata's raw cap: 16 x 4 KiB = 64 KiB
     c = app.test_client()
     head = json.dumps(make_unit("decode bound"))[:-1].encode()
     body = head + b', "metadata": {"a": [' + b",".join([b"[]"] * 1_400_000) + b"]}}"     # 4 MiB of empty lists
-    tracemalloc.start()
-    try:
-        rv = c.post("/mcp/push", data=body, content_type="application/json")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    rv, peak = pushed_with_peak(c, body)
     assert_error(rv, 400, "unit_too_large", "metadata")
     # decoded whole, 1.4 million lists cost ~90 MB; the body and its copies are ~12 MB
     assert peak < 40 * 1024 * 1024, peak
@@ -187,7 +192,6 @@ def test_escaped_and_pretty_printed_units_within_their_caps_are_stored(make_app)
 def test_a_long_string_costs_no_more_when_escaped(make_app, field, text):
     """31 MiB of one string: refused at its cap having cost about the body, escaped or not (a string of `\\n`
     escapes cost 1.9 GB here, its source's cap checked only after the scan; bench/decode_bound.py on a worker)."""
-    import tracemalloc
     c = make_app().test_client()
     size = 31 * 1024 * 1024
     if field == b"name":            # an unknown field's name
@@ -195,12 +199,7 @@ def test_a_long_string_costs_no_more_when_escaped(make_app, field, text):
     else:
         other = b'"source": "s", ' if field == b"content" else b""
         body = b'{"type": "tool_output", ' + other + b'"' + field + b'": "' + text * (size // len(text)) + b'"}'
-    tracemalloc.start()
-    try:
-        rv = c.post("/mcp/push", data=body, content_type="application/json")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    rv, peak = pushed_with_peak(c, body)
     assert_error(rv, 400, "unit_too_large", None if field == b"name" else field.decode())
     assert peak < 3 * len(body), peak          # the body as werkzeug read it, and its copies
 
