@@ -13,6 +13,8 @@ ordinary units. Through HTTP on one gunicorn (2 workers, as ``make run`` serves)
 from __future__ import annotations
 
 import argparse
+import collections
+import multiprocessing as mp
 import shutil
 import statistics
 import tempfile
@@ -42,16 +44,37 @@ def timed(session: requests.Session, url: str, key: str, query: str) -> tuple[fl
 
 
 def other_p50(url: str, seconds: float) -> dict:
+    """The other tenant's search p50 (and /healthz's, asked between them) over ``seconds``."""
     s = requests.Session()
-    times, codes = [], []
+    times, codes, health = [], [], []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         took, code = timed(s, url, "other-units-key-0123456789", "order shipped")
         times.append(took * 1000)
         codes.append(code)
+        t = time.perf_counter()
+        codes.append(s.get(f"{url}/healthz", timeout=60).status_code)
+        health.append((time.perf_counter() - t) * 1000)
         time.sleep(0.02)
     return {"p50_ms": round(statistics.median(times), 2), "n": len(times),
-            "non_200": sum(c != 200 for c in codes)}
+            "healthz_p50_ms": round(statistics.median(health), 2), "non_200": sum(c != 200 for c in codes)}
+
+
+def hammer(url: str, key: str, threads: int, stop, results) -> None:
+    """The flood, in its own process (its client threads must not share the measuring client's GIL): ``threads``
+    threads searching ``big`` without pause until ``stop``; every (seconds, status) put on ``results``."""
+    loads = []
+
+    def loop():
+        hs = requests.Session()
+        while not stop.is_set():
+            loads.append(timed(hs, url, key, "big"))
+    workers = [threading.Thread(target=loop, daemon=True) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(150)
+    results.put(loads)
 
 
 def main(argv=None) -> None:
@@ -90,27 +113,26 @@ def main(argv=None) -> None:
         alone = [timed(s, url, big_key, "big") for _ in range(5)]
         out["large_search_alone_s"] = [round(t, 3) for t, _ in alone]
         out["large_search_alone_status"] = [c for _, c in alone]
-        stop, loads = threading.Event(), []
-
-        def hammer():
-            hs = requests.Session()
-            while not stop.is_set():
-                loads.append(timed(hs, url, big_key, "big"))
-        workers = [threading.Thread(target=hammer, daemon=True) for _ in range(a.threads)]
-        for w in workers:
-            w.start()
+        stop = mp.Event()
+        results = mp.Queue()
+        flood = mp.Process(target=hammer, args=(url, big_key, a.threads, stop, results), daemon=True)
+        flood.start()
         time.sleep(1)
         out["other_under_load"] = other_p50(url, a.seconds)
         stop.set()
-        for w in workers:
-            w.join(150)
+        loads = results.get(timeout=180)
+        flood.join(30)
         out["large_searches_under_load"] = {"n": len(loads), "p50_s": round(statistics.median(t for t, _ in loads), 3)
                                             if loads else None,
-                                            "status": sorted({c for _, c in loads})}
+                                            "status": dict(collections.Counter(c for _, c in loads))}
         out["other_ratio_to_quiet"] = round(out["other_under_load"]["p50_ms"] / out["other_quiet"]["p50_ms"], 2)
+        out["healthz_ratio_to_quiet"] = round(out["other_under_load"]["healthz_p50_ms"]
+                                              / out["other_quiet"]["healthz_p50_ms"], 2)
         print(f"large search alone: {out['large_search_alone_s']} s; other tenant p50 quiet "
               f"{out['other_quiet']['p50_ms']} ms, under load {out['other_under_load']['p50_ms']} ms "
-              f"({out['other_ratio_to_quiet']}x)", flush=True)
+              f"({out['other_ratio_to_quiet']}x); /healthz {out['other_quiet']['healthz_p50_ms']} -> "
+              f"{out['other_under_load']['healthz_p50_ms']} ms ({out['healthz_ratio_to_quiet']}x); flood "
+              f"{out['large_searches_under_load']}", flush=True)
     finally:
         H.stop(proc)
         shutil.rmtree(data, ignore_errors=True)

@@ -140,6 +140,9 @@ class Config:
     rate_limit: str | None = "auto"
     max_concurrent_searches: int = 4  # per worker (0: no cap); more wait up to search_wait_s, then 503 + Retry-After
     search_wait_s: float = 2.0
+    # While another tenant searches, one tenant's searches use at most this share of a worker's CPU (their thread
+    # time over about the last second); past it they wait, holding no slot, up to search_wait_s, then 503 (0: off).
+    search_cpu_share: float = 0.25
     read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)
     request_deadline_s: float = 30.0  # ... and one whose headers and body take longer than this in total
     # Slow clients on a worker thread (service/guard/): a thread waits on one client at most
@@ -197,6 +200,9 @@ class Config:
         if self.max_ttl and not 0 < self.default_ttl <= self.max_ttl:
             raise ValueError(f"CONTEXT_DEFAULT_TTL ({self.default_ttl or 'no expiry'}) must be between 1 and "
                              f"CONTEXT_MAX_TTL ({self.max_ttl}); set CONTEXT_MAX_TTL=0 to allow no expiry.")
+        if not 0 <= self.search_cpu_share <= 1:
+            raise ValueError(f"CONTEXT_SEARCH_CPU_SHARE ({self.search_cpu_share}) must be between 0 (off) and 1: the "
+                             "share of a worker's CPU one tenant's searches use while another tenant searches.")
         if self.max_streams < -1 or self.max_streams > max(0, self.threads - 2):
             raise ValueError(f"CONTEXT_MAX_STREAMS ({self.max_streams}) must be between 0 and CONTEXT_THREADS - 2 "
                              f"({max(0, self.threads - 2)}): every open stream holds a gunicorn thread, and "

@@ -11,10 +11,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
+import math
 import threading
 import time
 
-from flask import Flask, current_app, g, has_request_context, request
+from flask import Flask, after_this_request, current_app, g, has_request_context, request
 from limits import parse_many
 from werkzeug.exceptions import TooManyRequests
 from werkzeug.http import parse_date
@@ -209,6 +210,49 @@ class _Waiter:
         self.lock.acquire()
 
 
+class CpuShares:
+    """What each tenant's searches cost this worker in CPU over about the last ``window_s`` (thread time, decayed
+    exponentially), so a tenant searching without pause can be held to ``share`` of the worker's CPU while
+    another tenant searches too. Slots alone could not do it: a tenant within its share of slots still keeps the
+    interpreter busy, and another's search, however small, waits for the lock between every step (eight
+    threads of one tenant searching 1 MB units made another's searches 6-10x slower, bench/large_units.py).
+
+    Work-conserving: a tenant alone gets the whole worker; the hold applies only while another tenant has
+    searched within ``3 * window_s``."""
+
+    def __init__(self, share: float, window_s: float = 1.0):
+        self.share, self.window = share, window_s
+        self.spent: dict[str, tuple[float, float]] = {}     # tenant -> (CPU seconds decayed to `at`, at)
+        self.seen: dict[str, float] = {}                    # tenant -> when it last searched
+        self.lock = threading.Lock()
+
+    def _spent(self, tenant: str, now: float) -> float:
+        spent, at = self.spent.get(tenant, (0.0, now))
+        return spent * math.exp((at - now) / self.window)
+
+    def charge(self, tenant: str, cpu_s: float, now: float) -> None:
+        with self.lock:
+            self.spent[tenant] = (self._spent(tenant, now) + cpu_s, now)
+            self.seen[tenant] = now
+            if len(self.seen) > 64:                         # forget tenants idle for a while
+                idle = now - 10 * self.window
+                for name in [t for t, when in self.seen.items() if when < idle]:
+                    del self.seen[name]
+                    self.spent.pop(name, None)
+
+    def wait_for(self, tenant: str, now: float) -> float:
+        """Seconds until ``tenant`` is back within its share (0 when it is, or when no other tenant searches)."""
+        with self.lock:
+            self.seen[tenant] = now
+            spent, limit = self._spent(tenant, now), self.share * self.window
+            if spent <= limit:
+                return 0.0
+            recent = now - 3 * self.window
+            if not any(when >= recent for name, when in self.seen.items() if name != tenant):
+                return 0.0
+            return self.window * math.log(spent / limit)
+
+
 class SearchSlots(FairShares):
     """A worker's search slots with fair shares: at most ``total`` searches at once, of which one tenant
     holds at most ``per_tenant`` and one API key at most ``per_key``, so a tenant running slow searches
@@ -220,9 +264,10 @@ class SearchSlots(FairShares):
     ended, each to take the GIL and sleep again (a twelfth of a worker's GIL under 64 connections of
     questions, bench/README.md "The request path")."""
 
-    def __init__(self, total: int, per_tenant: int, per_key: int, wait_s: float):
+    def __init__(self, total: int, per_tenant: int, per_key: int, wait_s: float, cpu: CpuShares | None = None):
         super().__init__(total, per_tenant, per_key)
         self.wait_s = wait_s
+        self.cpu = cpu
         self._lock = threading.Lock()
         self._waiting: collections.deque[_Waiter] = collections.deque()     # in arrival order
 
@@ -233,7 +278,8 @@ class SearchSlots(FairShares):
             return None
         tenant = share(config.search_share, n)
         key = share(config.search_key_share, n) if config.search_key_share >= 0 else tenant
-        return cls(n, tenant, min(key, tenant), config.search_wait_s)
+        cpu = CpuShares(config.search_cpu_share) if config.search_cpu_share > 0 else None
+        return cls(n, tenant, min(key, tenant), config.search_wait_s, cpu)
 
     def _give_back(self, tenant: str, key: str | None) -> list:
         """Return a slot (under the lock); the waiters handed one, to be woken once the lock is let go."""
@@ -250,8 +296,21 @@ class SearchSlots(FairShares):
                 handed.append(waiter)
         return handed
 
+    def _wait_for_cpu(self, tenant: str) -> None:
+        """Wait, holding no slot, while this tenant is past its CPU share (``CpuShares``); Busy past ``wait_s``."""
+        start = time.monotonic()
+        now = start
+        while (delay := self.cpu.wait_for(tenant, now)) > 0:
+            if now + delay - start > self.wait_s:
+                raise Busy("This tenant's searches already use their share of this server's CPU while other "
+                           "tenants search; retry shortly.")
+            time.sleep(min(delay, 0.05))
+            now = time.monotonic()
+
     def _wait(self, tenant: str, key: str | None) -> None:
         """Take a slot, waiting up to ``wait_s`` for one to be handed over; Busy when none is."""
+        if self.cpu is not None:
+            self._wait_for_cpu(tenant)
         with self._lock:
             if self.full(tenant, key) is None:      # (a waiter its shares would let in has a slot already)
                 self.add(tenant, key)
@@ -268,13 +327,27 @@ class SearchSlots(FairShares):
         raise Busy("Too many searches at once; retry shortly." if scope in ("server", None) else
                    "This tenant already runs its share of this server's searches; retry shortly.")
 
+    def _charge(self, tenant: str, started: float) -> None:
+        """Charge the tenant the CPU its search took, and in a request also what building the answer takes after
+        it (encoding a large answer can cost more than finding it)."""
+        ended = time.thread_time()
+        self.cpu.charge(tenant, ended - started, time.monotonic())
+        if has_request_context():
+            def answered(response):
+                self.cpu.charge(tenant, time.thread_time() - ended, time.monotonic())
+                return response
+            after_this_request(answered)
+
     @contextlib.contextmanager
     def hold(self, tenant: str, key: str | None = None):
         """One slot for the duration of the block, or ``Busy`` when none came free in time."""
         self._wait(tenant, key)
+        started = time.thread_time()
         try:
             yield
         finally:
+            if self.cpu is not None:
+                self._charge(tenant, started)
             with self._lock:
                 handed = self._give_back(tenant, key)
             for waiter in handed:       # woken outside the lock: a waker the scheduler stops holds no one up

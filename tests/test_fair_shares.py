@@ -295,3 +295,78 @@ def test_a_search_that_waits_past_its_time_is_busy_and_leaves_no_trace():
     assert (slots.used, slots.tenants, slots.keys) == (0, {}, {})
     with slots.hold("acme", "k2"):                    # and the slot is there for the next
         assert slots.used == 1
+
+
+# --- issue 39, finding 3: a share of the worker's CPU ----------------------------------------------------------
+def test_a_tenants_cpu_share_holds_it_only_while_another_tenant_searches():
+    """CpuShares: what a tenant spent decays over the window; past share x window it waits the time the decay
+    takes to bring it back, but only while another tenant has searched in the last three windows."""
+    from service.limits import CpuShares
+    cpu = CpuShares(share=0.25, window_s=1.0)
+    cpu.charge("acme", 1.0, now=100.0)
+    assert cpu.wait_for("acme", now=100.0) == 0             # alone: the whole worker is acme's
+    cpu.charge("globex", 0.002, now=100.0)
+    wait = cpu.wait_for("acme", now=100.0)
+    assert wait == pytest.approx(1.3863, abs=1e-3)          # ln(1.0 / 0.25) windows
+    assert cpu.wait_for("acme", now=100.0 + wait + 1e-6) == 0
+    assert cpu.wait_for("globex", now=100.0) == 0           # globex is within its share
+    assert cpu.wait_for("acme", now=103.5) == 0             # globex quiet for three windows: acme alone again
+    cpu.charge("acme", 3.0, now=103.5)
+    assert cpu.wait_for("acme", now=103.5) == 0
+
+
+def test_a_search_past_its_tenants_cpu_share_waits_without_a_slot_then_is_busy():
+    from service.errors import Busy
+    from service.limits import CpuShares, SearchSlots
+    slots = SearchSlots(total=2, per_tenant=2, per_key=2, wait_s=0.3, cpu=CpuShares(share=0.25))
+    now = time.monotonic()
+    slots.cpu.charge("globex", 0.001, now)
+    slots.cpu.charge("acme", 0.3, now)                     # ln(0.3 / 0.25) = 0.18 s to wait: it waits
+    t0 = time.monotonic()
+    with slots.hold("acme"):
+        assert slots.used == 1
+    assert 0.12 < time.monotonic() - t0 < 2
+    slots.cpu.charge("acme", 5.0, time.monotonic())         # ln(20) = 3 s: past wait_s, refused at once
+    t0 = time.monotonic()
+    with pytest.raises(Busy, match="share of this server's CPU"):
+        with slots.hold("acme"):
+            pass
+    assert time.monotonic() - t0 < 0.2
+    assert (slots.used, slots.tenants, list(slots._waiting)) == (0, {}, [])
+    with slots.hold("globex"):                              # the other tenant passes meanwhile
+        assert slots.tenants == {"globex": 1}
+
+
+def test_a_tenant_past_its_cpu_share_gets_503_while_the_other_tenant_answers(live_server_factory):
+    """On one worker with a small share (5 % of its CPU) and no wait: once globex has searched, acme's searches
+    back to back (each answering ~1 MB) go past its share and are refused with 503 search_busy + Retry-After
+    (the CPU charged includes encoding its answer), while globex's few small ones answer 200; with no other
+    tenant searching, acme is never held."""
+    server = live_server_factory(workers=1, keys=KEYS, env={
+        "CONTEXT_RATE_LIMIT": "off", "CONTEXT_SEARCH_CPU_SHARE": "0.05", "CONTEXT_SEARCH_WAIT_S": "0"})
+    s = requests.Session()
+    for i in range(40):
+        s.post(f"{server.url}/mcp/push", json=make_unit(f"acme lighthouse log {i} " + "beam " * 5000),
+               headers=bearer(A), timeout=30).raise_for_status()
+    s.post(f"{server.url}/mcp/push", json=make_unit("globex harbour log"), headers=bearer(B),
+           timeout=30).raise_for_status()
+    for key, query, n in ((A, "lighthouse", 40), (B, "harbour", 1)):
+        deadline = time.monotonic() + 30
+        while len(s.post(f"{server.url}/mcp/search", json={"query": query, "top_k": 50}, headers=bearer(key),
+                         timeout=30).json()["results"]) < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+    time.sleep(3.1)                                          # globex's searches above out of the window
+    alone = [s.post(f"{server.url}/mcp/search", json={"query": "lighthouse beam", "top_k": 40}, headers=bearer(A),
+                    timeout=30).status_code for _ in range(10)]
+    assert alone == [200] * 10
+    assert s.post(f"{server.url}/mcp/search", json={"query": "harbour"}, headers=bearer(B),
+                  timeout=30).status_code == 200
+    acme = [s.post(f"{server.url}/mcp/search", json={"query": "lighthouse beam", "top_k": 40}, headers=bearer(A),
+                   timeout=30) for _ in range(12)]
+    globex = [s.post(f"{server.url}/mcp/search", json={"query": "harbour"}, headers=bearer(B),
+                     timeout=30).status_code for _ in range(3)]
+    assert globex == [200] * 3
+    refused = [rv for rv in acme if rv.status_code != 200]
+    assert refused and {rv.status_code for rv in refused} == {503}
+    assert all(rv.json()["code"] == "search_busy" and rv.headers["Retry-After"] == "1" for rv in refused)
+    assert "share of this server's CPU" in refused[0].json()["error"]
