@@ -329,12 +329,16 @@ class SearchSlots(FairShares):
 
     def _charge(self, tenant: str, started: float) -> None:
         """Charge the tenant the CPU its search took, and in a request also what building the answer takes after
-        it (encoding a large answer can cost more than finding it)."""
+        its last search (encoding a large answer can cost more than finding it)."""
         ended = time.thread_time()
         self.cpu.charge(tenant, ended - started, time.monotonic())
-        if has_request_context():
+        if not has_request_context():
+            return
+        last = g.get("search_cpu_ended")
+        g.search_cpu_ended = ended            # (a request that searches again charges from its last search on)
+        if last is None:
             def answered(response):
-                self.cpu.charge(tenant, time.thread_time() - ended, time.monotonic())
+                self.cpu.charge(tenant, time.thread_time() - g.search_cpu_ended, time.monotonic())
                 return response
             after_this_request(answered)
 

@@ -370,3 +370,25 @@ def test_a_tenant_past_its_cpu_share_gets_503_while_the_other_tenant_answers(liv
     assert refused and {rv.status_code for rv in refused} == {503}
     assert all(rv.json()["code"] == "search_busy" and rv.headers["Retry-After"] == "1" for rv in refused)
     assert "share of this server's CPU" in refused[0].json()["error"]
+
+
+def test_a_request_is_charged_its_searches_and_its_answer_once(monkeypatch):
+    """The CPU charged for a request that searches twice: each search inside its slot, and from the last search
+    to the answer built (not again from the first), on a clock the test turns."""
+    import flask
+
+    from service import limits
+    from service.limits import CpuShares, SearchSlots
+    clock = {"cpu": 0.0}
+    monkeypatch.setattr(limits.time, "thread_time", lambda: clock["cpu"])
+    monkeypatch.setattr(limits.time, "monotonic", lambda: 100.0)
+    slots = SearchSlots(total=2, per_tenant=2, per_key=2, wait_s=0, cpu=CpuShares(share=1.0))
+    app = flask.Flask(__name__)
+    with app.test_request_context("/mcp/context"):
+        for cost, then in ((1.0, 5.0), (1.0, 2.0)):
+            with slots.hold("acme"):
+                clock["cpu"] += cost           # the search
+            clock["cpu"] += then               # after it: another step, then the answer
+        assert slots.cpu.spent["acme"][0] == pytest.approx(2.0)
+        app.process_response(flask.Response("{}"))
+    assert slots.cpu.spent["acme"][0] == pytest.approx(4.0)
