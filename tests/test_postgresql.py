@@ -457,6 +457,39 @@ def test_a_day_dropped_while_a_push_waits_to_create_another_is_created_too(tmp_p
         pg.extensions["context_shutdown"]()
 
 
+def test_searches_do_not_wait_for_a_push_creating_a_day_partition(tmp_path, pg_urls):
+    """A push into a day with no partition creates it in its own transaction. ``CREATE TABLE ... PARTITION OF``
+    held an ACCESS EXCLUSIVE lock on units until that push committed, so every tenant's search waited for it,
+    and one waiting past its statement timeout was refused as too costly (a 400 in CI on a loaded machine). The
+    partition is now made as a table and attached, which reads do not wait for: strong and default searches
+    answer at once while the creating transaction is still open, and the day takes units once it commits."""
+    from psycopg.rows import dict_row
+
+    from service.store.postgresql.store import Store
+    from service.units import day_of
+    pg = app_on(tmp_path, "pg", store=pg_urls[0], search_cpu_ms=2000)
+    try:
+        pushed(pg, [make_unit("heron today")])
+        drain(pg)
+        later = int(time.time()) - 20 * 86_400
+        with psycopg.connect(pg_urls[0], row_factory=dict_row) as pusher:
+            Store._hold_partitions(pusher, [day_of(later)], create=True)   # not committed yet
+            answers = []
+            searching = threading.Thread(target=lambda: answers.extend(
+                search(pg, query="heron", consistency=c) for c in ("strong", "replica")), daemon=True)
+            searching.start()
+            searching.join(30)                  # (before, they waited for the push's commit: here, for ever)
+            assert not searching.is_alive()
+            assert [[r["content"] for r in found["results"]] for found in answers] == [["heron today"]] * 2
+            pusher.commit()
+        assert _partition_exists(pg_urls[0], day_of(later))
+        assert pushed(pg, [make_unit("heron later", timestamp=later, ttl=30 * 86_400)])[0]["status"] == "ok"
+        assert sorted(r["content"] for r in search(pg, query="heron", consistency="strong")["results"]) == [
+            "heron later", "heron today"]
+    finally:
+        pg.extensions["context_shutdown"]()
+
+
 def test_a_lock_timeout_is_a_503_for_that_request_not_a_primary_outage(tmp_path, pg_urls):
     """A statement the primary answers with an error (here a lock timeout, as the janitor's on a busy
     partition) is a 503 for that request; the next request goes to the primary as usual instead of

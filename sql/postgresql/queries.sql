@@ -45,7 +45,14 @@ UPDATE unit_terms SET project = %(project)s, is_global = %(is_global)s WHERE ten
 UPDATE cms_meta SET value = value WHERE key = 'schema_version';
 
 -- name: partition_create
-CREATE TABLE IF NOT EXISTS {part} PARTITION OF units FOR VALUES FROM ({lo}) TO ({hi});
+-- A day partition made as a table of its own, then attached (partition_attach): ``CREATE TABLE ... PARTITION
+-- OF`` takes an ACCESS EXCLUSIVE lock on units until the push commits, which stalled every tenant's searches
+-- (a search waiting out its statement timeout was refused as too costly); attaching takes SHARE UPDATE
+-- EXCLUSIVE, which reads and writes do not wait for. (The attach makes the primary key's index.)
+CREATE TABLE IF NOT EXISTS {part} (LIKE units INCLUDING DEFAULTS);
+
+-- name: partition_attach
+ALTER TABLE units ATTACH PARTITION {part} FOR VALUES FROM ({lo}) TO ({hi});
 
 -- name: partitions_missing
 -- Which of these day partitions (names from validated days) units lacks, as of this statement's snapshot:

@@ -155,8 +155,9 @@ class Store(StoreApi):
         conn.execute(sql("advisory_lock"), {"key": PARTITION_LOCK})
         for day in missing():
             # the name from a validated day (digits and dashes only), bounds as literals
-            conn.execute(template("partition_create", part=pgsql.Identifier(partition_name(day)),
-                                  lo=pgsql.Literal(day), hi=pgsql.Literal(next_day(day))))
+            part = pgsql.Identifier(partition_name(day))
+            conn.execute(template("partition_create", part=part))
+            conn.execute(template("partition_attach", part=part, lo=pgsql.Literal(day), hi=pgsql.Literal(next_day(day))))
 
     def _check_tenant_days(self, conn, tenant: str, days: list[str]) -> None:
         cap = self.config.max_days_per_tenant
