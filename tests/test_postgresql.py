@@ -490,6 +490,35 @@ def test_searches_do_not_wait_for_a_push_creating_a_day_partition(tmp_path, pg_u
         pg.extensions["context_shutdown"]()
 
 
+def test_searches_queued_behind_the_janitors_drop_wait_briefly(tmp_path, pg_urls):
+    """Dropping an empty day partition needs units' ACCESS EXCLUSIVE lock, so it waits for the searches reading
+    units; and every search that comes after waits behind the drop. The drop waited up to its 2 s lock timeout,
+    longer than a search's 1 s statement timeout: a search queued behind it was cancelled (refused as too
+    costly). It now waits 100 ms for that lock and leaves the day for a later pass."""
+    from service.store.postgresql.janitor import drop_dead_partitions
+    from service.units import day_of
+    pg = app_on(tmp_path, "pg", store=pg_urls[0])
+    store = pg.extensions["context_store"]
+    try:
+        pushed(pg, [make_unit("heron today")])
+        empty = day_of(int(time.time()) - 40 * 86_400)
+        _empty_partition(pg_urls[0], empty)
+        with psycopg.connect(pg_urls[0]) as reader:
+            reader.execute("SELECT count(*) FROM units")       # a long search: units held ACCESS SHARE
+            dropped = {}
+            janitor = threading.Thread(target=lambda: dropped.setdefault("days", drop_dead_partitions(store)))
+            janitor.start()
+            assert _lock_waiters(pg_urls[0], 1)
+            with psycopg.connect(pg_urls[0]) as later:          # a search behind the drop, 1 s timeout
+                later.execute("SET statement_timeout = '1s'")
+                assert later.execute("SELECT count(*) FROM units").fetchone()[0] == 1
+            janitor.join(10)
+        assert dropped["days"] == [] and _partition_exists(pg_urls[0], empty)
+        assert empty in drop_dead_partitions(store)             # no search in the way: dropped
+    finally:
+        pg.extensions["context_shutdown"]()
+
+
 def test_a_lock_timeout_is_a_503_for_that_request_not_a_primary_outage(tmp_path, pg_urls):
     """A statement the primary answers with an error (here a lock timeout, as the janitor's on a busy
     partition) is a 503 for that request; the next request goes to the primary as usual instead of

@@ -80,6 +80,11 @@ SELECT EXISTS (SELECT 1 FROM tenant_days WHERE day = %(day)s) AS b;
 -- name: lock_timeout
 SET LOCAL lock_timeout = '2s';
 
+-- name: lock_timeout_drop
+-- While DROP waits for units' ACCESS EXCLUSIVE lock, every search that comes after waits behind it: so it waits
+-- briefly (a partition it cannot drop now is dropped on a later pass).
+SET LOCAL lock_timeout = '100ms';
+
 -- name: partition_lock
 -- The locks a push takes, in its order (the parent table, then the partition).
 LOCK TABLE units, {part} IN ACCESS EXCLUSIVE MODE;

@@ -60,6 +60,7 @@ def _drop_if_dead(conn, name: str) -> bool:
         return False
     # The locks DROP takes, in a push's order (the parent table, then the partition), so that it never
     # deadlocks with a search. No second look under them: with the partition lock held no push writes.
+    conn.execute(sql("lock_timeout_drop"))
     conn.execute(template("partition_lock", part=part))
     conn.execute(template("partition_drop", part=part))
     return True
