@@ -140,7 +140,7 @@ class Config:
     rate_limit: str | None = "auto"
     max_concurrent_searches: int = 4  # per worker (0: no cap); more wait up to search_wait_s, then 503 + Retry-After
     search_wait_s: float = 2.0
-    # While another tenant searches, one tenant's searches use at most this share of a worker's CPU (their thread
+    # While a lighter tenant searches, one tenant's searches use at most this share of a worker's CPU (their thread
     # time over about the last second); past it they wait, holding no slot, up to search_wait_s, then 503 (0: off).
     search_cpu_share: float = 0.25
     read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)

@@ -217,8 +217,9 @@ class CpuShares:
     interpreter busy, and another's search, however small, waits for the lock between every step (eight
     threads of one tenant searching 1 MB units made another's searches 6-10x slower, bench/large_units.py).
 
-    Work-conserving: a tenant alone gets the whole worker; the hold applies only while another tenant has
-    searched within ``3 * window_s``."""
+    A tenant past its share is held only while a lighter tenant (one within its share) has searched within
+    ``3 * window_s``: a tenant alone gets the whole worker, and tenants all past their shares are not held
+    (they share the worker as their slots let them, and no CPU is left idle for nobody)."""
 
     def __init__(self, share: float, window_s: float = 1.0):
         self.share, self.window = share, window_s
@@ -241,14 +242,15 @@ class CpuShares:
                     self.spent.pop(name, None)
 
     def wait_for(self, tenant: str, now: float) -> float:
-        """Seconds until ``tenant`` is back within its share (0 when it is, or when no other tenant searches)."""
+        """Seconds until ``tenant`` is back within its share (0 when it is, or when no lighter tenant searches)."""
         with self.lock:
             self.seen[tenant] = now
             spent, limit = self._spent(tenant, now), self.share * self.window
             if spent <= limit:
                 return 0.0
             recent = now - 3 * self.window
-            if not any(when >= recent for name, when in self.seen.items() if name != tenant):
+            if not any(when >= recent and self._spent(name, now) <= limit
+                       for name, when in self.seen.items() if name != tenant):
                 return 0.0
             return self.window * math.log(spent / limit)
 

@@ -300,7 +300,8 @@ def test_a_search_that_waits_past_its_time_is_busy_and_leaves_no_trace():
 # --- issue 39, finding 3: a share of the worker's CPU ----------------------------------------------------------
 def test_a_tenants_cpu_share_holds_it_only_while_another_tenant_searches():
     """CpuShares: what a tenant spent decays over the window; past share x window it waits the time the decay
-    takes to bring it back, but only while another tenant has searched in the last three windows."""
+    takes to bring it back, but only while a lighter tenant (within its share) has searched in the last three
+    windows."""
     from service.limits import CpuShares
     cpu = CpuShares(share=0.25, window_s=1.0)
     cpu.charge("acme", 1.0, now=100.0)
@@ -313,6 +314,10 @@ def test_a_tenants_cpu_share_holds_it_only_while_another_tenant_searches():
     assert cpu.wait_for("acme", now=103.5) == 0             # globex quiet for three windows: acme alone again
     cpu.charge("acme", 3.0, now=103.5)
     assert cpu.wait_for("acme", now=103.5) == 0
+    cpu.charge("globex", 2.0, now=103.5)                    # both past their shares: neither is held
+    assert cpu.wait_for("acme", now=103.5) == 0 and cpu.wait_for("globex", now=103.5) == 0
+    cpu.charge("initech", 0.01, now=103.5)                  # a lighter tenant searches: both are
+    assert cpu.wait_for("acme", now=103.5) > 0 and cpu.wait_for("globex", now=103.5) > 0
 
 
 def test_a_search_past_its_tenants_cpu_share_waits_without_a_slot_then_is_busy():
