@@ -519,6 +519,32 @@ def test_searches_queued_behind_the_janitors_drop_wait_briefly(tmp_path, pg_urls
         pg.extensions["context_shutdown"]()
 
 
+def test_searches_wait_for_a_lock_on_units_a_bounded_time(tmp_path, pg_urls):
+    """A strong search first indexes the tenant's queue, and a default search reads its tail: both read units.
+    Behind a lock on units (DDL: a partition created or dropped by another client) they waited for as long as
+    that lock was held; now a strong search waits at most CONTEXT_STRONG_WAIT_MS and a default one 1 s, then
+    answers 503 storage_unavailable, and the next ones answer once the lock is gone."""
+    pg = app_on(tmp_path, "pg", store=pg_urls[0], strong_wait_ms=500)
+    try:
+        pushed(pg, [make_unit("heron strong")])
+        with psycopg.connect(pg_urls[0]) as ddl:
+            ddl.execute("LOCK TABLE units IN ACCESS EXCLUSIVE MODE")
+            answers = []
+            t = threading.Thread(target=lambda: answers.append(pg.test_client().post(
+                "/mcp/search", json={"query": "heron", "consistency": "strong"})), daemon=True)
+            t.start()
+            t.join(30)
+            assert not t.is_alive()                     # (before: waiting until the lock went)
+            default = pg.test_client().post("/mcp/search", json={"query": "heron"})    # its tail read: the same
+            ddl.rollback()
+        for rv in (answers[0], default):
+            assert rv.status_code == 503 and rv.get_json()["code"] == "storage_unavailable", rv.get_json()
+        assert [r["content"] for r in search(pg, query="heron", consistency="strong")["results"]] == ["heron strong"]
+        assert [r["content"] for r in search(pg, query="heron")["results"]] == ["heron strong"]
+    finally:
+        pg.extensions["context_shutdown"]()
+
+
 def test_a_lock_timeout_is_a_503_for_that_request_not_a_primary_outage(tmp_path, pg_urls):
     """A statement the primary answers with an error (here a lock timeout, as the janitor's on a busy
     partition) is a 503 for that request; the next request goes to the primary as usual instead of

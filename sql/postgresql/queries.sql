@@ -360,6 +360,10 @@ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY;
 -- name: statement_timeout
 SELECT set_config('statement_timeout', %(ms)s, true);
 
+-- name: lock_timeout_ms
+-- How long a search's reads (or a strong search's catch-up) wait for a table lock, then LockNotAvailable: a 503.
+SELECT set_config('lock_timeout', %(ms)s, true);
+
 -- name: search_plan
 -- Matches come through the GIN index over tfs' keys (bitmap scans), never a scan of every unit of the
 -- tenant: the planner's cost of ``?|`` on each row (the jsonb read and the array taken apart) is far

@@ -28,11 +28,18 @@ CATCH_UP_WAIT_MS = 50      # how long a read-index pass waits for the standby to
 # No JIT: a generic plan's estimate grows with the tables (at 1M units node_tail's passed jit_above_cost,
 # and compiling it took 175 ms of every default search, whose execution takes 0.2 ms).
 GENERIC_PLANS = {"prepare_threshold": 0}
+# A default search's reads wait for a table lock (DDL on units) at most this, then 503 storage_unavailable
+# (its one statement ran with no timeout: behind an ACCESS EXCLUSIVE lock on units it waited as long as the
+# lock was held, holding the request's thread).
+SEARCH_LOCK_WAIT = "1s"
 
 
 def generic_plans(conn) -> None:
     conn.execute("SET plan_cache_mode = force_generic_plan")
     conn.execute("SET jit = off")
+    conn.execute(f"SET lock_timeout = '{SEARCH_LOCK_WAIT}'")
+
+
 PRIMARY_RETRY_S = 1.0      # after a failure, how long requests fail at once before one tries the primary again
 
 

@@ -65,10 +65,13 @@ def _index_claimed(conn, rows, token_lists) -> None:
 
 
 def index_pending(store, tokenizer, limit: int = 512, tenant: str | None = None,
-                  pool: ThreadPoolExecutor | None = None, on_lags=None) -> int:
-    """Index up to ``limit`` queued units (of one tenant, or any); return how many."""
+                  pool: ThreadPoolExecutor | None = None, on_lags=None, lock_wait_ms: int | None = None) -> int:
+    """Index up to ``limit`` queued units (of one tenant, or any); return how many. With ``lock_wait_ms``, a
+    lock (a partition's DDL) waited for longer than that is a 503, not a wait for as long as it is held."""
     def tx(conn):
         conn.execute(sql("index_plan"))
+        if lock_wait_ms is not None:
+            conn.execute(sql("lock_timeout_ms"), {"ms": str(max(1, int(lock_wait_ms)))})
         if tenant is None:
             rows = conn.execute(sql("pending_claim"), {"limit": limit}).fetchall()
         else:
@@ -102,7 +105,8 @@ def catch_up(store, tenant: str, wait_ms: int) -> None:
     deadline = time.monotonic() + wait_ms / 1000
     batch = store.config.pg_index_batch
     while time.monotonic() < deadline:
-        if index_pending(store, store.tokenizer, batch, tenant=tenant) == batch:
+        left_ms = max(100, (deadline - time.monotonic()) * 1000)
+        if index_pending(store, store.tokenizer, batch, tenant=tenant, lock_wait_ms=left_ms) == batch:
             continue
         if not store.db.one("pending_before", {"tenant": tenant, "before": before})["waiting"]:
             return

@@ -282,6 +282,8 @@ class Searcher:
             conn.execute(sql("search_plan"))
             if self.config.search_cpu_ms > 0:
                 conn.execute(sql("statement_timeout"), {"ms": str(int(self.config.search_cpu_ms))})
+                # a lock held on a table (DDL) is not this search's cost: past half its time, a 503, not a 422
+                conn.execute(sql("lock_timeout_ms"), {"ms": str(max(1, self.config.search_cpu_ms // 2))})
             for name, statement in reads.items():
                 cursors[name] = conn.cursor()
                 cursors[name].execute(statement, q if name == "queued" else args)
