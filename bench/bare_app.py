@@ -6,8 +6,16 @@ index of the same units, and the top k answered with each unit's stored fields (
 score. No keys, no door checks, no rate limit, no metrics, no access log, no read-your-writes, no filters,
 no deletions, tantivy's BM25 as it is (lengths in one byte).
 
+Since issue 37 a default search ranks with threads, so that bare app no longer gives the service's answer.
+With ``BARE_THREADS`` (a copy of the service's read index) it gives exactly the service's results for the same
+question (``same_answers`` checks it): the service's read index opened once, the thread-aware ranking
+(``service/readindex/threaded.py``) and the answer's shaping (``service/ranking/results.py``) called directly,
+and still nothing else: no keys, doors, rate limit, slots, metrics, access log, read-your-writes' tail,
+deletions, catalog or freshness. What a minimal service giving today's answer must do.
+
     python bench/bare_app.py --data DIR --index OUT                # build from a service data dir
     BARE_INDEX=OUT gunicorn -w 2 -k gthread --threads 8 'bare_app:create_app()'   # (http_bench.py does)
+    BARE_THREADS=COPY gunicorn ... 'bare_app:create_app()'         # the same answer as the service's
 """
 from __future__ import annotations
 
@@ -81,13 +89,70 @@ def searcher(path: Path, tokenizer):
     return search
 
 
+def copy_read_index(data_dir: Path, out: Path) -> Path:
+    """A copy of a service data dir's read index (the default tenant's), for ``threaded_searcher``."""
+    from service.readindex.schema import index_dir
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(index_dir(Path(data_dir), "default"), out)
+    return out
+
+
+def threaded_searcher(path: Path, tokenizer, config):
+    """A search function giving the service's default answer (its ``results``) from a copy of its read index:
+    the same terms, BM25 weights, thread-aware ranking and shaping as service/store/sqlite/search.py's
+    ``_search_index`` and ``_results`` with no tail (every unit indexed) and nothing deleted."""
+    from service.params import parse_search
+    from service.ranking.bm25 import B, K1, Bm25
+    from service.ranking.results import MAX_QUERY_TERMS, shape_results
+    from service.ranking.scoring import Stats
+    from service.readindex import searcher as index
+    from service.readindex import threaded
+    from service.readindex.reader import Reader
+    view = Reader(Path(path)).current()
+    if view is None:
+        raise SystemExit(f"no read index at {path}")
+
+    def search(q: str, k: int = 10) -> list[dict]:
+        p = parse_search({"query": q, "top_k": k}, config)
+        terms = tokenizer.query_terms(p.query)[:MAX_QUERY_TERMS]
+        if not terms:
+            return []
+        idf = [view.idf(term) for term in terms]
+        avgdl = index.mean_length(view, terms)
+        ranked = []
+        if all(idf) or p.operator == "or":
+            ranked = threaded.best(view, p, terms, Bm25.of(idf, avgdl).weights, int(time.time()), lambda cids: set())
+        return shape_results(p, terms, ranked, Stats(idf, K1, B, avgdl, view.ndocs), tokenizer)
+    return search
+
+
+def same_answers(data_dir: Path, path: Path, questions: list[str]) -> int:
+    """How many of ``questions`` the threaded bare app answers exactly as the service does in-process over
+    ``data_dir`` (its results, every field and score); a bench that finds a difference says so."""
+    from service import create_app
+    from service.params import parse_search
+    app = create_app({"data_dir": str(data_dir), "background": False, "access_log": False})
+    try:
+        store, config = app.extensions["context_store"], app.config["CONTEXT"]
+        bare = threaded_searcher(path, store.tokenizer, config)
+        return sum(store.search("default", parse_search({"query": q}, config))["results"] == bare(q)
+                   for q in questions)
+    finally:
+        app.extensions["context_shutdown"]()
+
+
 def create_app():
-    """POST /mcp/search ({"query", "top_k"}) and GET /healthz behind Flask, index from BARE_INDEX."""
+    """POST /mcp/search ({"query", "top_k"}) and GET /healthz behind Flask, index from BARE_INDEX (tantivy's
+    BM25 alone) or BARE_THREADS (the service's answer)."""
     from flask import Flask, jsonify, request
 
     from service.config import Config
     from service.tokenize import tokenizer_for
-    search = searcher(Path(os.environ["BARE_INDEX"]), tokenizer_for(Config()))
+    config = Config()
+    if os.environ.get("BARE_THREADS"):
+        search = threaded_searcher(Path(os.environ["BARE_THREADS"]), tokenizer_for(config), config)
+    else:
+        search = searcher(Path(os.environ["BARE_INDEX"]), tokenizer_for(config))
     app = Flask(__name__)
 
     @app.post("/mcp/search")

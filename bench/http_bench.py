@@ -3,7 +3,11 @@ threads) beside its limits and the naive baseline, every system up at once and m
 loopback only, bounded in time:
 - the bare app (bench/bare_app.py, issue 42): the fair limit, what a minimal service must do for the same
   answer: Flask under plain gunicorn with the same workers and threads, the same tokenizer, tantivy's OR of
-  the terms, the top 10 with their stored fields and scores; nothing else;
+  the terms, the top 10 with their stored fields and scores; nothing else (BM25 alone, so since threads
+  rank a default search (issue 37) not the service's answer any more);
+- the bare app with threads (``bare_threads``): the same bare app giving exactly the service's results (the
+  read index, the thread-aware ranking and the shaping called directly; checked field for field on 200
+  questions before the run): the fair limit of today's answer;
 - the rows-free engine (bench/tantivy_engine.py under the service's gunicorn settings): tantivy's ids and
   scores only, no rows, no filters, so not the same answer;
 - the naive baseline (Flask dev server, FTS5 per day file);
@@ -187,14 +191,15 @@ def start_tantivy(src: Path, index: Path, port: int) -> subprocess.Popen:
                           f"{src}{os.pathsep}{app_dir}", TANTIVY_BENCH_INDEX=str(index))
 
 
-def start_bare(src: Path, index: Path, port: int) -> subprocess.Popen:
+def start_bare(src: Path, index: Path, port: int, threads: bool = False) -> subprocess.Popen:
     """The bare app (bench/bare_app.py) under plain gunicorn with the service's workers, threads and keep-alive:
-    none of the service's gunicorn settings (no slow-client guard, no maintainer, no frozen heap)."""
+    none of the service's gunicorn settings (no slow-client guard, no maintainer, no frozen heap). With
+    ``threads``, ``index`` is a copy of the service's read index and the answer is the service's own."""
     app_dir = TMP / "bare-app"         # (its own folder on the path, as start_tantivy says why)
     app_dir.mkdir(parents=True, exist_ok=True)
     shutil.copy(BENCH / "bare_app.py", app_dir / "bare_app.py")
-    env = dict(os.environ, PYTHONPATH=f"{src}{os.pathsep}{app_dir}", BARE_INDEX=str(index))
-    log = open(TMP / "http-bare.log", "ab")
+    env = dict(os.environ, PYTHONPATH=f"{src}{os.pathsep}{app_dir}", **{"BARE_THREADS" if threads else "BARE_INDEX": str(index)})
+    log = open(TMP / ("http-bare-threads.log" if threads else "http-bare.log"), "ab")
     return subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-b", f"127.0.0.1:{port}", "-w", "2",
                              "-k", "gthread", "--threads", "8", "--keep-alive", "5", "bare_app:create_app()"],
                             cwd=app_dir, env=env, stdout=log, stderr=log, start_new_session=True)
@@ -437,11 +442,14 @@ def question_targets(entry: dict) -> dict:
 
 def limits(entry: dict) -> dict:
     """Issue 42's ratios, per cell both servers ran: the service's searches/s (and, at one connection, its
-    p50) against the bare app's (the fair limit: the same answer with nothing else) and against the rows-free
+    p50) against the bare app with threads' (the fair limit: the same answer with nothing else), the BM25-only
+    bare app's and the rows-free
     engine's (tantivy's ids and scores only), the build before (``--old``) against the same, and a
     PostgreSQL node's against the SQLite service's."""
     out = {}
-    pairs = [("service", "bare", "over_bare"), ("service", "tantivy", "over_engine"),
+    pairs = [("service", "bare_threads", "over_bare_threads"), ("service_pg", "bare_threads", "pg_over_bare_threads"),
+             ("old", "bare_threads", "old_over_bare_threads"),
+             ("service", "bare", "over_bare"), ("service", "tantivy", "over_engine"),
              ("service_pg", "service", "pg_over_sqlite"), ("old", "bare", "old_over_bare"),
              ("old", "tantivy", "old_over_engine"), ("service", "old", "over_old")]
     for mine_name, base_name, label in pairs:
@@ -518,6 +526,13 @@ def servers_for(a, src: Path, run_dir: Path, size: int, entry: dict) -> list[Ser
         n, secs = bare_app.build(run_dir / "service", run_dir / "bare")
         print(f"  bare app's index: {n} units in {secs:.1f} s", flush=True)
         servers.append(Server("bare", partial(start_bare, src, run_dir / "bare"), read))
+        # the fair limit of today's answer: the service's thread-aware ranking and shaping, nothing else
+        copy = bare_app.copy_read_index(run_dir / "service", run_dir / "bare-threads")
+        qs = search_queries(a.queries, a.seed)[:200]
+        same = bare_app.same_answers(run_dir / "service", copy, qs)
+        entry["bare_threads_same_answers"] = f"{same}/{len(qs)}"
+        print(f"  bare app with threads: {same} of {len(qs)} answers the service's, field for field", flush=True)
+        servers.append(Server("bare_threads", partial(start_bare, src, copy, threads=True), read))
     if not a.no_tantivy:
         import tantivy_engine
         index = run_dir / "tantivy"
@@ -622,12 +637,12 @@ def plot(out: dict, name: str) -> None:
     fig, axes = pyplot.subplots(2, 3, figsize=(15, 8))
     for col, w in enumerate(workloads):
         for size in sizes:
-            for system in ("service", "baseline", "tantivy", "bare", "service_pg", "old"):
+            for system in ("service", "baseline", "tantivy", "bare", "bare_threads", "service_pg", "old"):
                 cells = out["sizes"][size].get(system) or {}
                 pts = sorted((int(k.split("@")[1]), v) for k, v in cells.items() if k.startswith(w + "@"))
                 if not pts:
                     continue
-                ls = {"service": "-", "baseline": "--", "tantivy": ":", "bare": "-.", "service_pg": "-", "old": "--"}[system]
+                ls = {"service": "-", "baseline": "--", "tantivy": ":", "bare": "-.", "bare_threads": "-.", "service_pg": "-", "old": "--"}[system]
                 xs = [c for c, _ in pts]
                 axes[0][col].plot(xs, [v["rps"] for _, v in pts], marker="o", ls=ls, label=f"{system} {int(size):,}")
                 axes[1][col].plot(xs, [v["p99"] for _, v in pts], marker="o", ls=ls, label=f"{system} {int(size):,} p99")
