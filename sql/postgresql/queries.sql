@@ -77,14 +77,6 @@ SELECT EXISTS (SELECT 1 FROM {part}) AS b;
 -- name: day_live_anywhere
 SELECT EXISTS (SELECT 1 FROM tenant_days WHERE day = %(day)s) AS b;
 
--- name: lock_timeout
-SET LOCAL lock_timeout = '2s';
-
--- name: lock_timeout_drop
--- While DROP waits for units' ACCESS EXCLUSIVE lock, every search that comes after waits behind it: so it waits
--- briefly (a partition it cannot drop now is dropped on a later pass).
-SET LOCAL lock_timeout = '100ms';
-
 -- name: partition_lock
 -- The locks a push takes, in its order (the parent table, then the partition).
 LOCK TABLE units, {part} IN ACCESS EXCLUSIVE MODE;
@@ -360,8 +352,8 @@ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY;
 -- name: statement_timeout
 SELECT set_config('statement_timeout', %(ms)s, true);
 
--- name: lock_timeout_ms
--- How long a search's reads (or a strong search's catch-up) wait for a table lock, then LockNotAvailable: a 503.
+-- name: lock_timeout
+-- How long the rest of this transaction waits for any lock (queries.lock_wait), then LockNotAvailable.
 SELECT set_config('lock_timeout', %(ms)s, true);
 
 -- name: search_plan

@@ -14,7 +14,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from ...errors import StorageUnavailable
-from .queries import sql
+from .queries import lock_wait, sql
 from .rows import add_df, dumps
 
 SEARCH_COLUMNS = ("tenant", "cid", "day", "seq", "type", "source", "timestamp", "expires_at", "parent_cid", "project",
@@ -71,7 +71,7 @@ def index_pending(store, tokenizer, limit: int = 512, tenant: str | None = None,
     def tx(conn):
         conn.execute(sql("index_plan"))
         if lock_wait_ms is not None:
-            conn.execute(sql("lock_timeout_ms"), {"ms": str(max(1, int(lock_wait_ms)))})
+            lock_wait(conn, lock_wait_ms)
         if tenant is None:
             rows = conn.execute(sql("pending_claim"), {"limit": limit}).fetchall()
         else:

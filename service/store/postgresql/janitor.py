@@ -10,12 +10,16 @@ import zlib
 from psycopg import sql as pgsql
 
 from ...instruments import DAYS_UNLINKED
-from .queries import sql, template
+from .queries import lock_wait, sql, template
 from .rows import JANITOR_LOCKS, PARTITION_LOCK, partition_day, unstat
 
 log = logging.getLogger(__name__)
 
 PURGE_BATCH = 5000
+LOCK_WAIT_MS = 2000         # a dead partition's look waits for its locks at most this
+# While DROP waits for units' ACCESS EXCLUSIVE lock, every search that comes after waits behind it: so it waits
+# briefly (a partition it cannot drop now is dropped on a later pass).
+DROP_LOCK_WAIT_MS = 100
 
 
 def purge_tenant(store, tenant: str, now: int) -> int:
@@ -54,13 +58,13 @@ def _drop_if_dead(conn, name: str) -> bool:
     # a janitor waiting for it; a busy partition is dropped on a later pass.
     if not conn.execute(sql("advisory_try_lock"), {"key": PARTITION_LOCK}).fetchone()["ok"]:
         return False
-    conn.execute(sql("lock_timeout"))
+    lock_wait(conn, LOCK_WAIT_MS)
     part, day = pgsql.Identifier(name), partition_day(name)
     if not _partition_dead(conn, part, day):
         return False
     # The locks DROP takes, in a push's order (the parent table, then the partition), so that it never
     # deadlocks with a search. No second look under them: with the partition lock held no push writes.
-    conn.execute(sql("lock_timeout_drop"))
+    lock_wait(conn, DROP_LOCK_WAIT_MS)
     conn.execute(template("partition_lock", part=part))
     conn.execute(template("partition_drop", part=part))
     return True

@@ -16,6 +16,12 @@ def template(name: str, **parts) -> pgsql.Composed:
     return pgsql.SQL(sql(name)).format(**parts)
 
 
+def lock_wait(conn, ms: float) -> None:
+    """For the rest of this transaction, wait at most ``ms`` (at least 1) for any lock, then LockNotAvailable
+    (a 503 for the request: ``connections.connection_lost`` tells it from an outage)."""
+    conn.execute(sql("lock_timeout"), {"ms": str(max(1, int(ms)))})
+
+
 def schema() -> str:
     return sql_file("postgresql/schema.sql")
 

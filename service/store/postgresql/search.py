@@ -30,7 +30,7 @@ from ...ranking.tail import TailBudget, TokenCache, Unseen, score_tokens
 from ...units import day_of, now_ms, unit_dict
 from ..filters import pg_filters
 from .indexer import catch_up
-from .queries import sql
+from .queries import lock_wait, sql
 from .rows import units_at
 from .tail import TailReader
 
@@ -283,7 +283,7 @@ class Searcher:
             if self.config.search_cpu_ms > 0:
                 conn.execute(sql("statement_timeout"), {"ms": str(int(self.config.search_cpu_ms))})
                 # a lock held on a table (DDL) is not this search's cost: past half its time, a 503, not a 422
-                conn.execute(sql("lock_timeout_ms"), {"ms": str(max(1, self.config.search_cpu_ms // 2))})
+                lock_wait(conn, self.config.search_cpu_ms // 2)
             for name, statement in reads.items():
                 cursors[name] = conn.cursor()
                 cursors[name].execute(statement, q if name == "queued" else args)
