@@ -78,11 +78,20 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 MAX_SERIES_CACHED = 4096
 
 
-def init_app(app: Flask) -> None:
-    @app.before_request
-    def _start():
-        g._t0 = time.perf_counter()
+STARTED = "context.started"     # the WSGI environ's key of when the app took the request (perf_counter)
 
+
+def timed(wsgi_app):
+    """The app's WSGI callable, noting when each request began: what a before_request hook did at several
+    times the cost (each hook is a Flask call and a context lookup), and earlier, so the time includes them."""
+    def started(environ, start_response):
+        environ[STARTED] = time.perf_counter()
+        return wsgi_app(environ, start_response)
+    return started
+
+
+def init_app(app: Flask) -> None:
+    app.wsgi_app = timed(app.wsgi_app)
     access = app.config["CONTEXT"].access_log
     # (route, method, status) -> the histogram's series: ``labels()`` checks its values and takes a lock
     # on every call, so each series is looked up there once per worker.
@@ -90,10 +99,12 @@ def init_app(app: Flask) -> None:
 
     @app.after_request
     def _observe(response):
-        t0 = g.pop("_t0", None)
+        req = request._get_current_object()     # (one context lookup, not one per attribute)
+        t0 = req.environ.get(STARTED)
         if t0 is not None:
-            route = request.url_rule.rule if request.url_rule is not None else "unmatched"
-            method = request.method if request.method in METHODS else "other"
+            rule = req.url_rule
+            route = rule.rule if rule is not None else "unmatched"
+            method = req.method if req.method in METHODS else "other"
             seconds = time.perf_counter() - t0
             key = (route, method, response.status_code)
             child = series.get(key)

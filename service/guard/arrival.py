@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..doors import body_limit
-from .deadline import PREBUFFER_BYTES, Bounds
+from .deadline import PREBUFFER_BYTES, Bounds, no_wait
 
 _CHUNK_LINE_MAX = 8192            # gunicorn's own bound on a chunk-size line (limit_request_field_size)
 _TRAILER_MAX = 8190 * 32          # ... and on a trailer section
@@ -217,7 +217,7 @@ def buffer_request(conn, bounds: Bounds, door: Door) -> str:
     if arrival is None:
         arrival = conn.arrival = Arrival(conn.parser.unreader.take_buffered())
     raw = conn.sock._sock
-    raw.setblocking(False)
+    flags = no_wait(raw)
     state = None
     fresh = b""
     while state is None:
@@ -237,7 +237,7 @@ def buffer_request(conn, bounds: Bounds, door: Door) -> str:
                 if arrival.head.expect:
                     _strip_expect(arrival)
                     try:
-                        raw.send(b"HTTP/1.1 100 Continue\r\n\r\n")   # a few bytes on a fresh socket
+                        raw.send(b"HTTP/1.1 100 Continue\r\n\r\n", flags)   # a few bytes on a fresh socket
                     except OSError:
                         state = "ready"
                         break
@@ -252,7 +252,7 @@ def buffer_request(conn, bounds: Bounds, door: Door) -> str:
                 arrival.close_after = True         # over the limit: the app reads one byte more, answers 413
             break
         try:
-            fresh = raw.recv(arrival.want())
+            fresh = raw.recv(arrival.want(), flags)
         except (BlockingIOError, InterruptedError):
             break
         except OSError:

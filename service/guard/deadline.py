@@ -28,6 +28,21 @@ RESPONSE_SPOOL_BYTES = 8 * 1024 * 1024   # a response kept for a slow client; a 
 SPOOL_AFTER_S = 0.05             # a client that has not made room in a response's socket buffer by then is slow
 
 
+_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
+
+
+def no_wait(raw: socket.socket) -> int:
+    """Flags for a ``send`` or ``recv`` on ``raw`` that must not wait. MSG_DONTWAIT where the system has it and
+    the socket has no timeout (blocking or non-blocking: with a timeout Python would poll for up to that long
+    first), so the socket's mode is left as it is: each ``setblocking`` is a system call that lets go of the
+    interpreter, which under load hands it to another thread (three more per request than gunicorn alone).
+    Otherwise the socket is made non-blocking."""
+    if _DONTWAIT and not raw.gettimeout():
+        return _DONTWAIT
+    raw.setblocking(False)
+    return 0
+
+
 @dataclass(frozen=True)
 class Bounds:
     """The guard's settings (service/config.py's read_timeout_s, request_deadline_s, slow_client_grace_s,
@@ -201,11 +216,11 @@ class DeadlineSocket:
                 self._send_paced(memoryview(piece))
             kept.close()
         elif self.out_size == 0:                      # nothing spooled in this response: send what the socket takes
-            self._sock.setblocking(False)
+            flags = no_wait(self._sock)
             waited = 0.0
             while view:
                 try:
-                    view = view[self._sock.send(view):]
+                    view = view[self._sock.send(view, flags):]
                 except (BlockingIOError, InterruptedError):
                     if waited >= SPOOL_AFTER_S:
                         break
