@@ -218,10 +218,6 @@ SELECT seq FROM catalog WHERE seq <= :seq AND reserved_ms < :before_ms ORDER BY 
 -- Read-your-writes: the days of the units at or after the read index's low-water mark.
 SELECT day, count(*) AS n FROM catalog WHERE seq >= :low AND day >= :first AND day <= :last GROUP BY day;
 
--- name: data_version
--- Changes whenever another connection commits to this file (a cache of its reads holds while it is the same).
-PRAGMA data_version;
-
 -- name: ryw_expiry
 -- Of these CIDs (the read index's candidates), each one's expiry in the catalog, NULL when it is gone.
 SELECT j.value AS cid, c.expires_at FROM json_each(:cids) AS j LEFT JOIN catalog c ON c.cid = j.value;

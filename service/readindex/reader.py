@@ -10,6 +10,7 @@ from pathlib import Path
 import tantivy
 
 from ..ranking.bm25 import idf_of
+from ..signals import INDEX, Signals
 from .schema import index_dir, same_format, signature
 
 log = logging.getLogger(__name__)
@@ -54,10 +55,11 @@ class Reader:
         self.gen: str | None = None
         self.sig = None
         self.view: View | None = None
+        self.seen = None                             # meta.json's signature when last looked at
         self._lock = threading.Lock()
 
     def current(self) -> View | None:
-        sig = signature(self.meta)
+        sig = self.seen = signature(self.meta)
         if sig is None:
             return None
         if sig != self.sig:
@@ -92,12 +94,20 @@ class Reader:
 
 
 class Readers:
-    """Every tenant's reader in this process."""
+    """Every tenant's reader in this process.
+
+    What a search asks of them (the leader's state, the latest view, whether the leader committed since) is
+    answered from memory while the tenant's ``INDEX`` change number is the one read when it was last looked up
+    (service/signals.py): the leader's every commit, build start, ready mark and state sets a new one. Only
+    then are the files looked at (their signatures, as before the numbers: a file that did not really
+    change keeps its view)."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
+        self.signals = Signals.of(self.root)
         self._readers: dict[str, Reader] = {}
-        self._states: dict[str, tuple] = {}     # tenant -> (state.json signature, parsed)
+        self._states: dict[str, tuple] = {}     # tenant -> (state.json signature, parsed, change number)
+        self._views: dict[str, tuple] = {}      # tenant -> (change number, view)
         self._files: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
 
@@ -111,27 +121,43 @@ class Readers:
 
     def view(self, tenant: str) -> View | None:
         """The tenant's latest committed view, or None (no index, or one not ready)."""
+        number = self.signals.read(INDEX, tenant)       # (before the files: a change while they are read shows)
+        known = self._views.get(tenant)
+        if known is not None and known[0] == number:
+            return known[1]
         reader = self._readers.get(tenant)
         if reader is None:
             with self._lock:
                 reader = self._readers.setdefault(tenant, Reader(index_dir(self.root, tenant)))
-        return reader.current()
+        view = reader.current()
+        if reader.seen is None or reader.seen == reader.sig:
+            self._views[tenant] = (number, view)
+        else:                       # the files' commit could not be loaded: look again next time
+            self._views.pop(tenant, None)
+        return view
 
     def moved(self, tenant: str, view: View) -> bool:
         """Whether the leader has committed since ``view`` was loaded."""
+        known = self._views.get(tenant)
+        if known is not None and known[1] is view and known[0] == self.signals.read(INDEX, tenant):
+            return False
         return signature(self._paths(tenant)[0]) != view.sig
 
     def state(self, tenant: str) -> dict | None:
         """The leader's last pass: when, and what the index still lacked then."""
+        number = self.signals.read(INDEX, tenant)
+        cached = self._states.get(tenant)
+        if cached is not None and cached[2] == number:
+            return cached[1]
         path = self._paths(tenant)[1]
         sig = signature(path)
-        cached = self._states.get(tenant)
         if cached is not None and cached[0] == sig:
+            self._states[tenant] = (sig, cached[1], number)
             return cached[1]
         try:
             with open(path, encoding="utf-8") as fh:
                 state = json.loads(fh.read())
         except (OSError, ValueError):
             state = None
-        self._states[tenant] = (sig, state)
+        self._states[tenant] = (sig, state, number)
         return state

@@ -24,10 +24,13 @@ class IndexWriter:
     """One tenant's index files, written by one process at a time (the tenant's maintenance leader).
     ``building``: started empty and not yet marked ready; readers use the store meanwhile."""
 
-    def __init__(self, path: Path, heap_mb: int, name: str):
+    def __init__(self, path: Path, heap_mb: int, name: str, changed=None):
         self.path = Path(path)
         self.heap_mb = heap_mb
         self.name = name                # the tenant, for logs
+        # Called after every change readers must see (a commit, a build started or ready, the state): the
+        # tenant's INDEX change number (service/signals.py), which is all a search looks at until it changes.
+        self.changed = changed or (lambda: None)
         self.index: tantivy.Index | None = None
         self.writer = None
         self.gen: str | None = None
@@ -71,11 +74,13 @@ class IndexWriter:
         self._write_format(ready=False)
         self.index = tantivy.Index(build_schema(), path=str(self.path), reuse=False)
         self.building = True
+        self.changed()
 
     def mark_ready(self) -> None:
         """A build's first full pass is committed: readers may use the index from now on."""
         self._write_format(ready=True)
         self.building = False
+        self.changed()
         log.info("read index of tenant %s is ready", self.name)
 
     def _write_format(self, ready: bool) -> None:
@@ -96,6 +101,7 @@ class IndexWriter:
     def commit(self) -> None:
         self.writer.commit()
         self.last_commit = time.monotonic()
+        self.changed()          # before the rows are flagged sent: a search that reads them unsent sees the commit
 
     def rollback(self) -> None:
         """Forget what was sent since the last commit (a failed pass); a writer that cannot is dropped."""
@@ -118,3 +124,4 @@ class IndexWriter:
         tmp = self.path / f"state.json.tmp-{os.getpid()}"
         tmp.write_text(json.dumps({"ms": int(time.time() * 1000), **state}))
         os.replace(tmp, self.path / "state.json")
+        self.changed()

@@ -120,8 +120,9 @@ class Db:
 
     def __init__(self, path: Path, schema_file: str | None, config, *, readonly: bool = False,
                  pool_size: int = 4, cache_size_kib: int | None = None, may_be_unlinked: bool = True,
-                 lazy: bool = False):
+                 lazy: bool = False, changed=None):
         self.path = Path(path)
+        self.changed = changed                   # called after each write transaction ends (a commit, or not)
         self.may_be_unlinked = may_be_unlinked   # day shards: the janitor may unlink and a push re-create
         self.schema_file = schema_file
         self.config = config
@@ -227,7 +228,7 @@ class Db:
                     conn.rollback()
                     self._reset()
                     continue
-                return _commit(conn, fn, *args, **kwargs)
+                return self._commit(conn, fn, *args, **kwargs)
             raise StorageUnavailable("Shard file keeps changing underneath the writer; retry.")
 
     def try_write(self, fn, *args, **kwargs):
@@ -248,9 +249,16 @@ class Db:
             if not self._same_file():
                 conn.rollback()
                 return None
-            return _commit(conn, fn, *args, **kwargs)
+            return self._commit(conn, fn, *args, **kwargs)
         finally:
             self._write_lock.release()
+
+    def _commit(self, conn: sqlite3.Connection, fn, *args, **kwargs):
+        try:
+            return _commit(conn, fn, *args, **kwargs)
+        finally:
+            if self.changed is not None:
+                self.changed()          # (after the commit is visible; after a rollback too, which costs a re-read)
 
     def vacuum(self) -> bool:
         """VACUUM the file (outside any transaction, on the writer), then truncate the WAL it grew.

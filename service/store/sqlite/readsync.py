@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 
 from ...readindex.reader import Readers
 from ...readindex.schema import day_key, document, index_dir
 from ...readindex.writer import IndexWriter
+from ...signals import INDEX
 from ...units import MUTABLE_FIELDS
 from .queries import sql
 
@@ -57,7 +59,8 @@ class ReadSync:
         self.t = t
         self.config = config
         self.readers = readers
-        self.index = IndexWriter(index_dir(readers.root, t.name), config.read_index_heap_mb, t.name)
+        self.index = IndexWriter(index_dir(readers.root, t.name), config.read_index_heap_mb, t.name,
+                                 partial(readers.signals.changed, INDEX, t.name))
         self.replacing = True       # delete before add: a previous leader may have sent rows unflagged
         self.dropped: set[str] = set()
         self.gone_done: set[str] = set()

@@ -48,6 +48,7 @@ class TailReader:
         self.config = config
         self.tokenizer = tokenizer
         self.tokens = tokens
+        self._read: dict[str, tuple] = {}      # tenant -> ((catalog number, low, first, last), (seq, days))
 
     def tail(self, t, state: dict | None, first: str, last: str) -> Tail | None:
         """The days of the units a default search reads from the primaries, or None when
@@ -55,16 +56,23 @@ class TailReader:
         if self.config.read_your_writes_ms <= 0:
             return None
         low = (state or {}).get("low", 0)
-
-        def read(c):
-            seq = c.execute(sql("catalog_max_seq")).fetchone()[0]
-            days = {r["day"]: r["n"] for r in c.execute(
-                sql("ryw_tail_days"), {"low": low, "first": first, "last": last})}
-            return seq, days
-        seq, days = t.catalog.read(read)
+        # What the catalog says of them holds until it next commits: read again only then (or for another
+        # mark or range). The change number is read first, so a commit during the read shows next time.
+        key = (t.catalog_version(), low, first, last)
+        known = self._read.get(t.name)
+        if known is not None and known[0] == key:
+            seq, days = known[1]
+        else:
+            def read(c):
+                seq = c.execute(sql("catalog_max_seq")).fetchone()[0]
+                days = {r["day"]: r["n"] for r in c.execute(
+                    sql("ryw_tail_days"), {"low": low, "first": first, "last": last})}
+                return seq, days
+            seq, days = t.catalog.read(read)
+            self._read[t.name] = (key, (seq, days))
         if sum(days.values()) > self.config.read_your_writes_max:
             return None
-        return Tail(low, seq, days)
+        return Tail(low, seq, dict(days))
 
     def freshness(self, t, tail: Tail) -> tuple[int, int]:
         """The units acknowledged before the search that it could not see (still pending after the

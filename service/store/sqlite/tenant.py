@@ -11,14 +11,16 @@ import os
 import sqlite3
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 from ...config import Config
 from ...formats import DAY_FILE_RE, TENANT_RE
 from . import threads
 from .rows import migrate_shard
-from .connections import Db, OpenShards, connect
-from .queries import fetch_all, fetch_one, sql
+from .connections import Db, OpenShards
+from ...signals import CATALOG, Signals
+from .queries import fetch_all, fetch_one
 
 SHARD_SCHEMA_VERSION = 3          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
 
@@ -36,22 +38,18 @@ class Tenant:
         (self.dir / "primary").mkdir(parents=True, exist_ok=True)
         (self.dir / "replica").mkdir(parents=True, exist_ok=True)
         # the catalog is never unlinked: its reads skip the day shards' inode check
-        self.catalog = Db(self.dir / "catalog.db", "catalog_schema.sql", config, may_be_unlinked=False)
-        self._version_conn: sqlite3.Connection | None = None
-        self._version_lock = threading.Lock()
+        # every commit on it tells every process at once (a search's caches of catalog reads hold until then)
+        self.signals = Signals.of(root)
+        self.catalog = Db(self.dir / "catalog.db", "catalog_schema.sql", config, may_be_unlinked=False,
+                          changed=partial(self.signals.changed, CATALOG, name))
         self.catalog.write(threads.migrate, config.thread_gap_s)
         self._shards: dict[str, Db] = {}
         self._lock = threading.Lock()
 
     def catalog_version(self) -> int:
-        """A number that changes whenever any connection, of any process, commits to the catalog (SQLite's
-        data_version, asked on a connection of this process's own that never writes): a cache of catalog
-        reads holds while it is the same."""
-        with self._version_lock:
-            if self._version_conn is None:
-                self._version_conn = connect(self.dir / "catalog.db", busy_timeout_ms=self.config.busy_timeout_ms,
-                                             synchronous=self.config.synchronous)
-            return self._version_conn.execute(sql("data_version")).fetchone()[0]
+        """A number that changes whenever any process commits to the catalog (its CATALOG change number,
+        service/signals.py): a cache of catalog reads holds while it is the same. Read from memory."""
+        return self.signals.read(CATALOG, self.name)
 
     def primary_path(self, day: str) -> Path:
         return self.dir / "primary" / f"{day}.db"
@@ -135,10 +133,6 @@ class Tenant:
             for db in self._shards.values():
                 db.close()
             self._shards.clear()
-        with self._version_lock:
-            if self._version_conn is not None:
-                self._version_conn.close()
-                self._version_conn = None
         self.catalog.close()
 
 
