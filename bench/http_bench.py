@@ -386,6 +386,9 @@ def run_alternating(servers: list[Server], cells: list, scripts: dict, duration:
                 data["round"] = rnd
                 data["server_cpu_ms_per_request"] = round(sum(v for k_, v in cpu.items() if k_.startswith("node "))
                                                           * 1000 / max(1, data["requests"]), 3)
+                # where it went: the node's roles, PostgreSQL's processes (a node's round trips), wrk, the rest
+                data["cpu_ms_per_request_by_role"] = {k_: round(v * 1000 / max(1, data["requests"]), 3)
+                                                      for k_, v in sorted(cpu.items()) if v > 0.005}
                 s.cells.setdefault(f"{workload}@{conns}", []).append(data)
                 print(f"  r{rnd} {s.name:9s} {workload:7s} c={conns:<3d} {data['rps']:8.1f} req/s  "
                       f"p50 {data['p50']:7.2f}  p99 {data['p99']:8.2f} ms  errors {data['errors']}  "

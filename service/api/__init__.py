@@ -5,23 +5,18 @@ stats, export, forget), stream.py (live context as Server-Sent Events), tools.py
 health.py (/healthz, /readyz)."""
 from __future__ import annotations
 
-import json
-
 from flask import current_app, request
 
 from werkzeug.exceptions import ClientDisconnected
 
 from ..errors import ApiError, BadRequest, invalid_json
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not valid JSON")
+from ..units import loads_strict
 
 
 def parse_json(raw: bytes):
     """Strict JSON from request bytes: UTF-8 only, no NaN/Infinity.
     Raises ValueError (incl. UnicodeDecodeError) or RecursionError; callers map them to their door's error."""
-    return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    return loads_strict(raw.decode("utf-8"))
 
 
 def json_body(decode=parse_json):
