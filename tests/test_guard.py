@@ -34,6 +34,33 @@ def test_request_buffering_rules():
     assert bad.bad
 
 
+def test_a_response_is_sent_without_switching_the_sockets_mode():
+    """The guard sends what the socket takes at once with MSG_DONTWAIT, leaving a blocking socket blocking (a
+    mode switch is a system call that lets go of the interpreter); one with a timeout set for this request's
+    reads is made non-blocking, as before; a client that reads nothing gets the rest kept for the poller."""
+    import socket
+    from service.guard.deadline import Bounds, DeadlineSocket
+    bounds = Bounds(read_timeout_s=5, request_deadline_s=5, grace_s=5, min_receive_rate=1, min_send_rate=1,
+                    write_deadline_s=5, max_body_bytes=1 << 20)
+    ours, theirs = socket.socketpair()
+    try:
+        sock = DeadlineSocket(ours, bounds)
+        sock.begin(None, None)
+        sock.sendall(b"HTTP/1.1 200 OK\r\n\r\n")
+        sock.sendall(b"{}")
+        assert ours.gettimeout() is None and sock.out is None            # blocking still, all sent
+        assert theirs.recv(100) == b"HTTP/1.1 200 OK\r\n\r\n{}"
+        sock.end(None)
+        ours.settimeout(2.0)                                             # (as a read of the request sets it)
+        sock.begin(None, None)
+        sock.sendall(b"x" * (8 << 20))                                   # nobody reads: the rest is kept
+        assert ours.gettimeout() == 0.0 and sock.out is not None and 0 < sock.out_size < 8 << 20
+        sock.end(None)
+    finally:
+        ours.close()
+        theirs.close()
+
+
 def test_expect_100_continue_is_answered(live_server):
     import socket
     body = json.dumps(make_unit("expect continue")).encode()
