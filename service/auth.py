@@ -27,6 +27,9 @@ class Principal:
     key_id: str          # first hex digits of the key hash: safe to log and to rate-limit on
 
 
+OPEN = Principal(DEFAULT_TENANT, frozenset(SCOPES), "open")     # every caller when no keys are configured
+
+
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
@@ -253,8 +256,8 @@ def current_principal() -> Principal:
         return g.principal
     ring: KeyRing = current_app.extensions["context_keys"]
     if ring.open:
-        g.principal = Principal(DEFAULT_TENANT, frozenset(SCOPES), "open")
-        return g.principal
+        g.principal = OPEN
+        return OPEN
     token, problem = bearer_token(request.headers.get("Authorization"))
     if problem == "missing":
         raise Unauthorized("Missing 'Authorization: Bearer <key>' header.", code="missing_api_key")
