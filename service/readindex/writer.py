@@ -24,13 +24,13 @@ class IndexWriter:
     """One tenant's index files, written by one process at a time (the tenant's maintenance leader).
     ``building``: started empty and not yet marked ready; readers use the store meanwhile."""
 
-    def __init__(self, path: Path, heap_mb: int, name: str, changed=None):
+    def __init__(self, path: Path, heap_mb: int, name: str, changed):
         self.path = Path(path)
         self.heap_mb = heap_mb
         self.name = name                # the tenant, for logs
         # Called after every change readers must see (a commit, a build started or ready, the state): the
         # tenant's INDEX change number (service/signals.py), which is all a search looks at until it changes.
-        self.changed = changed or (lambda: None)
+        self.changed = changed
         self.index: tantivy.Index | None = None
         self.writer = None
         self.gen: str | None = None
