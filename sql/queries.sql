@@ -32,6 +32,13 @@ CREATE INDEX IF NOT EXISTS catalog_thread ON catalog(thread, tpos);
 -- name: catalog_index_source_ts
 CREATE INDEX IF NOT EXISTS catalog_source_ts ON catalog(source, timestamp);
 
+-- name: catalog_places
+-- The live units at these places of their threads (:places, a JSON array of [thread, tpos]: the neighbors a
+-- search's ranking reads, service/store/sqlite/engine.py), by the thread index.
+SELECT c.cid, c.day FROM json_each(:places) j
+JOIN catalog c ON c.thread = json_extract(j.value, '$[0]') AND c.tpos = json_extract(j.value, '$[1]')
+WHERE c.expires_at > :now;
+
 -- name: catalog_window
 -- The live units of a unit's thread up to :n places before and after it (by the thread index).
 SELECT c.cid, c.day, c.tpos - h.tpos AS offset FROM catalog h

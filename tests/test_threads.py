@@ -98,8 +98,11 @@ def test_a_turn_whose_session_is_about_the_question_outranks_an_equal_turn_elsew
     assert found[order.index(lake[2])]["bm25_score"] == found[order.index(build[2])]["bm25_score"]
     assert order.index(lake[2]) < order.index(build[2])
     threads = found[order.index(lake[2])]["explain"]["threads"]
-    assert threads["thread_evidence"] > found[order.index(build[2])]["explain"]["threads"]["thread_evidence"]
-    assert threads["thread_evidence_from"][1] in lake[:2]            # the session's other match
+    other = found[order.index(build[2])]["explain"]["threads"]
+    # the session's other matches, one and two places before it, lend it their evidence
+    assert (threads["near_1_evidence_from"], threads["near_2_evidence_from"]) == (lake[1], lake[0])
+    assert threads["near_1_evidence"] > 0 and threads["near_2_evidence"] > 0
+    assert other["near_1_evidence"] == other["near_2_evidence"] == 0
     assert [r["score"] for r in found] == sorted((r["score"] for r in found), reverse=True)
 
 
@@ -126,7 +129,7 @@ def test_a_session_root_never_outranks_its_matching_turns(app, client):
 
 
 def test_the_turn_beside_a_match_answers_even_when_it_holds_no_query_term(app, client):
-    _, turns = session(client, "support chat", ["where did you park the car", "in the blue garage on level two",
+    _, turns = session(client, "support chat", ["where did you park the car?", "in the blue garage on level two",
                                                 "thanks see you"], start=NOW - 5000)
     push(client, "a car advert with nothing else", timestamp=NOW - 5000)
     settled(app)
@@ -134,7 +137,9 @@ def test_the_turn_beside_a_match_answers_even_when_it_holds_no_query_term(app, c
     by_cid = {r["cid"]: r for r in found}
     answer = by_cid[turns[1]]
     assert answer["bm25_score"] == 0
-    assert answer["explain"]["threads"]["neighbor_evidence_from"] == turns[0]
+    assert answer["explain"]["threads"]["near_1_evidence_from"] == turns[0]
+    # and it answers the turn before it, which asks
+    assert answer["explain"]["threads"]["asked_evidence_from"] == turns[0]
     # a search that asks for every term brings in no unit that lacks them
     assert turns[1] not in {r["cid"] for r in search(client, "park car", operator="and")}
 
@@ -167,9 +172,10 @@ def test_a_new_turn_joins_its_thread_before_the_index_has_it(app, client):
     found = search(client, "lisbon hotel", explain=True)      # read-your-writes: not in the read index yet
     by_cid = {r["cid"]: r for r in found}
     assert by_cid[fresh]["thread"] == root
-    # its thread's other match (lisbon) counts for it, as for any unit the index holds
-    assert set(by_cid[fresh]["explain"]["threads"]["thread_evidence_from"]) == {turns[0], fresh}
-    assert by_cid[fresh]["explain"]["threads"]["thread_evidence"] > by_cid[fresh]["explain"]["threads"]["own_share"]
+    # its thread's other match (lisbon, two places before it) counts for it, as for any unit the index holds
+    parts = by_cid[fresh]["explain"]["threads"]
+    assert parts["near_2_evidence_from"] == turns[0] and parts["near_2_evidence"] > 0
+    assert parts["combined"] > parts["own_share"] + parts["weights"]["thread"] * parts["thread_evidence"]
 
 
 # --- context windows -----------------------------------------------------------------------------------
@@ -244,13 +250,17 @@ def test_explain_shows_every_component(app, client):
     settled(app)
     found = search(client, "museum tickets", explain=True)
     parts = found[0]["explain"]["threads"]
-    assert set(parts) >= {"combined", "own_share", "thread", "thread_weight", "second_share", "neighbor_weight",
-                          "thread_evidence",
-                          "thread_evidence_from", "neighbor_evidence", "neighbor_evidence_from"}
-    assert parts["thread"] == root
-    assert parts["thread_evidence_from"] == [found[0]["cid"], found[1]["cid"]]
-    assert parts["combined"] == pytest.approx(parts["own_share"] + parts["thread_weight"] * parts["thread_evidence"]
-                                              + parts["neighbor_weight"] * parts["neighbor_evidence"], abs=1e-5)
+    assert set(parts) >= {"ranking", "combined", "own_share", "thread", "weights", "thread_evidence",
+                          "thread_evidence_from", "near_1_evidence", "near_1_evidence_from", "near_2_evidence",
+                          "near_2_evidence_from", "asked_evidence", "asked_evidence_from", "named", "length_share"}
+    assert parts["ranking"] == "threads" and parts["thread"] == root
+    assert parts["thread_evidence_from"] == found[0]["cid"]
+    assert parts["near_1_evidence_from"] == found[1]["cid"]
+    w = parts["weights"]
+    assert parts["combined"] == pytest.approx(
+        parts["own_share"] + w["thread"] * parts["thread_evidence"] + w["near_1"] * parts["near_1_evidence"]
+        + w["near_2"] * parts["near_2_evidence"] + w["asked"] * parts["asked_evidence"]
+        + (w["named"] if parts["named"] else 0) + w["length"] * parts["length_share"], abs=1e-5)
     assert json.dumps(found)        # (plain JSON)
 
 

@@ -1,30 +1,35 @@
-"""Thread-aware ranking (docs/design.md §6 "Threads in ranking"), on either store and either path: a unit's
-rank combines its own BM25 with the evidence of its thread and of its neighbors in the thread.
+"""Thread-aware ranking (docs/design.md §6 "Threads in ranking"), the same on every path and store: a unit's
+rank combines its own BM25 with what surrounds it in its thread.
 
-    combined(u) = bm25(u) / best  +  THREAD_WEIGHT × thread(u)  +  NEIGHBOR_WEIGHT × neighbor(u)
+    combined(u) = bm25(u) / best
+                + THREAD × thread(u)       the best share of u's thread in the pool (u itself included)
+                + NEAR_1 × near(u, 1)      the best share at u's place ± 1
+                + NEAR_2 × near(u, 2)      the best share at u's place ± 2
+                + ASKED × asked(u)         the share of the unit just before u, when that unit asks ("?")
+                + NAMED × named(u)         1 when the query names u's source (a term of its tokens)
+                + LENGTH × min(1, ntok(u) / LENGTH_FULL)
 
-- ``best`` is the best BM25 among the answer's candidates, so a unit's own share is at most 1;
-- ``thread(u)``: the best share (BM25 / the pool's best) of any unit of u's thread in the *pool*, the query's
-  best matches (u itself included), plus SECOND × the second best's: a turn of a session that is about the
-  question gains on an equal turn of an unrelated session;
-- ``neighbor(u)``: the best share of the units just before and after u in its thread (its place ± 1), a head
-  excepted: the turn that answers sits beside the one that asks.
+- ``share`` is a unit's BM25 in the *pool* (the query's best matches) over the pool's best, so a unit's own
+  share is at most 1; a thread's head (below) lends no near or asked evidence;
+- a turn that shares no word with the question is found through its thread (a session about the question),
+  the turns beside it (the question it answers, the remark that follows), the turn that asked it, and who
+  said it (a question names the person whose turn holds the answer: "What does Melanie do to destress?");
+- the length prior lifts a turn that says something over a short reply ("Sure!") among equal evidence.
 
 A thread's **head** is a unit with no parent in a thread where the candidates hold units with one (a session
-root, whose text is a header). It has no thread or neighbor evidence of its own and is ranked below every
-matching unit of its thread, so structure never crowds out content; its own match still counts as evidence
-for its thread (a header's names and dates are the whole session's).
+root, whose text is a header). It has no evidence of its own and is ranked below every matching unit of its
+thread, so structure never crowds out content; its own match still counts as evidence for its thread (a
+header's names and dates are the whole session's).
 
 Neighbors that match nothing join the candidates only in threads a client made (by parents or
 metadata.session): a thread of units that only followed each other in time lends evidence to the units that
 match, and brings in none that do not (a source's unrelated notes stay out of each other's answers).
 
-A unit whose thread holds no other candidate and no neighbor gains exactly THREAD_WEIGHT × its own share, so
-among such units the order is BM25's: corpora of documents rank as before, to the float (every path checks
-``has_threads`` first and ranks by BM25 alone when no candidate shares a thread).
+Every path checks ``has_threads`` first and ranks by BM25 alone when no candidate shares a thread and none has
+a neighbor to read: corpora of documents rank as before, to the float.
 
-Weights chosen on LoCoMo's development half (bench/memory.py; the table in bench/README.md): a plateau from
-0.5 to 1.0 and 0.3 to 0.6; at 0.6 and 0.4, evidence recall@10 0.604 -> 0.74 with a client's session roots.
+Weights chosen on LoCoMo's development half with leave-one-conversation-out checks (bench/memory.py; every
+lever tried, kept or not, in bench/README.md "Agent memory"): evidence R@10 0.743 -> 0.79, R@5 0.630 -> 0.72.
 """
 from __future__ import annotations
 
@@ -33,28 +38,59 @@ from dataclasses import dataclass
 
 from ..unitkeys import JOINED_BY_PARENT, JOINED_BY_TIME
 
-THREAD_WEIGHT = 0.6
-SECOND = 0.5              # the share of a thread's second-best match in its evidence
-NEIGHBOR_WEIGHT = 0.4
-POOL = 50                 # the best matches thread and neighbor evidence are read from (at least 2 × k, the
-                          # candidates BM25's own rescoring reads: one tantivy query serves both; LoCoMo's
-                          # R@10 0.730 with 20, 0.743 with 50 and with 100)
-PULL = 10                 # the neighbors of this many of the pool's best join the candidates (they may match nothing)
+THREAD = 0.8
+NEAR_1 = 0.4
+NEAR_2 = 0.4
+ASKED = 0.8
+NAMED = 0.8
+LENGTH = 0.4
+LENGTH_FULL = 40          # tokens past which a unit's length adds nothing more
+WINDOW = 2                # the places each side a unit's near evidence (and the pulled neighbors) reach
+POOL = 50                 # the best matches thread and near evidence are read from (at least 2 × k, the
+                          # candidates BM25's own rescoring reads: one engine query serves both)
+PULL = 10                 # the neighbors (± WINDOW) of this many of the pool's best join the candidates
 EXTRA = 3                 # candidates past k whose own BM25 is made exact (chosen by the combined estimate)
 
 
 @dataclass(slots=True)
 class Candidate:
-    """A unit that may be answered: where it sits in its thread and its BM25 as the pool has it (``pool``:
-    the read index's own score, or the exact one where that is what the path has)."""
+    """A unit that may be answered: where it sits in its thread, what the ranking reads of it, and its BM25 as
+    the pool has it (``pool``: the engine's own score, exact where that is what the path has)."""
     cid: str
     thread: str
     tpos: int
     joined: int               # how it joined its thread (unitkeys.JOINED_BY_*)
-    pool: float               # 0 for a neighbor pulled in that matches nothing
+    pool: float               # 0 for a neighbor pulled in that is not among the pool's best
     key: object = None        # the path's handle on it (a read-index hit, a row)
     ranked: object = None     # its Ranked where the path has it already (exact BM25 and fields)
     parts: dict | None = None  # explain's parts, once combined
+    ntok: int = 0             # its length in tokens
+    asks: bool = False        # its content asks (holds "?")
+    named: bool = False       # the query names its source
+
+
+def asks(content: str) -> bool:
+    """Whether a unit asks: it holds a question mark (NFKC folds the full-width one)."""
+    return "?" in content or "\uff1f" in content
+
+
+class Naming:
+    """Which sources a query names: a source is named when one of its tokens (the service's tokenizer:
+    ``locomo_melanie`` -> ``locomo_melanie``, ``locomo``, ``melani``) is a query term. A source's tokens are
+    made once per process (a tenant has few sources)."""
+    MAX = 4096
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self._tokens: dict[str, frozenset] = {}
+
+    def named(self, source: str, terms: frozenset) -> bool:
+        toks = self._tokens.get(source)
+        if toks is None:
+            toks = frozenset(self.tokenizer.tokens(source))
+            if len(self._tokens) < self.MAX:
+                self._tokens[source] = toks
+        return not toks.isdisjoint(terms)
 
 
 class Evidence:
@@ -65,14 +101,9 @@ class Evidence:
         self.best = (self.ordered[0].pool if self.ordered else 0.0) or 1.0
         self.at = {(c.thread, c.tpos): c for c in pool}
         self.linked = {c.thread for c in pool if c.joined == JOINED_BY_PARENT}
-        # per thread, its best two matches (best first; ties by CID) and their evidence
-        self.top: dict[str, list[Candidate]] = {}
+        self.top: dict[str, Candidate] = {}           # per thread, its best match (ties by CID)
         for c in self.ordered:
-            top = self.top.setdefault(c.thread, [])
-            if len(top) < 2:
-                top.append(c)
-        self.value = {t: (top[0].pool + (SECOND * top[1].pool if len(top) > 1 else 0.0)) / self.best
-                      for t, top in self.top.items()}
+            self.top.setdefault(c.thread, c)
 
     def add(self, more: list[Candidate]) -> None:
         """Neighbors pulled in: places taken and links, no evidence (they are not among the best)."""
@@ -84,35 +115,52 @@ class Evidence:
     def head(self, c: Candidate) -> bool:
         return c.joined != JOINED_BY_PARENT and c.thread in self.linked
 
-    def neighbor(self, c: Candidate) -> Candidate | None:
-        """The better matching of the units just before and after ``c`` (heads excepted; ties by CID)."""
+    def _lender(self, c: Candidate | None) -> Candidate | None:
+        """``c`` when it lends evidence to the units around it: a match of the pool, not a head."""
+        return c if c is not None and c.pool > 0 and not self.head(c) else None
+
+    def near(self, c: Candidate, d: int) -> Candidate | None:
+        """The better matching of the units ``d`` places before and after ``c`` (ties by CID)."""
         best = None
-        for n in (self.at.get((c.thread, c.tpos - 1)), self.at.get((c.thread, c.tpos + 1))):
-            if n is not None and n.pool > 0 and not self.head(n) and (
-                    best is None or (n.pool, n.cid) > (best.pool, best.cid)):
+        for n in (self._lender(self.at.get((c.thread, c.tpos - d))), self._lender(self.at.get((c.thread, c.tpos + d)))):
+            if n is not None and (best is None or (n.pool, n.cid) > (best.pool, best.cid)):
                 best = n
         return best
 
+    def asker(self, c: Candidate) -> Candidate | None:
+        """The unit just before ``c`` when it asks and matches (the question ``c`` may answer)."""
+        n = self._lender(self.at.get((c.thread, c.tpos - 1)))
+        return n if n is not None and n.asks else None
+
     def missing_neighbors(self) -> list[tuple[str, int]]:
-        """The places next to the pool's best PULL that no candidate holds (they are read, and those a client
-        put in the thread join: ``pullable``); none past a unit that only followed another in time."""
+        """The places within WINDOW of the pool's best PULL that no candidate holds (they are read, and those a
+        client put in the thread join: ``pullable``); none past a unit that only followed another in time."""
         out = []
         for c in self.ordered[:PULL]:
             if c.joined == JOINED_BY_TIME and c.tpos > 0 and c.thread not in self.linked:
                 continue
-            for pos in (c.tpos - 1, c.tpos + 1):
-                if pos >= 0 and (c.thread, pos) not in self.at:
-                    out.append((c.thread, pos))
+            for d in range(1, WINDOW + 1):
+                for pos in (c.tpos - d, c.tpos + d):
+                    if pos >= 0 and (c.thread, pos) not in self.at:
+                        out.append((c.thread, pos))
         return list(dict.fromkeys(out))
+
+    def _share(self, c: Candidate | None) -> float:
+        return c.pool / self.best if c is not None else 0.0
+
+    def parts(self, c: Candidate, own: float) -> dict:
+        """Each part of ``c``'s combined score with ``own`` (its BM25 / best), and whose match lent it."""
+        top, n1, n2, asker = self.top.get(c.thread), self.near(c, 1), self.near(c, 2), self.asker(c)
+        return {"own": own, "thread": self._share(top), "thread_from": top.cid if top is not None else None,
+                "near_1": self._share(n1), "near_1_from": n1.cid if n1 is not None else None,
+                "near_2": self._share(n2), "near_2_from": n2.cid if n2 is not None else None,
+                "asked": self._share(asker), "asked_from": asker.cid if asker is not None else None,
+                "named": c.named, "length": min(1.0, c.ntok / LENGTH_FULL)}
 
     def estimate(self, c: Candidate) -> float:
         """The combined score with the pool's BM25 for the unit's own: which candidates are worth an exact one."""
         own = c.pool / self.best
-        if self.head(c):
-            return own
-        near = self.neighbor(c)
-        return (own + THREAD_WEIGHT * self.value.get(c.thread, 0.0)
-                + (NEIGHBOR_WEIGHT * near.pool / self.best if near is not None else 0.0))
+        return own if self.head(c) else total(self.parts(c, own))
 
     def contenders(self, candidates: list[Candidate], n: int) -> list[Candidate]:
         """The ``n`` best candidates by the estimate, ties by CID."""
@@ -123,10 +171,9 @@ class Evidence:
         """The units whose matches lend these candidates their evidence."""
         out = set()
         for c in chosen:
-            out.update(m.cid for m in self.top.get(c.thread, ()))
-            near = self.neighbor(c)
-            if near is not None:
-                out.add(near.cid)
+            for lender in (self.top.get(c.thread), self.near(c, 1), self.near(c, 2), self.asker(c)):
+                if lender is not None:
+                    out.add(lender.cid)
         return out
 
     def combine(self, c: Candidate, own: float) -> float:
@@ -134,12 +181,14 @@ class Evidence:
         if self.head(c):
             c.parts = {"own": own, "head": True}
             return own
-        top, near = self.top.get(c.thread, []), self.neighbor(c)
-        thread = self.value.get(c.thread, 0.0)
-        neighbor = near.pool / self.best if near is not None else 0.0
-        c.parts = {"own": own, "thread": thread, "thread_from": [m.cid for m in top],
-                   "neighbor": neighbor, "neighbor_from": near.cid if near is not None else None}
-        return own + THREAD_WEIGHT * thread + NEIGHBOR_WEIGHT * neighbor
+        c.parts = self.parts(c, own)
+        return total(c.parts)
+
+
+def total(p: dict) -> float:
+    """The combined score of these parts (the formula above; the one place it is written)."""
+    return (p["own"] + THREAD * p["thread"] + NEAR_1 * p["near_1"] + NEAR_2 * p["near_2"] + ASKED * p["asked"]
+            + (NAMED if p["named"] else 0.0) + LENGTH * p["length"])
 
 
 def pullable(c: Candidate) -> bool:
@@ -172,15 +221,21 @@ def settle_heads(scored: list[tuple[float, Candidate]], ev: Evidence) -> list[tu
     return out
 
 
+WEIGHTS = {"thread": THREAD, "near_1": NEAR_1, "near_2": NEAR_2, "asked": ASKED, "named": NAMED, "length": LENGTH}
+
+
 def explain_parts(p: dict, combined: float, thread: str) -> dict:
     """What ``explain`` shows of the thread-aware rank (``p``: a candidate's parts; rounded as the rest of
     explain)."""
-    out = {"combined": round(combined, 6), "own_share": round(p["own"], 6), "thread": thread,
-           "thread_weight": THREAD_WEIGHT, "second_share": SECOND, "neighbor_weight": NEIGHBOR_WEIGHT}
+    out = {"ranking": "threads", "combined": round(combined, 6), "own_share": round(p["own"], 6), "thread": thread,
+           "weights": {**WEIGHTS, "length_full": LENGTH_FULL}}
     if p.get("head"):
         out["head"] = True
         out["below_thread"] = bool(p.get("below_thread"))
         return out
-    out.update({"thread_evidence": round(p["thread"], 6), "thread_evidence_from": p["thread_from"],
-                "neighbor_evidence": round(p["neighbor"], 6), "neighbor_evidence_from": p["neighbor_from"]})
+    for name in ("thread", "near_1", "near_2", "asked"):
+        out[f"{name}_evidence"] = round(p[name], 6)
+        out[f"{name}_evidence_from"] = p[f"{name}_from"]
+    out["named"] = p["named"]
+    out["length_share"] = round(p["length"], 6)
     return out

@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 from pathlib import Path
 
 import tantivy
 
+from ..ranking.threads import asks
 from ..units import RESULT_COLUMNS
 from ..unitkeys import joined_by
 
-FORMAT = 10                    # 10: projects (project, global) and threads (thread, place, tkey)
+FORMAT = 11                    # 10: projects (project, global) and threads (thread, place, tkey); 11: asks, srch
 TOKENIZER = "cm_ws"            # whitespace only: the tokens are already ours (service/tokenize.py)
 NO_TOKENS = "cm_none"
 DAY_SHIFT = 2 ** 40            # SQLite's keys: day ordinal * DAY_SHIFT + rowid
@@ -35,10 +37,11 @@ def build_schema() -> tantivy.Schema:
     sb.add_integer_field("ts", fast=True)
     sb.add_integer_field("len", fast=True)     # the exact length in tokens (tantivy keeps one byte of it)
     sb.add_integer_field("cidn", fast=True)    # the CID (12 hex digits) as a number: ties are ordered by it
-    # its thread (12 hex digits as a number), and its place in it × 4 + how it joined it (unitkeys.joined_by):
-    # one fast field read for both (docs/design.md §3)
+    # its thread (12 hex digits as a number), and its place in it × 8 + whether it asks × 4 + how it joined it
+    # (unitkeys.joined_by): one fast field read for all three (docs/design.md §3, §6)
     sb.add_integer_field("thread", fast=True)
     sb.add_integer_field("place", fast=True)
+    sb.add_integer_field("srch", fast=True)    # its source's hash (``source_hash``): whether a query names it
     for name in ("day", "type", "src", "parent", "project", "tkey"):
         sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
     sb.add_integer_field("global", indexed=True)     # 1: seen from every project (service/unitkeys.py)
@@ -87,6 +90,21 @@ def thread_of(r) -> tuple[str, int]:
     return (r["thread"], r["tpos"]) if r["thread"] else (r["cid"], 0)
 
 
+def place_value(tpos: int, asking: bool, joined: int) -> int:
+    """The ``place`` fast field: a unit's place in its thread, whether it asks and how it joined."""
+    return tpos * 8 + (4 if asking else 0) + joined
+
+
+def place_fields(value: int) -> tuple[int, bool, int]:
+    """(place, asks, joined) from a ``place`` fast field."""
+    return value >> 3, bool(value & 4), value & 3
+
+
+def source_hash(source: str) -> int:
+    """A source as a 60-bit number (the ``srch`` fast field): the ranking asks whether a query names it."""
+    return int(hashlib.sha256(source.encode("utf-8")).hexdigest()[:15], 16)
+
+
 def thread_key(thread: str, tpos: int) -> str:
     """The term that finds the unit at this place of this thread (neighbors, context windows)."""
     return f"{thread}.{tpos}"
@@ -107,7 +125,8 @@ def document(day: str, key: int, r, tokens: str | None = None, unit: str | None 
     doc.add_integer("len", r["ntok"])
     doc.add_integer("cidn", int(r["cid"], 16))
     doc.add_integer("thread", int(thread, 16))
-    doc.add_integer("place", tpos * 4 + joined_by(r["parent_cid"], r["metadata"]))
+    doc.add_integer("place", place_value(tpos, asks(r["content"]), joined_by(r["parent_cid"], r["metadata"])))
+    doc.add_integer("srch", source_hash(r["source"]))
     doc.add_text("tkey", thread_key(thread, tpos))
     doc.add_text("day", day)
     doc.add_text("type", r["type"])

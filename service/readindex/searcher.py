@@ -11,7 +11,7 @@ from tantivy import FieldType, Occur, Query
 from ..ranking.bm25 import length_norm, term_score
 from ..ranking.scoring import Ranked
 from .reader import Hit, View
-from .schema import unit_of
+from .schema import place_fields, unit_of
 
 RESCORE_FACTOR = 2            # the read index's candidates per result, scored again with exact lengths
 # ... at most this many when near ties need more: past it the answer is the exact order of
@@ -59,7 +59,7 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
         want *= 4     # a document past these candidates could still win with its exact length
     answered = [i for i in order if cids[i] not in drop][:p.top_k]
     place = view.searcher.fast_field_values("place", [scored[i].hit.address for i in answered]) if answered else []
-    return [Ranked(None, scored[i].score, scored[i].length, scored[i].tfs, pos >> 2,
+    return [Ranked(None, scored[i].score, scored[i].length, scored[i].tfs, place_fields(pos)[0],
                    load=loader(view.searcher, scored[i]), known_cid=cids[i]) for i, pos in zip(answered, place)]
 
 

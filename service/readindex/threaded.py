@@ -1,110 +1,88 @@
-"""A default search's answer ranked with threads (service/ranking/threads.py) from one view of a read index,
+"""The read index's side of the ranking (service/ranking/rank.py): one view's pool, neighbors and exact BM25,
 merged with the units it lacks (read-your-writes' ``fresh``, scored exactly by the store).
 
-The pool is tantivy's best POOL under the request's filters, cut where its score last changes (so two indexes
-of the same units pool the same units, whatever their document order); its units' threads, places and how each
-joined are fast fields. Where no two candidates share a thread and none has a neighbor to read (a corpus of
-documents) the answer is ``searcher.best``'s exact BM25 order, from the same tantivy read. Otherwise the
-neighbors of the pool's best are read by their thread key, the k + EXTRA candidates with the best combined
-estimate get their exact BM25 from their stored tokens, and the answer is their combined score, ties by CID.
+The pool is tantivy's best under the request's filters; its units' CIDs, threads, places (with how each joined
+and whether it asks), lengths and sources are fast fields, so the evidence costs no stored read. Neighbors are
+read by their thread key; the contenders' exact BM25 comes from their stored tokens (service/readindex/
+searcher.py), and BM25's own best k (a corpus without threads) is ``searcher.best``'s.
 """
 from __future__ import annotations
 
-import json
-
 from tantivy import Occur, Query
 
+from ..ranking import rank as ranking
 from ..ranking.bm25 import length_norm
 from ..ranking.scoring import Ranked
-from ..ranking.threads import EXTRA, POOL, Candidate, Evidence, has_threads, pullable, settle_heads
+from ..ranking.threads import Candidate
 from . import searcher as index
 from .reader import Hit, View
-from .schema import thread_key
-from ..unitkeys import joined_by
+from .schema import place_fields, source_hash, thread_key
 
-FIELDS = ("cidn", "thread", "place")
+FIELDS = ("cidn", "thread", "place", "len", "srch")
 VIEW_CACHE = 50_000           # documents (and places) whose fields a view keeps
 
 
-def best(view: View, p, terms: list[str], weights: list[float], now: int, gone,
+def best(view: View, p, terms: list[str], weights: list[float], now: int, gone, naming,
          fresh: list[Ranked] = ()) -> list[Ranked]:
-    """The answer's best k: ``fresh`` (the units the index lacks, exact) and the index's, thread-aware."""
-    k = p.top_k
-    want = max(POOL, index.RESCORE_FACTOR * k)
-    hits = index.search(view, p, terms, now, want=want)
-    fresher = {r.cid for r in fresh}
-
-    def leave(cids):
-        return gone(cids) | fresher.intersection(cids)
-    # the pool: tantivy's best, less the tied group at its cut (its members depend on document order)
-    cut = [h for h in hits if h.score > hits[-1].score] if len(hits) == want else hits
-    pool = [c for c in candidates(view, cut) if c.cid not in fresher] + [from_ranked(r) for r in fresh]
-    ev = Evidence(pool)
-    pulled = _pulled(view, p, now, ev, fresher)
-    if not pulled and not has_threads(pool):
-        return list(fresh) + index.best(view, p, terms, weights, now, leave, first=hits)
-    ev.add(pulled)
-    chosen = ev.contenders(pool + pulled, k + EXTRA)
-    # units deleted or expired since the index got them neither answer nor lend evidence
-    drop = gone([c.cid for c in chosen if c.ranked is None] + sorted(ev.sources(chosen) - fresher))
-    if drop:
-        pool = [c for c in pool if c.cid not in drop]
-        ev = Evidence(pool)
-        pulled = _pulled(view, p, now, ev, fresher | drop)
-        pulled = [c for c in pulled if c.cid not in gone([c.cid for c in pulled])]
-        ev.add(pulled)
-        chosen = ev.contenders(pool + pulled, k + EXTRA)
-    if len(cut) < k:
-        # BM25's exact best k join them: the tied group the pool's cut left out may hold some
-        by_cid = {c.cid: c for c in chosen}
-        for r in index.best(view, p, terms, weights, now, leave, first=hits):
-            c = by_cid.get(r.cid) or from_ranked(r, pooled=False)
-            c.ranked = r
-            by_cid[c.cid] = c
-        chosen = list(by_cid.values())
-    return _rank(view, terms, weights, k, ev, chosen, hits[0] if hits else None)
+    """The answer's best k: ``fresh`` (the units the index lacks, exact) and the index's, ranked as every path
+    ranks (service/ranking/rank.py)."""
+    return ranking.rank(Engine(view, p, terms, weights, now, gone, naming), p.top_k, p.operator, fresh)
 
 
-def _pulled(view: View, p, now: int, ev: Evidence, leave: set[str]) -> list[Candidate]:
-    """The neighbors of the pool's best that a client put in their threads (none for AND: they would not
-    hold every term)."""
-    if p.operator == "and":
-        return []
-    return [c for c in neighbors(view, p, now, ev.missing_neighbors()) if c.cid not in leave and pullable(c)]
+class Engine:
+    """One search of one view (``ranking.Engine``)."""
+
+    def __init__(self, view: View, p, terms: list[str], weights: list[float], now: int, gone, naming):
+        self.view, self.p, self.terms, self.weights, self.now, self.gone = view, p, terms, weights, now, gone
+        self.query_terms = frozenset(terms)
+        self.naming = naming
+        self._named = None
+
+    def pool(self, want: int) -> list[Candidate]:
+        return candidates(self.view, index.search(self.view, self.p, self.terms, self.now, want=want), self.named)
+
+    def places(self, places: list[tuple[str, int]]) -> list[Candidate]:
+        return neighbors(self.view, self.p, self.now, places, self.named)
+
+    def exact(self, chosen: list[Candidate]) -> list[Ranked]:
+        return exact(self.view, self.terms, self.weights, chosen)
+
+    def bm25_best(self, k: int, leave, pool: list[Candidate]) -> list[Ranked]:
+        return index.best(self.view, self.p, self.terms, self.weights, self.now, leave, first=[c.key for c in pool])
+
+    def candidate(self, r: Ranked, pooled: bool) -> Candidate:
+        return ranking.unit_candidate(r.fields(), r, r.score if pooled else 0.0,
+                                      lambda source: self.naming.named(source, self.query_terms))
+
+    def named(self, srch: int) -> bool:
+        """Whether the query names the source whose hash a document holds (the view's sources, from its term
+        dictionary, named once per search)."""
+        if self._named is None:
+            by_hash = _bounded(self.view, "sources")
+            if not by_hash:
+                by_hash.update((source_hash(s), s) for s, _ in self.view.searcher.terms_with_prefix("src", ""))
+            self._named = {h for h, s in by_hash.items() if self.naming.named(s, self.query_terms)}
+        return srch in self._named
 
 
-def _rank(view: View, terms: list[str], weights: list[float], k: int, ev: Evidence, chosen: list[Candidate],
-          any_hit) -> list[Ranked]:
-    """The best k of ``chosen`` by combined score, each with its exact BM25 (the stored fields of those answered
-    decoded only)."""
-    scores = exact(view, terms, weights, chosen, any_hit)
-    top = max((x.score for x in scores), default=0.0) or 1.0
-    scored = settle_heads([(ev.combine(c, x.score / top), c) for c, x in zip(chosen, scores)], ev)
-    order = sorted(range(len(chosen)), key=lambda i: (-scored[i][0], chosen[i].cid))[:k]
-    out = []
-    for i in order:
-        value, c = scored[i]
-        x = scores[i]
-        r = c.ranked if c.ranked is not None else Ranked(None, x.score, x.length, x.tfs,
-                                                         load=index.loader(view.searcher, x), known_cid=c.cid)
-        r.combined, r.parts, r.tpos = value, c.parts, c.tpos
-        out.append(r)
-    return out
-
-
-def candidates(view: View, hits: list[Hit]) -> list[Candidate]:
-    """The pool's units: CID, thread, place and how each joined, read from fast fields (one call per field for
-    the documents this view has not met yet: a view is one commit, and searches meet the same units again)."""
+def candidates(view: View, hits: list[Hit], named) -> list[Candidate]:
+    """The units of these hits: CID, thread, place, how each joined, whether it asks, length and source, read
+    from fast fields (one call per field for the documents this view has not met yet: a view is one commit, and
+    searches meet the same units again)."""
     if not hits:
         return []
     known = _bounded(view, "fields")
     at = [(h.address.segment_ord, h.address.doc) for h in hits]
     new = [h.address for h, a in zip(hits, at) if a not in known]
     if new:
-        for a, c, t, pos in zip(new, *(view.searcher.fast_field_values(name, new) for name in FIELDS)):
-            # (kept as the candidate's own fields: the pool's units come back search after search)
-            known[(a.segment_ord, a.doc)] = (f"{c:012x}", f"{t:012x}", pos >> 2, pos & 3)
-    return [Candidate(*known[a], h.score, h) for h, a in zip(hits, at)]
+        for a, c, t, place, n, s in zip(new, *(view.searcher.fast_field_values(name, new) for name in FIELDS)):
+            tpos, asking, joined = place_fields(place)
+            known[(a.segment_ord, a.doc)] = (f"{c:012x}", f"{t:012x}", tpos, joined, n, asking, s)
+    out = []
+    for h, a in zip(hits, at):
+        cid, thread, tpos, joined, n, asking, s = known[a]
+        out.append(Candidate(cid, thread, tpos, joined, h.score, h, None, None, n, asking, named(s)))
+    return out
 
 
 def _bounded(view: View, name: str) -> dict:
@@ -115,16 +93,7 @@ def _bounded(view: View, name: str) -> dict:
     return cache
 
 
-def from_ranked(r: Ranked, pooled: bool = True) -> Candidate:
-    """A unit already scored exactly (one the index lacks, or among BM25's best k) as a candidate; in the pool's
-    evidence with that score, or with none (``pooled`` False: past the pool's cut)."""
-    u = r.fields()
-    meta = json.dumps(u["metadata"]) if u["metadata"] else None
-    return Candidate(u["cid"], u["thread"], r.tpos, joined_by(u["parent_cid"], meta), r.score if pooled else 0.0,
-                     None, r)
-
-
-def neighbors(view: View, p, now: int, places: list[tuple[str, int]]) -> list[Candidate]:
+def neighbors(view: View, p, now: int, places: list[tuple[str, int]], named) -> list[Candidate]:
     """The live units at these places (thread, tpos) that pass the request's filters. Without filters, what
     each place holds is kept per view (its document and expiry): searches ask for the same places again."""
     if not places:
@@ -142,10 +111,10 @@ def neighbors(view: View, p, now: int, places: list[tuple[str, int]]) -> list[Ca
             expiry = view.searcher.fast_field_values("exp", [h.address for h in hits])
             for k in missing:
                 known[k] = None
-            for c, exp in zip(candidates(view, hits), expiry):
+            for c, exp in zip(candidates(view, hits, named), expiry):
                 known[thread_key(c.thread, c.tpos)] = (c.key, exp)
         found = [e[0] for e in (known[k] for k in keys) if e is not None and e[1] is not None and e[1] > now]
-    for c in (out := candidates(view, found)):
+    for c in (out := candidates(view, found, named)):
         c.pool = 0.0
     return out
 
@@ -155,13 +124,14 @@ def _places_query(view: View, keys: list[str]):
     return Query.boolean_query([(Occur.Should, Query.term_query(view.schema, "tkey", k)) for k in keys])
 
 
-def exact(view: View, terms: list[str], weights: list[float], contenders: list[Candidate], any_hit) -> list:
-    """Each contender's exact BM25 (``score``, and its stored document: ``searcher.Scored``; the Ranked of a
-    unit already scored exactly)."""
+def exact(view: View, terms: list[str], weights: list[float], contenders: list[Candidate]) -> list[Ranked]:
+    """Each contender's exact BM25 from its stored tokens (its stored fields read only if it is answered; the
+    Ranked of a unit already scored exactly)."""
     searcher = view.searcher
     from_index = [c for c in contenders if c.ranked is None]
-    lengths = dict(zip((id(c) for c in from_index),
-                       searcher.fast_field_values("len", [c.key.address for c in from_index]) if from_index else []))
+    if not from_index:
+        return [c.ranked for c in contenders]
+    any_hit = next((c.key for c in from_index if c.pool > 0), None)
     avgdl = index.average_length(view, terms, any_hit) if any_hit is not None else index.mean_length(view, terms)
     scoring = index.scoring_terms(terms, weights)
     out = []
@@ -169,6 +139,6 @@ def exact(view: View, terms: list[str], weights: list[float], contenders: list[C
         if c.ranked is not None:
             out.append(c.ranked)
             continue
-        n = lengths[id(c)]
-        out.append(index.score_exactly(searcher, c.key, n, length_norm(n, avgdl), scoring, len(terms), view.schema))
+        x = index.score_exactly(searcher, c.key, c.ntok, length_norm(c.ntok, avgdl), scoring, len(terms), view.schema)
+        out.append(Ranked(None, x.score, x.length, x.tfs, c.tpos, load=index.loader(searcher, x), known_cid=c.cid))
     return out

@@ -208,6 +208,17 @@ SELECT day::text AS day FROM catalog WHERE tenant = %(tenant)s AND cid = %(cid)s
 SELECT @unit_columns FROM units
 WHERE tenant = %(tenant)s AND day = ANY(%(days)s::date[]) AND cid = ANY(%(cids)s);
 
+-- name: catalog_places
+-- The live units at these places of their threads (the neighbors a search's ranking reads,
+-- service/store/postgresql/engine.py), by catalog_thread.
+SELECT c.cid, c.day::text AS day FROM unnest(%(threads)s::text[], %(tposes)s::int[]) AS p(thread, tpos)
+JOIN catalog c ON c.tenant = %(tenant)s AND c.thread = p.thread AND c.tpos = p.tpos
+WHERE c.expires_at > %(now)s;
+
+-- name: unit_terms_of
+-- The indexed units' lengths and term frequencies, by CID.
+SELECT cid, ntok, tfs FROM unit_terms WHERE tenant = %(tenant)s AND cid = ANY(%(cids)s);
+
 -- name: catalog_window
 -- The live units of each of these units' threads up to %(n)s places before and after it (by catalog_thread).
 SELECT h.cid AS around, c.cid, c.day::text AS day, c.tpos - h.tpos AS shift FROM catalog h

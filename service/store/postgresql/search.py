@@ -26,9 +26,12 @@ from ...ranking.bm25 import B, K1, Bm25, ShardHit, idf_of, scoring_sql as bm25_s
 from ...readindex import searcher as index, threaded
 from ...ranking.results import MAX_QUERY_TERMS, shape_results
 from ...ranking.scoring import Ranked, Stats
+from ...ranking.rank import rank
 from ...ranking.tail import TailBudget, TokenCache, Unseen, score_tokens
-from ...units import day_of, now_ms, unit_dict
+from ...ranking.threads import Naming
+from ...units import day_of, now_ms
 from ..filters import pg_filters
+from .engine import Engine
 from .indexer import catch_up
 from .queries import lock_wait, sql
 from .rows import units_at
@@ -128,6 +131,7 @@ class Searcher:
         self.standby = store.db.standby
         self.reads = {"primary": 0, "standby": 0, "index": 0}    # what answered (tests, bench)
         self.tail = TailReader(self.config, self.tokenizer)
+        self.naming = Naming(self.tokenizer)
         self._days: dict[str, tuple[float, int]] = {}               # tenant -> (when, live days), 1 s
 
     def _target(self, tenant: str, p) -> str:
@@ -233,7 +237,7 @@ class Searcher:
         fresh = self.tail.top(tenant, read, p, terms, bm25, now, unseen) if ryw and terms and not read.too_many else []
         ranked = list(fresh)
         if terms and (all(idf) or p.operator == "or"):
-            ranked = threaded.best(view, p, terms, bm25.weights, now, read.left_out(p, now), fresh)
+            ranked = threaded.best(view, p, terms, bm25.weights, now, read.left_out(p, now), self.naming, fresh)
             read.refresh(ranked)
         return ranked, IndexStats(bm25, Stats(idf, K1, B, avgdl, view.ndocs)), unseen
 
@@ -293,7 +297,8 @@ class Searcher:
 
     def _rank(self, conn, p, terms: list[str], args: dict, first: dict,
               unseen: Unseen | None) -> tuple[list[Ranked], Stats | None, Unseen | None]:
-        """The best k (indexed units from the index, queued ones from their content) and the statistics."""
+        """The best k, ranked as every path ranks (service/ranking/rank.py) from the tenant's best indexed units
+        and, with read-your-writes, its queued ones scored from their content; and the statistics."""
         if not terms:
             return [], None, unseen
         n, ntokens = int(first["stats"]["ndocs"]), int(first["stats"]["ntokens"])
@@ -303,23 +308,21 @@ class Searcher:
         idf = [idf_of(n, df.get(term, 0)) or unknown for term in terms]
         avgdl = ntokens / n if n else 0.0
         bm25 = Bm25.of(idf, avgdl)
-        hits: list[tuple[ShardHit, str]] = []
         live = [term for term in dict.fromkeys(terms) if df.get(term)]
-        if live and n and not (p.operator == "and" and len(live) < len(set(terms))):
-            if p.operator == "or":
-                live = essential_terms(conn, p, live, terms, bm25, df, args)
-            q = dict(args)
-            hits = score(conn, match_where(p, live, q), q, terms, bm25, p.top_k)
-        if unseen is not None:
-            hits += self._queued_top(conn, p, terms, bm25, args, first, unseen)
-        hits.sort(key=lambda h: h[0].order)
-        hits = hits[:p.top_k]
-        if not hits:
-            return [], Stats(idf, K1, B, avgdl, n), unseen
-        units = self._units(conn, args, [(h.cid, day) for h, day in hits])
-        ranked = [Ranked(unit_dict(units[h.cid]), h.score, h.ntok, h.tfs, units[h.cid]["tpos"] or 0)
-                  for h, _ in hits if h.cid in units]
-        return ranked, Stats(idf, K1, B, avgdl, n), unseen
+
+        def hits(pp, want: int) -> list[tuple[ShardHit, str]]:
+            """The best ``want`` indexed units (and every matching queued one)."""
+            out: list[tuple[ShardHit, str]] = []
+            if live and n and not (pp.operator == "and" and len(live) < len(set(terms))):
+                chosen = essential_terms(conn, pp, live, terms, bm25, df, args) if pp.operator == "or" else live
+                q = dict(args)
+                out = score(conn, match_where(pp, chosen, q), q, terms, bm25, want)
+            if unseen is not None:
+                out += self._queued_top(conn, pp, terms, bm25, args, first, unseen)
+            return out
+
+        engine = Engine(conn, args["tenant"], p, terms, bm25, args["now"], hits, self.tokenizer, self.naming)
+        return rank(engine, p.top_k, p.operator), Stats(idf, K1, B, avgdl, n), unseen
 
     @staticmethod
     def _units(conn, args: dict, located: list[tuple[str, str]]) -> dict:

@@ -18,7 +18,10 @@ from ...errors import TooCostly
 from ...params import SearchParams
 from ...ranking.bm25 import Bm25, ShardHit, scoring_sql as bm25_sql
 from ..filters import filters
+from ..statements import expand
 from .queries import sql
+
+UNIT_COLUMNS = expand("u.id, @unit_columns(u)", "sqlite")        # (service/units.py's, with the rowid)
 
 
 def fts_query(terms: list[str], operator: str) -> str:
@@ -111,6 +114,15 @@ def pending_unseen(conn, where_source: str, args: dict) -> tuple[int, int | None
 def pending_bare(conn, where: list[str], args: dict) -> list:
     """The waiting units no search has made tokens for yet: id, cid, pushed_ms."""
     return conn.execute(f"SELECT u.id, u.cid, u.pushed_ms {pending_source(where + ['u.tokens IS NULL'])}",
+                        args).fetchall()
+
+
+def units_with_tokens(conn, cids: list[str], p: SearchParams, now: int) -> list:
+    """These units (by CID) as search rows (id, ntok, tokens and every unit column) where they are live and pass
+    the request's filters: the neighbors a search's ranking reads (service/store/sqlite/engine.py)."""
+    args: dict = {"cids": json.dumps(cids), "now": now}
+    where = ["u.cid IN (SELECT value FROM json_each(:cids))"] + filters(p, args)
+    return conn.execute(f"SELECT u.ntok, u.tokens, {UNIT_COLUMNS} FROM units u WHERE {' AND '.join(where)}",
                         args).fetchall()
 
 

@@ -29,15 +29,13 @@ from ...ranking.results import MAX_QUERY_TERMS
 from ...units import day_of, export_fields, unit_dict
 from ..base import FETCH_ROWS, FORGET_CHUNK, PAGE_BYTES, PAGE_ROWS
 from ..filters import filters
-from ..statements import expand
-from .fts import fts_query
+from .fts import UNIT_COLUMNS, fts_query
 from .indexer import catch_up
 from .rows import remove_rows
 from .queries import fetch_all, fetch_one, sql
 
 SCAN_BUDGET = 20_000           # catalog rows one page may look at; a selective filter gets a shorter page
 COMPACT_SHARE = 0.10           # the janitor compacts a day file once this share of its rows was forgotten
-UNIT_COLUMNS = expand("u.id, @unit_columns(u)", "sqlite")        # (service/units.py's, with the rowid)
 
 
 def _all(conn, query: str, args: dict) -> list:

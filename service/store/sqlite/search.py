@@ -26,9 +26,12 @@ from ...params import SearchParams
 from ...ranking.bm25 import K1, B, Bm25, idf_of, unknown_idf
 from ...ranking.results import MAX_QUERY_TERMS, shape_results
 from ...ranking.scoring import Ranked, Stats
-from ...ranking.tail import TailBudget, TokenCache, Unseen, best
-from ...units import day_of, unit_dict
+from ...ranking.rank import rank
+from ...ranking.tail import TokenCache, Unseen
+from ...ranking.threads import Naming
+from ...units import day_of
 from . import fts, readsync
+from .engine import Engine
 from .fts import CpuBudget
 from .indexer import catch_up
 from .queries import fetch_all, fetch_one
@@ -46,6 +49,7 @@ class Searcher:
         self.readers = readers
         self.tokens = TokenCache()
         self.tail = TailReader(config, tokenizer, self.tokens)
+        self.naming = Naming(tokenizer)
         self._live_days: dict[str, tuple[float, list[str]]] = {}
         self._expiry: dict[str, tuple[int, dict]] = {}     # tenant -> (catalog version, cid -> expiry)
         self.pool = ThreadPoolExecutor(max(1, self.config.search_threads), thread_name_prefix="search")
@@ -160,7 +164,8 @@ class Searcher:
             view = newer
         ranked = list(fresh)
         if all(idf) or p.operator == "or":
-            ranked = threaded.best(view, p, terms, bm25.weights, now, lambda cids: self._gone(t, cids, now), fresh)
+            ranked = threaded.best(view, p, terms, bm25.weights, now, lambda cids: self._gone(t, cids, now),
+                                   self.naming, fresh)
         stats = Stats(idf, K1, B, index.mean_length(view, terms), view.ndocs)
         return ranked, stats, (unseen if tail is not None else None)
 
@@ -185,9 +190,9 @@ class Searcher:
     # --- the primary files (strong reads; no read index yet) -------------------------------------
     def _search_shards(self, t, p: SearchParams, terms: list[str], days: list[str], now: int, budget: CpuBudget,
                        unseen: Unseen | None = None) -> tuple[list[Ranked], Stats | None]:
-        """FTS5 over the primaries: global statistics summed over the shards, then each shard's best
-        units under them (every match scored exactly when a shard has few), merged; with ``unseen``
-        (read-your-writes) also the units still waiting for the indexer, by their tokens."""
+        """FTS5 over the primaries: global statistics summed over the shards, then the answer ranked as every
+        path ranks it (service/ranking/rank.py) from the shards' best units under them (service/store/sqlite/
+        engine.py); with ``unseen`` (read-your-writes) also the units still waiting for the indexer."""
         per_day = {}
         for day in days:
             db = t.shard(day, create=False)
@@ -204,40 +209,8 @@ class Searcher:
             return [], None
         avgdl = sum(st["ntokens"] for _, st in per_day.values()) / n if n else 0.0
         bm25 = Bm25.of(idf, avgdl)
-        ryw = TailBudget(self.config.read_your_writes_ms, budget)    # read-your-writes' time and CPU
-        local_n = max(self.config.local_top_n, 3 * p.top_k)   # generous: 3x what the shard may contribute
-
-        def top(day):
-            db, st = per_day[day]
-            # (with read-your-writes every term: a row the indexer took since the statistics were read
-            # is in FTS5 now with a term they did not count)
-            match = [term for term in dict.fromkeys(live) if st["df"][term] or unseen is not None]
-            # the waiting rows before the indexed ones: one the indexer takes in between is read twice
-            hits = [] if unseen is None else self.tail.pending_top(
-                t, db, day, p, terms, bm25, now, ryw, unseen, budget)
-            if match and not (p.operator == "and" and len(match) < len(set(live))):
-                # Score every match exactly unless the shard holds too many (the sum of df bounds them).
-                exact = sum(st["df"][term] for term in match) <= self.config.exact_match_limit
-                # (bm25.for_rows: nothing may have been indexed when the statistics were read)
-                hits += db.read(budget.run, fts.shard_top, p, fts.fts_query(match, p.operator), terms, bm25.for_rows(),
-                                None if exact else local_n, p.top_k, now)
-            return [(hit, db) for hit in best(hits, len(hits))]
-
-        found = [x for part in self._map(top, list(per_day)) for x in part]
-        found.sort(key=lambda x: x[0].order)
-        return self._fetch(found[:p.top_k]), Stats(idf, K1, B, avgdl, n)
-
-    def _fetch(self, found: list) -> list[Ranked]:
-        """The units of the winning (hit, shard) pairs, one read per shard."""
-        by_db: dict[int, tuple] = {}
-        for hit, db in found:
-            by_db.setdefault(id(db), (db, []))[1].append(hit)
-        ranked = []
-        for db, hits in by_db.values():
-            rows = db.read(fts.rows_by_id, [h.rowid for h in hits])
-            ranked += [Ranked(unit_dict(rows[h.rowid]), h.score, h.ntok, h.tfs, rows[h.rowid]["tpos"] or 0)
-                       for h in hits if h.rowid in rows]
-        return ranked
+        engine = Engine(self, t, p, terms, per_day, live, bm25, now, budget, unseen, self.naming)
+        return rank(engine, p.top_k, p.operator), Stats(idf, K1, B, avgdl, n)
 
     def _map(self, fn, items):
         """fn over shards on the thread pool (SQLite runs FTS5 ranking without the GIL)."""
