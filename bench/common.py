@@ -20,6 +20,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
 TMP = Path(os.environ.get("BENCH_TMP") or RESULTS / "tmp")     # scratch (BENCH_TMP: runs side by side)
+TMP.mkdir(parents=True, exist_ok=True)      # (git-ignored: a fresh clone has no such folder)
 
 
 def service_src(mode: str = "head") -> Path:

@@ -178,6 +178,76 @@ def test_a_new_turn_joins_its_thread_before_the_index_has_it(app, client):
     assert parts["combined"] > parts["own_share"] + parts["weights"]["thread"] * parts["thread_evidence"]
 
 
+# --- one ranking on every path (issue 48) -----------------------------------------------------------------
+CHATS = [
+    ("Ann and Bob, session 1", ["Ann: how was the trip to the lake?", "Bob: cold water, but we swam every morning",
+                                "Ann: did the kids like the campfire", "Bob: they roasted marshmallows all night",
+                                "Ann: I started pottery classes this week"]),
+    ("Ann and Bob, session 2", ["Bob: what are you painting these days?", "Ann: a sunset over the harbour",
+                                "Bob: my sister adopted a cat named Bailey", "Ann: cats are great company",
+                                "Bob: we plan another camping trip in june"]),
+    ("Ann and Bob, session 3", ["Ann: the pottery teacher liked my bowl", "Bob: send me a picture of it",
+                                "Ann: sure, and how is Bailey?", "Bob: she sleeps on the piano all day"]),
+]
+QUESTIONS = ["what did Ann make in pottery class", "where did Bob go camping", "what is the name of the cat",
+             "what is Ann painting", "did the kids like the lake trip", "Bob swam in the morning", "Bailey piano",
+             "what did Bob's sister adopt"]
+
+
+def _memory(app) -> None:
+    client = app.test_client()
+    for n, (title, turns) in enumerate(CHATS):
+        session(client, title, turns, start=NOW - 86_400 * (5 - n), source="chat_v1")
+    # Ann's and Bob's own notes: the sources a question may name
+    push(client, "Ann: note to self, buy clay", source="notes_ann", timestamp=NOW - 4000)
+    push(client, "Bob: note to self, tent pegs", source="notes_bob", timestamp=NOW - 3000)
+
+
+def _answers(client, **kind) -> dict:
+    """Per question, the top 10 (CIDs in order) and their scores (the read index's average length is tantivy's,
+    the primaries' exact: BM25 agrees to 1e-6)."""
+    return {q: [(r["cid"], pytest.approx(r["score"], abs=1e-5), pytest.approx(r["bm25_score"], abs=1e-5))
+                for r in search(client, q, top_k=10, **kind)] for q in QUESTIONS}
+
+
+def test_every_path_ranks_a_threaded_memory_alike(make_app, tmp_path):
+    """The same questions over the same units give the same top 10, scores included, from a default search on
+    the read index, a strong search, a default search with CONTEXT_REPLICAS=false, and a default search while
+    the read index is being built (the primaries answer): one ranking whichever engine found the pool."""
+    building = make_app(data_dir=tmp_path / "building")
+    building.extensions["context_maintenance"].sync_read_index = lambda writer: 0     # never ready
+    _memory(building)
+    drain(building)
+    settled_app = make_app()
+    _memory(settled_app)
+    settled(settled_app)
+    client = settled_app.test_client()
+    default = _answers(client)
+    assert all(default.values()) and any(r[2] == 0 for rs in default.values() for r in rs)   # neighbors pulled in
+    assert _answers(client, consistency="strong") == default
+    off = make_app(replicas=False)       # the same data (folder or schema), no read index
+    assert _answers(off.test_client()) == default
+    # (another tenant's CIDs are the same: a unit's CID is its content, time and source)
+    assert _answers(building.test_client()) == default
+    found = search(client, "where did Bob go camping", explain=True)
+    assert {r["explain"]["ranking"] for r in found} == {"threads"}
+
+
+def test_a_question_that_names_a_source_prefers_its_units(app, client):
+    _memory(app)
+    settled(app)
+    found = search(client, "note to self ann", explain=True)
+    assert found[0]["source"] == "notes_ann" and found[0]["explain"]["threads"]["named"] is True
+    assert found[1]["source"] == "notes_bob" and found[1]["explain"]["threads"]["named"] is False
+
+
+def test_a_corpus_of_documents_says_bm25_ranked_it(app, client):
+    for i in range(5):
+        push(client, f"manual page {i} about gaskets", timestamp=NOW - 3600 - i)
+    settled(app)
+    assert {r["explain"]["ranking"] for r in search(client, "gaskets", explain=True)} == {"bm25"}
+
+
 # --- context windows -----------------------------------------------------------------------------------
 def test_a_window_holds_the_units_beside_a_hit_in_its_own_thread_only(app, client):
     # two threads interleaved in time, and a lone unit between them

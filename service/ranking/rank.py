@@ -20,7 +20,7 @@ from typing import Protocol
 
 from ..unitkeys import joined_by
 from .scoring import Ranked
-from .threads import EXTRA, POOL, Candidate, Evidence, asks, has_threads, pullable, settle_heads
+from .threads import EXTRA, POOL, Candidate, Evidence, Naming, asks, has_threads, pullable, settle_heads
 
 
 class Engine(Protocol):
@@ -48,8 +48,10 @@ class Engine(Protocol):
         """A unit already scored exactly as a candidate (in the pool with its score, or with none)."""
 
 
-def rank(engine: Engine, k: int, operator: str = "or", fresh: list[Ranked] = ()) -> list[Ranked]:
+def rank(engine: Engine, k: int, naming: Naming, terms: list[str], operator: str = "or",
+         fresh: list[Ranked] = ()) -> list[Ranked]:
     """The answer's best k: ``fresh`` (units the engine lacks, exact) and the engine's."""
+    query = frozenset(terms)
     want = max(POOL, 2 * k)
     hits = engine.pool(want)
     fresher = {r.cid for r in fresh}
@@ -64,6 +66,7 @@ def rank(engine: Engine, k: int, operator: str = "or", fresh: list[Ranked] = ())
     if not pulled and not has_threads(pool):
         return sorted(list(fresh) + engine.bm25_best(k, leave, hits), key=lambda r: r.order)[:k]
     ev.add(pulled)
+    naming.mark(pool + pulled, query)
     chosen = ev.contenders(pool + pulled, k + EXTRA)
     # units deleted or expired since the engine got them neither answer nor lend evidence
     drop = engine.gone([c.cid for c in chosen if c.ranked is None] + sorted(ev.sources(chosen) - fresher))
@@ -73,6 +76,7 @@ def rank(engine: Engine, k: int, operator: str = "or", fresh: list[Ranked] = ())
         pulled = _pulled(engine, operator, ev, fresher | drop)
         pulled = [c for c in pulled if c.cid not in engine.gone([c.cid for c in pulled])]
         ev.add(pulled)
+        naming.mark(pool + pulled, query)
         chosen = ev.contenders(pool + pulled, k + EXTRA)
     if len(cut) < k:
         # BM25's exact best k join them: the tied group the pool's cut left out may hold some
@@ -82,6 +86,7 @@ def rank(engine: Engine, k: int, operator: str = "or", fresh: list[Ranked] = ())
             c.ranked = r
             by_cid[c.cid] = c
         chosen = list(by_cid.values())
+        naming.mark(chosen + pool + pulled, query)
     return _combined(engine, k, ev, chosen)
 
 
@@ -108,12 +113,11 @@ def _combined(engine: Engine, k: int, ev: Evidence, chosen: list[Candidate]) -> 
     return out
 
 
-def unit_candidate(u: dict, r: Ranked | None, pool: float, named) -> Candidate:
+def unit_candidate(u: dict, r: Ranked | None, pool: float) -> Candidate:
     """A candidate from a unit's public fields (``u``: a result dict), for every path that reads them: its
-    thread, place and how it joined, length, whether it asks and whether the query names its source
-    (``named(source)``)."""
+    thread, place and how it joined, length, whether it asks and its source."""
     meta = u["metadata"]
     meta = json.dumps(meta) if isinstance(meta, dict) else meta
     return Candidate(u["cid"], u["thread"] or u["cid"], r.tpos if r is not None else 0,
                      joined_by(u["parent_cid"], meta), pool, None, r, None,
-                     r.doc_len if r is not None else 0, asks(u["content"]), named(u["source"]))
+                     r.doc_len if r is not None else 0, asks(u["content"]), u["source"])

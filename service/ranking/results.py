@@ -42,6 +42,7 @@ def shape_results(p: SearchParams, terms: list[str], ranked: list[Ranked], stats
             item["snippet"] = snippet(item["content"], terms, tokenizer)
         if p.explain:
             item["explain"] = explain(r, terms, stats, scale)
+            item["explain"]["ranking"] = "bm25" if r.parts is None else "threads"
             if r.parts is not None:
                 item["explain"]["threads"] = explain_parts(r.parts, r.combined, unit["thread"])
         out.append(item)

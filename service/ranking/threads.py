@@ -66,7 +66,8 @@ class Candidate:
     parts: dict | None = None  # explain's parts, once combined
     ntok: int = 0             # its length in tokens
     asks: bool = False        # its content asks (holds "?")
-    named: bool = False       # the query names its source
+    source: str = ""
+    named: bool = False       # the query names its source (``Naming.mark``)
 
 
 def asks(content: str) -> bool:
@@ -75,22 +76,36 @@ def asks(content: str) -> bool:
 
 
 class Naming:
-    """Which sources a query names: a source is named when one of its tokens (the service's tokenizer:
-    ``locomo_melanie`` -> ``locomo_melanie``, ``locomo``, ``melani``) is a query term. A source's tokens are
-    made once per process (a tenant has few sources)."""
+    """Which sources a query names. A source is named when the query holds one of the tokens that tell it apart
+    from the other sources among the candidates (the service's tokenizer: ``locomo_melanie`` -> ``locomo``,
+    ``melani``, where ``locomo`` is every speaker's and ``melani`` hers alone; ``notes_ann`` is named by
+    ``ann``, not by ``note``). A source's tokens are made once per process (a tenant has few sources)."""
     MAX = 4096
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self._tokens: dict[str, frozenset] = {}
 
-    def named(self, source: str, terms: frozenset) -> bool:
+    def tokens(self, source: str) -> frozenset:
         toks = self._tokens.get(source)
         if toks is None:
             toks = frozenset(self.tokenizer.tokens(source))
             if len(self._tokens) < self.MAX:
                 self._tokens[source] = toks
-        return not toks.isdisjoint(terms)
+        return toks
+
+    def mark(self, candidates: list[Candidate], terms: frozenset) -> None:
+        """Set ``named`` on each candidate, its source told apart from the others' among ``candidates``."""
+        sources = {c.source for c in candidates}
+        if not any(not self.tokens(s).isdisjoint(terms) for s in sources):
+            return                              # (the query holds no source's token: nothing is named)
+        seen: dict[str, int] = {}
+        for s in sources:
+            for t in self.tokens(s):
+                seen[t] = seen.get(t, 0) + 1
+        named = {s for s in sources if any(seen[t] == 1 for t in self.tokens(s) & terms)}
+        for c in candidates:
+            c.named = c.source in named
 
 
 class Evidence:

@@ -26,23 +26,20 @@ def best(view: View, p, terms: list[str], weights: list[float], now: int, gone, 
          fresh: list[Ranked] = ()) -> list[Ranked]:
     """The answer's best k: ``fresh`` (the units the index lacks, exact) and the index's, ranked as every path
     ranks (service/ranking/rank.py)."""
-    return ranking.rank(Engine(view, p, terms, weights, now, gone, naming), p.top_k, p.operator, fresh)
+    return ranking.rank(Engine(view, p, terms, weights, now, gone), p.top_k, naming, terms, p.operator, fresh)
 
 
 class Engine:
     """One search of one view (``ranking.Engine``)."""
 
-    def __init__(self, view: View, p, terms: list[str], weights: list[float], now: int, gone, naming):
+    def __init__(self, view: View, p, terms: list[str], weights: list[float], now: int, gone):
         self.view, self.p, self.terms, self.weights, self.now, self.gone = view, p, terms, weights, now, gone
-        self.query_terms = frozenset(terms)
-        self.naming = naming
-        self._named = None
 
     def pool(self, want: int) -> list[Candidate]:
-        return candidates(self.view, index.search(self.view, self.p, self.terms, self.now, want=want), self.named)
+        return candidates(self.view, index.search(self.view, self.p, self.terms, self.now, want=want))
 
     def places(self, places: list[tuple[str, int]]) -> list[Candidate]:
-        return neighbors(self.view, self.p, self.now, places, self.named)
+        return neighbors(self.view, self.p, self.now, places)
 
     def exact(self, chosen: list[Candidate]) -> list[Ranked]:
         return exact(self.view, self.terms, self.weights, chosen)
@@ -50,39 +47,38 @@ class Engine:
     def bm25_best(self, k: int, leave, pool: list[Candidate]) -> list[Ranked]:
         return index.best(self.view, self.p, self.terms, self.weights, self.now, leave, first=[c.key for c in pool])
 
-    def candidate(self, r: Ranked, pooled: bool) -> Candidate:
-        return ranking.unit_candidate(r.fields(), r, r.score if pooled else 0.0,
-                                      lambda source: self.naming.named(source, self.query_terms))
-
-    def named(self, srch: int) -> bool:
-        """Whether the query names the source whose hash a document holds (the view's sources, from its term
-        dictionary, named once per search)."""
-        if self._named is None:
-            by_hash = _bounded(self.view, "sources")
-            if not by_hash:
-                by_hash.update((source_hash(s), s) for s, _ in self.view.searcher.terms_with_prefix("src", ""))
-            self._named = {h for h, s in by_hash.items() if self.naming.named(s, self.query_terms)}
-        return srch in self._named
+    @staticmethod
+    def candidate(r: Ranked, pooled: bool) -> Candidate:
+        return ranking.unit_candidate(r.fields(), r, r.score if pooled else 0.0)
 
 
-def candidates(view: View, hits: list[Hit], named) -> list[Candidate]:
+def candidates(view: View, hits: list[Hit]) -> list[Candidate]:
     """The units of these hits: CID, thread, place, how each joined, whether it asks, length and source, read
     from fast fields (one call per field for the documents this view has not met yet: a view is one commit, and
-    searches meet the same units again)."""
+    searches meet the same units again; a source from its hash, by the view's sources)."""
     if not hits:
         return []
     known = _bounded(view, "fields")
     at = [(h.address.segment_ord, h.address.doc) for h in hits]
     new = [h.address for h, a in zip(hits, at) if a not in known]
     if new:
+        sources = _sources(view)
         for a, c, t, place, n, s in zip(new, *(view.searcher.fast_field_values(name, new) for name in FIELDS)):
             tpos, asking, joined = place_fields(place)
-            known[(a.segment_ord, a.doc)] = (f"{c:012x}", f"{t:012x}", tpos, joined, n, asking, s)
+            known[(a.segment_ord, a.doc)] = (f"{c:012x}", f"{t:012x}", tpos, joined, n, asking, sources.get(s, ""))
     out = []
     for h, a in zip(hits, at):
-        cid, thread, tpos, joined, n, asking, s = known[a]
-        out.append(Candidate(cid, thread, tpos, joined, h.score, h, None, None, n, asking, named(s)))
+        cid, thread, tpos, joined, n, asking, source = known[a]
+        out.append(Candidate(cid, thread, tpos, joined, h.score, h, None, None, n, asking, source))
     return out
+
+
+def _sources(view: View) -> dict[int, str]:
+    """The view's sources by their hash (its term dictionary: a tenant has few)."""
+    by_hash = view.cache.get("sources")
+    if by_hash is None:
+        by_hash = view.cache["sources"] = {source_hash(s): s for s, _ in view.searcher.terms_with_prefix("src", "")}
+    return by_hash
 
 
 def _bounded(view: View, name: str) -> dict:
@@ -93,7 +89,7 @@ def _bounded(view: View, name: str) -> dict:
     return cache
 
 
-def neighbors(view: View, p, now: int, places: list[tuple[str, int]], named) -> list[Candidate]:
+def neighbors(view: View, p, now: int, places: list[tuple[str, int]]) -> list[Candidate]:
     """The live units at these places (thread, tpos) that pass the request's filters. Without filters, what
     each place holds is kept per view (its document and expiry): searches ask for the same places again."""
     if not places:
@@ -111,10 +107,10 @@ def neighbors(view: View, p, now: int, places: list[tuple[str, int]], named) -> 
             expiry = view.searcher.fast_field_values("exp", [h.address for h in hits])
             for k in missing:
                 known[k] = None
-            for c, exp in zip(candidates(view, hits, named), expiry):
+            for c, exp in zip(candidates(view, hits), expiry):
                 known[thread_key(c.thread, c.tpos)] = (c.key, exp)
         found = [e[0] for e in (known[k] for k in keys) if e is not None and e[1] is not None and e[1] > now]
-    for c in (out := candidates(view, found, named)):
+    for c in (out := candidates(view, found)):
         c.pool = 0.0
     return out
 

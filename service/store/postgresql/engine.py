@@ -23,11 +23,9 @@ class Engine:
     """One search of a tenant's tables on one connection (``ranking.Engine``). ``hits(p, want)`` reads the best
     ``want`` (ShardHit, day) pairs: the caller's scoring, with its pruning and queued units."""
 
-    def __init__(self, conn, tenant: str, p, terms: list[str], bm25: Bm25, now: int, hits, tokenizer, naming):
+    def __init__(self, conn, tenant: str, p, terms: list[str], bm25: Bm25, now: int, hits, tokenizer):
         self.conn, self.tenant, self.p, self.terms, self.bm25, self.now = conn, tenant, p, terms, bm25, now
         self.hits, self.tokenizer = hits, tokenizer
-        query_terms = frozenset(terms)
-        self.named = lambda source: naming.named(source, query_terms)
 
     def pool(self, want: int) -> list[Candidate]:
         hits = sorted(self.hits(replace(self.p, top_k=want), want), key=lambda h: h[0].order)[:want]
@@ -74,4 +72,4 @@ class Engine:
         return [c.ranked for c in pool[:k]]
 
     def candidate(self, r: Ranked, pooled: bool) -> Candidate:
-        return unit_candidate(r.fields(), r, r.score if pooled else 0.0, self.named)
+        return unit_candidate(r.fields(), r, r.score if pooled else 0.0)

@@ -321,8 +321,8 @@ class Searcher:
                 out += self._queued_top(conn, pp, terms, bm25, args, first, unseen)
             return out
 
-        engine = Engine(conn, args["tenant"], p, terms, bm25, args["now"], hits, self.tokenizer, self.naming)
-        return rank(engine, p.top_k, p.operator), Stats(idf, K1, B, avgdl, n), unseen
+        engine = Engine(conn, args["tenant"], p, terms, bm25, args["now"], hits, self.tokenizer)
+        return rank(engine, p.top_k, self.naming, terms, p.operator), Stats(idf, K1, B, avgdl, n), unseen
 
     @staticmethod
     def _units(conn, args: dict, located: list[tuple[str, str]]) -> dict:

@@ -25,11 +25,9 @@ class Engine:
     ``live``: the query terms some indexed unit holds; ``unseen``: read-your-writes' report (None: none)."""
 
     def __init__(self, searcher, t, p, terms: list[str], per_day: dict, live: list[str], bm25: Bm25, now: int,
-                 budget, unseen, naming):
+                 budget, unseen):
         self.searcher, self.t, self.p, self.terms, self.per_day = searcher, t, p, terms, per_day
         self.live, self.bm25, self.now, self.budget, self.unseen = live, bm25, now, budget, unseen
-        query_terms = frozenset(terms)
-        self.named = lambda source: naming.named(source, query_terms)
 
     def pool(self, want: int) -> list[Candidate]:
         p = replace(self.p, top_k=want)
@@ -105,4 +103,4 @@ class Engine:
         return [c.ranked for c in pool[:k]]
 
     def candidate(self, r: Ranked, pooled: bool) -> Candidate:
-        return unit_candidate(r.fields(), r, r.score if pooled else 0.0, self.named)
+        return unit_candidate(r.fields(), r, r.score if pooled else 0.0)

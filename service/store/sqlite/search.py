@@ -209,8 +209,8 @@ class Searcher:
             return [], None
         avgdl = sum(st["ntokens"] for _, st in per_day.values()) / n if n else 0.0
         bm25 = Bm25.of(idf, avgdl)
-        engine = Engine(self, t, p, terms, per_day, live, bm25, now, budget, unseen, self.naming)
-        return rank(engine, p.top_k, p.operator), Stats(idf, K1, B, avgdl, n)
+        engine = Engine(self, t, p, terms, per_day, live, bm25, now, budget, unseen)
+        return rank(engine, p.top_k, self.naming, terms, p.operator), Stats(idf, K1, B, avgdl, n)
 
     def _map(self, fn, items):
         """fn over shards on the thread pool (SQLite runs FTS5 ranking without the GIL)."""
