@@ -73,10 +73,15 @@ quality: $(VENV)/.installed-bench
 	$(BIN)/python bench/quality.py
 
 # Agent memory on LoCoMo (bench/memory.py): LOCOMO names the public locomo10.json (github.com/snap-research/locomo,
-# data/locomo10.json; CC BY-NC 4.0, never shipped here) or a folder of conv-*.json files; CONVERSATIONS picks some
-# (e.g. conv-26,conv-30); MEMORY_ARGS adds others (--store postgresql, --ablations).
-memory: $(VENV)/.installed-bench
-	$(BIN)/python bench/memory.py $(if $(LOCOMO),--data $(LOCOMO)) $(if $(CONVERSATIONS),--conversations $(CONVERSATIONS)) $(MEMORY_ARGS)
+# data/locomo10.json; CC BY-NC 4.0, never shipped here) or a folder of conv-*.json files; by default the development
+# half (conv-26,30,41,42,43: the README's table); CONVERSATIONS picks others; MEMORY_ARGS adds options (--store
+# postgresql, --paths default,strong,primaries,building, --loco, --ablations). The data is checked before anything
+# is installed.
+MEMORY_DATA = $(if $(LOCOMO),--data $(LOCOMO)) $(if $(CONVERSATIONS),--conversations $(CONVERSATIONS))
+memory:
+	$(PYTHON) bench/memory.py --check-data $(MEMORY_DATA)
+	$(MAKE) --no-print-directory $(VENV)/.installed-bench
+	$(BIN)/python bench/memory.py $(MEMORY_DATA) $(MEMORY_ARGS)
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python bench/search.py

@@ -54,8 +54,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import requests
-
 from common import ROOT, TMP, machine, quiet_service_logs, service_rev, service_src, write_json
 
 DEFAULT_DATA = ROOT.parent / "shared" / "eval" / "locomo-dev"
@@ -161,6 +159,7 @@ class Http:
     """A tenant of a running service, through its HTTP API (one key per tenant)."""
 
     def __init__(self, url: str, key: str):
+        import requests
         self.url, self.s = url, requests.Session()
         self.s.headers["Authorization"] = f"Bearer {key}"
 
@@ -229,6 +228,7 @@ def agreement(runs: list, base: list) -> float:
 
 def wait_indexed(url: str, keys: dict, timeout: float = 300) -> None:
     """Until no tenant's default search lacks a unit (read index caught up): answers as a steady service's."""
+    import requests
     deadline = time.monotonic() + timeout
     for key in keys.values():
         while True:
@@ -521,10 +521,14 @@ def main(argv=None) -> None:
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--service-src", default="worktree")
     ap.add_argument("--name", default="memory")
+    ap.add_argument("--check-data", action="store_true", help="only check that the data holds the conversations")
     a = ap.parse_args(argv)
     samples = load(Path(a.data), [n for n in a.conversations.split(",") if n] or None)
     if not a.conversations and set(DEV) <= set(samples):
         samples = {n: samples[n] for n in DEV}
+    if a.check_data:
+        print(f"{a.data}: {len(samples)} conversations, {sum(len(questions(s)) for s in samples.values())} questions")
+        return
     src = service_src(a.service_src)
     modes = [m for m in a.modes.split(",") if m]
     out = {"machine": machine(), "service_rev": service_rev(src), "data": os.path.basename(a.data.rstrip("/")),
