@@ -108,6 +108,8 @@ def threaded_searcher(path: Path, tokenizer, config):
     from service.readindex import searcher as index
     from service.readindex import threaded
     from service.readindex.reader import Reader
+    from service.ranking.threads import Naming
+    naming = Naming(tokenizer)
     view = Reader(Path(path)).current()
     if view is None:
         raise SystemExit(f"no read index at {path}")
@@ -121,7 +123,8 @@ def threaded_searcher(path: Path, tokenizer, config):
         avgdl = index.mean_length(view, terms)
         ranked = []
         if all(idf) or p.operator == "or":
-            ranked = threaded.best(view, p, terms, Bm25.of(idf, avgdl).weights, int(time.time()), lambda cids: set())
+            ranked = threaded.best(view, p, terms, Bm25.of(idf, avgdl).weights, int(time.time()), lambda cids: set(),
+                                   naming)
         return shape_results(p, terms, ranked, Stats(idf, K1, B, avgdl, view.ndocs), tokenizer)
     return search
 
