@@ -350,7 +350,8 @@ class Memory:
         self.samples, self.modes = samples, modes
         self.data = Path(tempfile.mkdtemp(prefix="memory-ip-", dir=TMP))
         keys = {tenant_of(s, m): f"memory-bench-key-{tenant_of(s, m)}" for s in samples for m in modes}
-        self.app = create_app({"data_dir": str(self.data), "background": False, **(config or {}),
+        # (no rate limit: a grid asks every question many times a minute)
+        self.app = create_app({"data_dir": str(self.data), "background": False, "rate_limit": "off", **(config or {}),
                                "api_keys": ";".join(f"{k}:{t}:push+search" for t, k in keys.items())})
         client = self.app.test_client()
         self.api = {t: InProcess(client, k) for t, k in keys.items()}
