@@ -32,7 +32,9 @@ class Engine:
     def pool(self, want: int) -> list[Candidate]:
         p = replace(self.p, top_k=want)
         ryw = TailBudget(self.searcher.config.read_your_writes_ms, self.budget)    # read-your-writes' time and CPU
-        local_n = max(self.searcher.config.local_top_n, 3 * want)   # generous: 3x what the shard may contribute
+        # FTS5's own rank keeps a shard's local best (only where it holds too many matches to score each one):
+        # 3x the answer, as many as the pool; not 3x the pool, which tripled the rows scored in SQL
+        local_n = max(self.searcher.config.local_top_n, 3 * self.p.top_k, want)
 
         def top(day):
             db, st = self.per_day[day]
