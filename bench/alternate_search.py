@@ -99,6 +99,8 @@ def main(argv=None) -> None:
     ap.add_argument("--queries", choices=("short", "questions"), default="questions")
     ap.add_argument("--data", help="a service data dir to copy instead of corpus.py's cached corpus of --size "
                     "(e.g. bench/postgresql.py's SQLite side, results/tmp/pg-bench-sqlite-1000000)")
+    ap.add_argument("--consistency", choices=("default", "strong"), default="default",
+                    help="strong: every search asks for what was acknowledged (the primaries answer)")
     ap.add_argument("--gc-probe", action="store_true", help="time every full garbage collection in both builds")
     ap.add_argument("--name", default="alternate-search")
     a = ap.parse_args(argv)
@@ -106,9 +108,10 @@ def main(argv=None) -> None:
 
     from corpus import service_dir
     corpus = Path(a.data) if a.data else service_dir(a.size, a.seed)
-    scripts = H.write_inputs(a.seed, nonce=f"alts{int(time.time())}", kind=a.queries)
+    scripts = H.write_inputs(a.seed, nonce=f"alts{int(time.time())}", kind=a.queries,
+                              consistency="strong" if a.consistency == "strong" else None)
     builds = {"new": a.new, "old": a.old}
-    out = {"machine": machine(), "queries": a.queries, "size": a.size, "data": str(a.data or "corpus.py"), "duration_s": a.duration,
+    out = {"machine": machine(), "queries": a.queries, "consistency": a.consistency, "size": a.size, "data": str(a.data or "corpus.py"), "duration_s": a.duration,
            "load_at_start": os.getloadavg(), "builds": {}, "cells": []}
     servers = {}
     try:

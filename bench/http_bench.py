@@ -227,13 +227,17 @@ def search_queries(kind: str, seed: int) -> list[str]:
     return (questions if kind == "questions" else queries)(2000, seed)
 
 
-def write_inputs(seed: int, nonce: str, kind: str = "short", key: str | None = None) -> dict:
-    """wrk's Lua scripts per workload (each request with ``Authorization: Bearer <key>`` when a key is given)."""
+def write_inputs(seed: int, nonce: str, kind: str = "short", key: str | None = None,
+                 consistency: str | None = None) -> dict:
+    """wrk's Lua scripts per workload (each request with ``Authorization: Bearer <key>`` when a key is given;
+    searches with ``consistency`` when one is given)."""
     from corpus import Generator
     TMP.mkdir(parents=True, exist_ok=True)
     search = TMP / "http-search-bodies.txt"
     push = TMP / "http-push-bodies.txt"
-    search.write_text("".join(json.dumps({"query": q, "top_k": 10}) + "\n" for q in search_queries(kind, seed)))
+    extra = {"consistency": consistency} if consistency else {}
+    search.write_text("".join(json.dumps({"query": q, "top_k": 10, **extra}) + "\n"
+                              for q in search_queries(kind, seed)))
     now = int(time.time()) - 60
     lines = []
     for u in Generator(seed + 77).units(2000):
