@@ -264,6 +264,7 @@ def test_only_the_store_and_search_touch_the_searcher():
     push_batch), never ``store.searcher`` (readindex's ``view.searcher`` is tantivy's own)."""
     allowed = {"service.store.sqlite.store", "service.store.sqlite.search", "service.store.sqlite.readsync",
                "service.store.postgresql.store", "service.store.postgresql.search",
+               "service.store.sqlite.engine", "service.store.postgresql.engine",      # the searches' engines
                "service.readindex.reader", "service.readindex.searcher", "service.readindex.threaded"}
     reaching = []
     for name, path in service_modules().items():

@@ -7,6 +7,7 @@ connections.py (files, connections, the per-file writer), queries.py (the SQL by
 the day files' upgrades), store.py (push, reads, delete), threads.py (a new unit's thread; catalogs made before
 threads), indexer.py (pending rows -> FTS5), janitor.py (expiry, day drops, compaction), maintenance.py (the
 leader's loop), readsync.py (the read index's sync), search.py and tail.py (default searches, read-your-writes),
+engine.py (what the ranking reads of the day files: the pool, a thread's places),
 manage.py (list, stats, export, forget), live.py (feed, change log, stream slots), registry.py (the tool registry).
 Its own: tenant.py (one tenant's files), groupcommit.py (one commit per group of pushes), fts.py (strong searches
 over FTS5), backup.py (backup and restore of the files).
