@@ -72,7 +72,9 @@ def drop_class(item: dict) -> int:
 
 def pack(results: list[dict], budget: int, max_chars: int) -> dict:
     """Keep the best items that fit the budget, dropping neighbors, then by type class, then score
-    (docs/design.md §4); results far below the best hit are left out first (reason ``far_below_best``)."""
+    (docs/design.md §4); results far below the best hit are left out first (reason ``far_below_best``). A
+    dropped item that fits what the drops left comes back, the last dropped first: one large item over the
+    budget never leaves it empty when a smaller one fits."""
     nonce = new_nonce()
     results, far = near_best(results)
     preamble = PREAMBLE.format(nonce=nonce)
@@ -87,14 +89,22 @@ def pack(results: list[dict], budget: int, max_chars: int) -> dict:
     # Candidates to drop: neighbors first, then model_thinking, system_notice, the rest; lowest score first.
     drop_queue = sorted(entries, key=lambda e: (drop_class(e["item"]), e["item"]["score"]))
     total = overhead + sum(e["tokens"] for e in kept)
+    over = []
     for e in drop_queue:
         if total <= budget:
             break
         kept.remove(e)
         total -= e["tokens"]
-        dropped.append({"cid": e["item"]["cid"], "type": e["item"]["type"], "score": e["item"]["score"],
-                        "tokens": e["tokens"], "reason": "over_budget",
-                        **({"neighbor_of": e["item"]["neighbor_of"]} if "neighbor_of" in e["item"] else {})})
+        over.append(e)
+    for e in reversed(over):
+        if total + e["tokens"] <= budget:
+            kept.append(e)
+            total += e["tokens"]
+    kept.sort(key=entries.index)
+    dropped += [{"cid": e["item"]["cid"], "type": e["item"]["type"], "score": e["item"]["score"],
+                 "tokens": e["tokens"], "reason": "over_budget",
+                 **({"neighbor_of": e["item"]["neighbor_of"]} if "neighbor_of" in e["item"] else {})}
+                for e in over if e not in kept]
     body = "\n\n".join(e["text"] for e in kept)
     context = preamble + "\n\n" + body + "\n\n" + closing if kept else ""
     items = [{"cid": e["item"]["cid"], "type": e["item"]["type"], "source": e["item"]["source"],

@@ -240,6 +240,21 @@ def test_context_packing_under_budget(client):
     assert_error(client.post("/mcp/context", json={"query": "x", "budget_tokens": "lots"}), 400, "invalid_field")
 
 
+def test_an_item_over_the_budget_does_not_empty_the_context(client):
+    """Dropping by score alone dropped the smaller item first and then the larger, best one, which alone was
+    still over the budget: nothing answered where the smaller one fit (a hook's 400 tokens, a long tool log)."""
+    large = push(client, "budget topic " * 40 + "filler words " * 150, type="tool_output")     # the better match
+    small = push(client, "budget topic " + "filler words " * 60, type="tool_output")
+    rv = client.post("/mcp/context", json={"query": "budget topic", "budget_tokens": 400,
+                                           "consistency": "strong"}).get_json()
+    assert [i["cid"] for i in rv["items"]] == [small] and f"[tool_output {small}]" in rv["context"]
+    assert [(d["cid"], d["reason"]) for d in rv["dropped"]] == [(large, "over_budget")]
+    assert rv["dropped"][0]["tokens"] > 400 >= rv["tokens"]
+    roomy = client.post("/mcp/context", json={"query": "budget topic", "budget_tokens": 1000,
+                                              "consistency": "strong"}).get_json()
+    assert [i["cid"] for i in roomy["items"]] == [large, small] and roomy["dropped"] == []
+
+
 def test_content_is_data_not_fts_syntax(client):
     cid = push(client, 'NEAR("a" "b") OR * AND "quoted" col:val')
     assert cids(search(client, "NEAR")) == [cid]
