@@ -1,10 +1,65 @@
 """What starts a process of the service, a gunicorn worker (service.create_app) or the maintainer
 (service/maintainer.py): the open-files limit, malloc arenas, the frozen heap (logging: service/logs.py; the
-store is opened by service/store/__init__.py's ``open_backend``)."""
+store is opened by service/store/__init__.py's ``open_backend``), and the folder through which gunicorn's workers
+sum their metrics."""
 from __future__ import annotations
 
 import gc
 import os
+import re
+import shutil
+import tempfile
+import time
+
+METRICS_PREFIX = "context-mode-metrics-"
+_OWNED = re.compile(re.escape(METRICS_PREFIX) + r"(\d+)-")       # the folders this code makes: the master's pid
+_PID_FILE = re.compile(r"_(\d+)\.db$")                           # prometheus_client's files: one per process
+STALE_AFTER_S = 600
+
+
+def make_metrics_dir() -> str:
+    """A new folder for the workers' metrics (``PROMETHEUS_MULTIPROC_DIR``), named by this process (gunicorn's
+    master), after removing the ones earlier starts left behind."""
+    base = tempfile.gettempdir()
+    remove_stale_metrics_dirs(base)
+    return tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-", dir=base)
+
+
+def remove_stale_metrics_dirs(base: str, now: float | None = None) -> list[str]:
+    """Remove the metrics folders under ``base`` whose server is gone: one named by a master that no longer
+    runs (a start that was killed before its exit hook ran), or one from before folders were named (no pid)
+    whose every process is gone and that nothing touched for 10 minutes. Only this user's folders."""
+    now = time.time() if now is None else now
+    removed = []
+    for entry in os.scandir(base):
+        if not entry.name.startswith(METRICS_PREFIX) or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            owner = _OWNED.match(entry.name)
+            if owner:
+                stale = not _alive(int(owner.group(1)))
+            else:
+                pids = [int(m.group(1)) for name in os.listdir(entry.path) for m in [_PID_FILE.search(name)] if m]
+                stale = (now - entry.stat(follow_symlinks=False).st_mtime > STALE_AFTER_S
+                         and not any(map(_alive, pids)))
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def open_files_needed(config) -> int:

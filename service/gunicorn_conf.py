@@ -9,11 +9,11 @@ writes are bounded by its own timeout (a client that reads nothing for 30 s is d
 heartbeats keep idle proxies quiet.
 """
 import os
+import shutil
 import sys
-import tempfile
 
 from service import preflight
-from service.boot import freeze_heap, limit_malloc_arenas
+from service.boot import freeze_heap, limit_malloc_arenas, make_metrics_dir
 from service.guard import Bounds
 from service.guard import install as install_guard
 
@@ -68,6 +68,7 @@ freeze_heap()           # what the workers inherit: never walked by their full c
 
 
 _maintainer = None
+_metrics_dir = None       # the metrics folder on_starting made (None: the operator named one)
 
 
 def _refuse_open_listeners(addresses) -> None:
@@ -91,14 +92,18 @@ def when_ready(server):
 def on_exit(server):
     from service import maintainer
     maintainer.stop(_maintainer)
+    if _metrics_dir:
+        shutil.rmtree(_metrics_dir, ignore_errors=True)
 
 
 def on_starting(server):
     # The final bind (this file's, then GUNICORN_CMD_ARGS', then the command line's), before it is bound.
     _refuse_open_listeners(server.cfg.address)
-    # Request histograms from every worker are summed through this directory.
+    # Request histograms from every worker are summed through this directory: one of our own, removed on exit
+    # (one a killed start left behind is removed at the next), unless the operator names one.
+    global _metrics_dir
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="context-mode-metrics-")
+        _metrics_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = make_metrics_dir()
 
 
 def post_worker_init(worker):
