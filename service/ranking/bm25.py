@@ -30,6 +30,11 @@ def length_norm(n: int, avgdl: float, k1: float = K1, b: float = B) -> float:
     return k1 * (1 - b + b * n / avgdl)
 
 
+def term_weight(idf: float, k1: float = K1) -> float:
+    """A query term's weight in BM25, idf × (k1 + 1): the most one occurrence-rich document can get from it."""
+    return idf * (k1 + 1)
+
+
 def term_score(weight: float, tf: int, norm: float) -> float:
     """One query term's share of a document's score: ``weight`` (idf × (k1 + 1)) × tf / (tf + norm). It is
     below ``weight`` whatever tf is (the bound PostgreSQL's pruning stands on)."""
@@ -57,7 +62,7 @@ class Bm25:
     @classmethod
     def of(cls, idf: list[float], avgdl: float) -> "Bm25":
         """The weights of these idfs under the service's k1 and b."""
-        return cls([w * (K1 + 1) for w in idf], avgdl)
+        return cls([term_weight(w) for w in idf], avgdl)
 
     def norm(self, n: int) -> float:
         """The length norm of a document of ``n`` tokens; with nothing indexed yet (no average length) a

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .bm25 import length_norm, term_score, unknown_idf
+from .bm25 import length_norm, term_score, term_weight, unknown_idf
 
 # Context built for a model (packed context, prompts) leaves out results ranked under this share of the
 # best one (its raw BM25 where BM25 alone ranks): on the judged sets fewer than 1 % of the relevant top-10 units do
@@ -108,8 +108,8 @@ def explain(r: Ranked, terms: list[str], stats: Stats, scale: Scale) -> dict:
     return {
         "doc_len": r.doc_len, "doc_len_scored": r.doc_len,
         "avg_doc_len": round(avgdl, 3) if avgdl else None, "documents": stats.documents,
-        "k1": k1, "b": b, "max_attainable": round(sum(w * (k1 + 1) for w in stats.idf), 6),
+        "k1": k1, "b": b, "max_attainable": round(sum(term_weight(w, k1) for w in stats.idf), 6),
         "best_bm25": round(scale.best, 6), "best_coverage": round(scale.coverage, 6),
         "terms": [{"term": term, "idf": round(w, 6), "tf": tf,
-                   "score": round(term_score(w * (k1 + 1), tf, norm), 6) if norm else None}
+                   "score": round(term_score(term_weight(w, k1), tf, norm), 6) if norm else None}
                   for term, w, tf in zip(terms, stats.idf, r.tfs)]}

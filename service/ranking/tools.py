@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from ..toolcheck import Tool, tool_dict
-from .bm25 import K1, idf_of, length_norm, term_score
+from .bm25 import idf_of, length_norm, term_score, term_weight
 
 # BM25 per token column, summed with these weights, with the unit search's always-positive idf and k1, b
 # (service/ranking/bm25.py). The description weighs most: it is where a tool's meaning is written, while
@@ -84,7 +84,7 @@ def bm25(rows, terms: list[str], stats, df: dict[str, int]) -> dict[int, float]:
             padded = " " + text.replace(" ", "  ") + " "
             counts = {t: c for t in idf if (c := padded.count(f" {t} "))}
             norm = length_norm(r[f"n_{col}"], avg[col])
-            total += weight * sum(term_score(idf[t] * (K1 + 1), tf, norm) for t, tf in counts.items())
+            total += weight * sum(term_score(term_weight(idf[t]), tf, norm) for t, tf in counts.items())
         scores[r["id"]] = total
     return scores
 
@@ -121,7 +121,7 @@ def bounded_candidates(ids: list, read_columns, max_bytes: int) -> list:
 def answers(found: dict, best: list, scores: dict, terms: list[str], stats, df: dict[str, int]) -> list[dict]:
     """The ``best`` tools (keys of ``found`` and ``scores``) in order, each with its ``bm25_score`` and
     ``score`` (0-1: divided by what the query could score at most, as unit search does)."""
-    attainable = sum(idf_of(stats[0], df.get(t, 0)) for t in terms) * (K1 + 1) * sum(WEIGHTS.values()) or 1.0
+    attainable = term_weight(sum(idf_of(stats[0], df.get(t, 0)) for t in terms)) * sum(WEIGHTS.values()) or 1.0
     out, size = [], 0
     for k in best:
         if k not in found:
