@@ -85,19 +85,32 @@ class Naming:
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self._tokens: dict[str, frozenset] = {}
+        self._holders: dict[str, set] = {}      # a token -> the kept sources that hold it
 
     def tokens(self, source: str) -> frozenset:
         toks = self._tokens.get(source)
         if toks is None:
             toks = frozenset(self.tokenizer.tokens(source))
             if len(self._tokens) < self.MAX:
+                for t in toks:
+                    self._holders.setdefault(t, set()).add(source)
                 self._tokens[source] = toks
         return toks
+
+    def _names_any(self, sources: set, terms: frozenset) -> bool:
+        """Whether a token of one of ``sources`` is among ``terms``: by the query's terms (a few lookups)
+        once every source is kept, else source by source."""
+        for s in sources.difference(self._tokens):
+            self.tokens(s)
+        if not sources.issubset(self._tokens):
+            return any(not self.tokens(s).isdisjoint(terms) for s in sources)
+        holders = self._holders
+        return any(not holders[t].isdisjoint(sources) for t in terms if t in holders)
 
     def mark(self, candidates: list[Candidate], terms: frozenset) -> None:
         """Set ``named`` on each candidate, its source told apart from the others' among ``candidates``."""
         sources = {c.source for c in candidates}
-        if not any(not self.tokens(s).isdisjoint(terms) for s in sources):
+        if not self._names_any(sources, terms):
             return                              # (the query holds no source's token: nothing is named)
         seen: dict[str, int] = {}
         for s in sources:
@@ -119,6 +132,7 @@ class Evidence:
         self.top: dict[str, Candidate] = {}           # per thread, its best match (ties by CID)
         for c in self.ordered:
             self.top.setdefault(c.thread, c)
+        self._shares: tuple[dict, dict] | None = None
 
     def add(self, more: list[Candidate]) -> None:
         """Neighbors pulled in: places taken and links, no evidence (they are not among the best)."""
@@ -126,6 +140,7 @@ class Evidence:
             self.at.setdefault((c.thread, c.tpos), c)
             if c.joined == JOINED_BY_PARENT:
                 self.linked.add(c.thread)
+        self._shares = None
 
     def head(self, c: Candidate) -> bool:
         return c.joined != JOINED_BY_PARENT and c.thread in self.linked
@@ -172,14 +187,37 @@ class Evidence:
                 "asked": self._share(asker), "asked_from": asker.cid if asker is not None else None,
                 "named": c.named, "length": min(1.0, c.ntok / LENGTH_FULL)}
 
-    def estimate(self, c: Candidate) -> float:
-        """The combined score with the pool's BM25 for the unit's own: which candidates are worth an exact one."""
-        own = c.pool / self.best
-        return own if self.head(c) else total(self.parts(c, own))
+    def _lent(self) -> tuple[dict, dict]:
+        """Per place, the share its unit lends (a lender's), and the same for those that ask: made once for
+        the candidates' estimates, which need only the shares (the better of two places is the larger)."""
+        if self._shares is None:
+            lends, asking = {}, {}
+            for place, c in self.at.items():
+                if self._lender(c) is not None:
+                    lends[place] = c.pool / self.best
+                    if c.asks:
+                        asking[place] = lends[place]
+            self._shares = lends, asking
+        return self._shares
 
     def contenders(self, candidates: list[Candidate], n: int) -> list[Candidate]:
-        """The ``n`` best candidates by the estimate, ties by CID."""
-        ranked = sorted((-self.estimate(c), c.cid, i) for i, c in enumerate(candidates))
+        """The ``n`` best candidates by the estimate, ties by CID: the combined score with the pool's BM25 for
+        the unit's own (which candidates are worth an exact one), read from the places' shares without
+        explain's parts (the search's most repeated step)."""
+        lends, asking = self._lent()
+        tops = {t: c.pool / self.best for t, c in self.top.items()}
+        linked, best, get = self.linked, self.best, lends.get
+        ranked = []
+        for i, c in enumerate(candidates):
+            t, pos = c.thread, c.tpos
+            if c.joined != JOINED_BY_PARENT and t in linked:            # a head: its own share alone
+                value = c.pool / best
+            else:
+                value = formula(c.pool / best, tops.get(t, 0.0), max(get((t, pos - 1), 0.0), get((t, pos + 1), 0.0)),
+                                max(get((t, pos - 2), 0.0), get((t, pos + 2), 0.0)), asking.get((t, pos - 1), 0.0),
+                                c.named, min(1.0, c.ntok / LENGTH_FULL))
+            ranked.append((-value, c.cid, i))
+        ranked.sort()
         return [candidates[i] for _, _, i in ranked[:n]]
 
     def sources(self, chosen: list[Candidate]) -> set[str]:
@@ -201,9 +239,15 @@ class Evidence:
 
 
 def total(p: dict) -> float:
-    """The combined score of these parts (the formula above; the one place it is written)."""
-    return (p["own"] + THREAD * p["thread"] + NEAR_1 * p["near_1"] + NEAR_2 * p["near_2"] + ASKED * p["asked"]
-            + (NAMED if p["named"] else 0.0) + LENGTH * p["length"])
+    """The combined score of these parts."""
+    return formula(p["own"], p["thread"], p["near_1"], p["near_2"], p["asked"], p["named"], p["length"])
+
+
+def formula(own: float, thread: float, near_1: float, near_2: float, asked: float, named: bool,
+            length: float) -> float:
+    """The combined score (the formula above; the one place it is written)."""
+    return (own + THREAD * thread + NEAR_1 * near_1 + NEAR_2 * near_2 + ASKED * asked
+            + (NAMED if named else 0.0) + LENGTH * length)
 
 
 def pullable(c: Candidate) -> bool:
