@@ -458,7 +458,9 @@ def limits(entry: dict) -> dict:
              ("old", "bare_threads", "old_over_bare_threads"),
              ("service", "bare", "over_bare"), ("service", "tantivy", "over_engine"),
              ("service_pg", "service", "pg_over_sqlite"), ("old", "bare", "old_over_bare"),
-             ("old", "tantivy", "old_over_engine"), ("service", "old", "over_old")]
+             ("old", "tantivy", "old_over_engine"), ("service", "old", "over_old"),
+             ("service_pg", "bare", "pg_over_bare"), ("old_pg", "bare", "old_pg_over_bare"),
+             ("old_pg", "old", "old_pg_over_old_sqlite"), ("service_pg", "old_pg", "pg_over_old_pg")]
     for mine_name, base_name, label in pairs:
         mine, base = entry.get(mine_name) or {}, entry.get(base_name) or {}
         for cell in sorted(set(mine) & set(base)):
@@ -557,6 +559,14 @@ def servers_for(a, src: Path, run_dir: Path, size: int, entry: dict) -> list[Ser
             CONTEXT_DATA_DIR=str(run_dir / "pg-node"), **env), read)
         node.settle = lambda: wait_index(node.port, 1800)        # its read index built from PostgreSQL
         servers.append(node)
+        if a.old:
+            # the build before as a node of the same cluster, its own read index
+            old = service_src(a.old)
+            old_node = Server("old_pg", lambda port: start_gunicorn(
+                old, "service:create_app()", port, "http-old-pg.log", str(old),
+                CONTEXT_DATA_DIR=str(run_dir / "old-pg-node"), **env), read)
+            old_node.settle = lambda: wait_index(old_node.port, 1800)
+            servers.append(old_node)
     if not a.no_baseline:
         db = run_dir / "baseline.db"
         shutil.copy(baseline_db(size, a.seed), db)
@@ -644,12 +654,13 @@ def plot(out: dict, name: str) -> None:
     fig, axes = pyplot.subplots(2, 3, figsize=(15, 8))
     for col, w in enumerate(workloads):
         for size in sizes:
-            for system in ("service", "baseline", "tantivy", "bare", "bare_threads", "service_pg", "old"):
+            for system in ("service", "baseline", "tantivy", "bare", "bare_threads", "service_pg", "old", "old_pg"):
                 cells = out["sizes"][size].get(system) or {}
                 pts = sorted((int(k.split("@")[1]), v) for k, v in cells.items() if k.startswith(w + "@"))
                 if not pts:
                     continue
-                ls = {"service": "-", "baseline": "--", "tantivy": ":", "bare": "-.", "bare_threads": "-.", "service_pg": "-", "old": "--"}[system]
+                ls = {"service": "-", "baseline": "--", "tantivy": ":", "bare": "-.", "bare_threads": "-.", "service_pg": "-", "old": "--",
+                      "old_pg": ":"}[system]
                 xs = [c for c, _ in pts]
                 axes[0][col].plot(xs, [v["rps"] for _, v in pts], marker="o", ls=ls, label=f"{system} {int(size):,}")
                 axes[1][col].plot(xs, [v["p99"] for _, v in pts], marker="o", ls=ls, label=f"{system} {int(size):,} p99")
