@@ -100,9 +100,10 @@ class Naming:
     def _names_any(self, sources: set, terms: frozenset) -> bool:
         """Whether a token of one of ``sources`` is among ``terms``: by the query's terms (a few lookups)
         once every source is kept, else source by source."""
-        for s in sources.difference(self._tokens):
+        met = sources.difference(self._tokens)      # (a set less a dict's keys: no copy of the dict)
+        for s in met:
             self.tokens(s)
-        if not sources.issubset(self._tokens):
+        if met and met.difference(self._tokens):
             return any(not self.tokens(s).isdisjoint(terms) for s in sources)
         holders = self._holders
         return any(not holders[t].isdisjoint(sources) for t in terms if t in holders)
