@@ -192,9 +192,9 @@ class Evidence:
         """Per place, the share its unit lends (a lender's), and the same for those that ask: made once for
         the candidates' estimates, which need only the shares (the better of two places is the larger)."""
         if self._shares is None:
-            lends, asking = {}, {}
+            lends, asking, linked = {}, {}, self.linked
             for place, c in self.at.items():
-                if self._lender(c) is not None:
+                if c.pool > 0 and (c.joined == JOINED_BY_PARENT or c.thread not in linked):     # (``_lender``)
                     lends[place] = c.pool / self.best
                     if c.asks:
                         asking[place] = lends[place]
