@@ -393,3 +393,28 @@ def test_files_made_before_threads_get_them_by_lineage_when_opened(make_app, tmp
     assert unit(client, newer)["thread"] == root
     with sqlite3.connect(tenant / "catalog.db") as c:
         assert c.execute("SELECT tpos FROM catalog WHERE cid = ?", (newer,)).fetchone()[0] == 4
+
+
+def test_naming_marks_the_same_sources_whether_it_keeps_them_or_not():
+    """A source is named by a query token only it holds among the candidates: the same marks from the kept
+    sources' tokens (looked up by the query's terms), past the cap on kept sources (source by source), and for
+    a source first met after others were kept."""
+    from service.ranking.threads import Candidate, Naming
+    from service.tokenize import get_tokenizer
+
+    tokenizer = get_tokenizer()
+
+    def marks(naming, sources, query):
+        cands = [Candidate(f"{i:012x}", "t", i, 0, 1.0, source=s) for i, s in enumerate(sources)]
+        naming.mark(cands, frozenset(tokenizer.tokens(query)))
+        return [c.named for c in cands]
+
+    cases = [(["notes_ann", "notes_bob", "notes_ann"], "what did ann write", [True, False, True]),
+             (["notes_ann", "notes_bob"], "what are the notes", [False, False]),
+             (["notes_ann", "notes_bob", "mail_carol"], "carol and bob", [False, True, True])]
+    kept, capped = Naming(tokenizer), Naming(tokenizer)
+    capped.MAX = 1
+    for sources, query, expected in cases:
+        assert marks(kept, sources, query) == expected
+        assert marks(capped, sources, query) == expected
+    assert len(capped._tokens) == 1 and len(kept._tokens) == 3
