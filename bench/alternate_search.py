@@ -21,22 +21,11 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import time
 
 import http_bench as H
+from servers import up_to_date
 from common import TMP, add_build_pair, machine, pct, service_rev, service_src, write_json
-
-
-def up_to_date(src, data_dir) -> None:
-    """Bring a copy's derived files (the read index of this build's format) up to date with that build, in a
-    process of its own, before it serves (as corpus.service_dir does for the bench's own build)."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from service import create_app; "
-            "app = create_app({'data_dir': sys.argv[2], 'background': False}); "
-            "app.extensions['context_maintenance'].run_once(); app.extensions['context_shutdown']()")
-    subprocess.run([sys.executable, "-c", code, str(src), str(data_dir)], check=True, capture_output=True,
-                   env=dict(os.environ, PYTHONPATH=str(src)), timeout=900)
 
 
 GC_PROBE = """import gc, os, time

@@ -495,7 +495,7 @@ def units_of(data_dir: Path) -> list[dict]:
 def pg_store(data_dir: Path, base: Path):
     """A PostgreSQL primary and standby (tools/pg_cluster.py, fsync on, as bench/postgresql.py) holding the
     same units as ``data_dir``, indexed and vacuumed: (cluster, the node's environment)."""
-    from postgresql import pg_cluster, push_all
+    from servers import pg_cluster, push_all
 
     from service import create_app
     cluster = pg_cluster(base)
@@ -524,7 +524,7 @@ def servers_for(a, src: Path, run_dir: Path, size: int, entry: dict) -> list[Ser
     servers = [Server("service", partial(start_service, src, run_dir / "service"), set(a.workloads.split(",")))]
     if a.old:
         # the service before, on its own copy of the corpus brought up to date with that build
-        from alternate_search import up_to_date
+        from servers import up_to_date
         old = service_src(a.old)
         shutil.copytree(run_dir / "service", run_dir / "old")
         up_to_date(old, run_dir / "old")
@@ -551,7 +551,7 @@ def servers_for(a, src: Path, run_dir: Path, size: int, entry: dict) -> list[Ser
               f"p99 {entry['tantivy_alone']['p99']:.3f} ms", flush=True)
         servers.append(Server("tantivy", partial(start_tantivy, src, index), read))
     if a.postgresql:
-        from postgresql import wait_index
+        from servers import wait_index
         cluster, env = pg_store(run_dir / "service", TMP / "http-pg-cluster")
         entry["_cluster"] = cluster
         node = Server("service_pg", lambda port: start_gunicorn(

@@ -222,7 +222,7 @@ def main(argv=None) -> None:
                CONTEXT_LISTEN_POLL_MS=str(args.poll_ms), CONTEXT_RATE_LIMIT="off", CONTEXT_ACCESS_LOG="0")
     cluster = None
     if args.pg:
-        from postgresql import pg_cluster
+        from servers import pg_cluster
         cluster = pg_cluster(TMP / "listen-pg")
         env.update(CONTEXT_STORE=cluster.primary_url, CONTEXT_STORE_REPLICA=cluster.standby_url)
     TMP.mkdir(parents=True, exist_ok=True)

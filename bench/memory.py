@@ -540,7 +540,7 @@ def main(argv=None) -> None:
     try:
         store_env = {}
         if a.store == "postgresql":
-            from postgresql import pg_cluster
+            from servers import pg_cluster
             cluster = pg_cluster(TMP / "memory-pg-cluster")
             store_env = {"CONTEXT_STORE": cluster.primary_url, "CONTEXT_STORE_REPLICA": cluster.standby_url}
         print(f"== service ({a.store}) over HTTP: {', '.join(samples)}", flush=True)

@@ -56,7 +56,8 @@ def child(a) -> None:
     """One build on one commit; prints a JSON line."""
     src = service_src(a.service_src)
     quiet_service_logs()
-    from postgresql import pg_cluster, push_all, searches
+    from postgresql import searches
+    from servers import pg_cluster, push_all
     from corpus import Generator, queries
     import psycopg
     from service import create_app

@@ -25,30 +25,13 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import json
 import shutil
 import time
 
-from common import ROOT, TMP, machine, quiet_service_logs, r, service_rev, service_src, summary, write_json
+from common import TMP, machine, quiet_service_logs, r, service_rev, service_src, summary, write_json
 from ingest import gen_units, index_lag
-
-
-def pg_cluster(base):
-    spec = importlib.util.spec_from_file_location("pg_cluster", ROOT / "tools" / "pg_cluster.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    shutil.rmtree(base, ignore_errors=True)
-    return tool.Cluster(base, shared_buffers="256MB").start()     # fsync on
-
-
-def push_all(app, units: list[dict]) -> None:
-    """Push the units in batches of 1,000 (``push_many``, in process); any refused unit stops the run."""
-    store = app.extensions["context_store"]
-    for i in range(0, len(units), 1000):
-        for res in store.push_many("default", units[i:i + 1000]):
-            if not isinstance(res, dict):
-                raise RuntimeError(f"push failed: {res}")
+from servers import pg_cluster, push_all, wait_index
 
 
 def build(app, units: list[dict]) -> dict:
@@ -209,22 +192,6 @@ def tied_at_tenth(app, qs: list[str], a: list, b: list) -> list[int]:
 def start_node(hb, src, data_dir, port: int, env: dict):
     return hb.start_gunicorn(src, "service:create_app()", port, f"pg-bench-{port}.log", str(src),
                              CONTEXT_DATA_DIR=str(data_dir), **env)
-
-
-def wait_index(port: int, timeout: float) -> float:
-    """Until the node's /readyz says its read index lacks no unit; seconds waited."""
-    import requests
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < timeout:
-        try:
-            body = requests.get(f"http://127.0.0.1:{port}/readyz", timeout=10).json()
-            behind = (body.get("read_index") or {}).get("units")
-            if behind == 0:
-                return round(time.perf_counter() - t0, 1)
-        except (requests.RequestException, ValueError):
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"node on port {port}: read index not built in {timeout} s")
 
 
 def rss_of(sampler, pid: int) -> dict:

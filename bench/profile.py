@@ -143,7 +143,7 @@ def profile_http(src, load: str, store: str, size: int, seconds: float, seed: in
             bare_app.build(run / "service", run / "bare")
             server = H.start_bare(src, run / "bare", port)
         elif store == "postgresql":
-            from postgresql import wait_index
+            from servers import wait_index
             cluster, env = H.pg_store(run / "service", TMP / "profile-pg-cluster")
             server = H.start_gunicorn(src, "service:create_app()", port, "profile-pg.log", str(src),
                                       CONTEXT_DATA_DIR=str(run / "pg-node"), **env)

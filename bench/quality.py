@@ -197,13 +197,12 @@ _PG: dict = {}
 def postgresql_store() -> dict:
     """Configuration of a fresh schema on a throwaway primary and standby (started once per run)."""
     import atexit
-    import importlib.util
+
     import psycopg
+
+    from servers import pg_tool
     if "cluster" not in _PG:
-        spec = importlib.util.spec_from_file_location("pg_cluster", ROOT / "tools" / "pg_cluster.py")
-        tool = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(tool)
-        _PG["cluster"] = cluster = tool.Cluster().start()
+        _PG["cluster"] = cluster = pg_tool().Cluster().start()
         atexit.register(cluster.stop)
         _PG["n"] = 0
     cluster = _PG["cluster"]

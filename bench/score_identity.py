@@ -73,7 +73,8 @@ def dump(a) -> None:
 
 def build_pg(size: int) -> tuple:
     """A primary and a standby holding ``size`` units of the bench generator, indexed."""
-    from postgresql import build, pg_cluster
+    from postgresql import build
+    from servers import pg_cluster
     from corpus import Generator
     from service import create_app
     cluster = pg_cluster(TMP / "identity-pg-cluster")

@@ -199,6 +199,15 @@ def test_no_import_cycle_in_the_python_client():
     assert cycles(package_graph(graph, modules, "context_mode_client")) == []
 
 
+def test_no_import_cycle_among_the_benchmarks():
+    """bench/http_bench.py imported postgresql.py and alternate_search.py inside functions, and they (and ingest.py)
+    import it: a circle the in-function imports hid (issue 52). What several benchmarks share is bench/servers.py."""
+    modules = {p.stem: p for p in sorted((ROOT / "bench").glob("*.py"))}
+    graph = import_graph(modules)
+    assert "servers" in graph["http_bench"] and "http_bench" in graph["alternate_search"]
+    assert cycles(graph) == []
+
+
 def test_every_service_package_is_installed():
     """A wheel holds only the packages pyproject.toml lists (service.ranking and service.readindex were
     missing): every folder of service/ with an __init__.py is listed."""
