@@ -495,11 +495,13 @@ def _expect_end(raw: bytes, i: int) -> None:
 @dataclass(frozen=True)
 class Shape:
     """One field of a JSON object: its schema for a configuration, and whether it is always there
-    (a push: must be sent; an answer: is always sent); of a stored unit, whether a re-push replaces it."""
+    (a push: must be sent; an answer: is always sent); of a stored unit, whether a re-push replaces it and
+    whether a search reads it beside the unit's terms (PostgreSQL's unit_terms rows, ``SEARCHED_COLUMNS``)."""
     name: str
     schema: Callable[[Config], dict]
     required: bool = False
     mutable: bool = False
+    searched: bool = False
 
 
 def _described(schema: dict, description: str) -> Callable[[Config], dict]:
@@ -541,16 +543,16 @@ FIELDS = tuple(f.name for f in PUSH_FIELDS)
 # A stored unit as every read answers it (GET, lineage, search results, MCP resources and tools).
 # Each is a column of both stores' units tables (below); ``mutable``: a re-push's newer value replaces it (§3).
 STORED_FIELDS: tuple[Shape, ...] = (
-    Shape("cid", lambda c: dict(CID_SCHEMA), True),
-    Shape("type", lambda c: {"type": "string", "enum": list(c.types)}, True, mutable=True),
-    Shape("source", lambda c: {"type": "string"}, True),
-    Shape("timestamp", lambda c: {"type": "integer"}, True),
+    Shape("cid", lambda c: dict(CID_SCHEMA), True, searched=True),
+    Shape("type", lambda c: {"type": "string", "enum": list(c.types)}, True, mutable=True, searched=True),
+    Shape("source", lambda c: {"type": "string"}, True, searched=True),
+    Shape("timestamp", lambda c: {"type": "integer"}, True, searched=True),
     Shape("ttl", lambda c: {"type": "integer"}, True, mutable=True),
     Shape("content", lambda c: {"type": "string"}, True),
     Shape("metadata", lambda c: nullable({"type": "object"}), True, mutable=True),
-    Shape("parent_cid", lambda c: nullable(dict(CID_SCHEMA)), mutable=True),
-    Shape("expires_at", lambda c: {"type": "integer"}, True, mutable=True),     # (timestamp + ttl)
-    Shape("seq", lambda c: {"type": "integer"}),
+    Shape("parent_cid", lambda c: nullable(dict(CID_SCHEMA)), mutable=True, searched=True),
+    Shape("expires_at", lambda c: {"type": "integer"}, True, mutable=True, searched=True),     # (timestamp + ttl)
+    Shape("seq", lambda c: {"type": "integer"}, searched=True),
     Shape("thread", lambda c: {"type": "string", "description": "The thread it belongs to (docs/design.md §3): "
                                 "a 12-hex id, fixed when it was first stored."}),
 )
@@ -579,6 +581,8 @@ STORED_COLUMNS = tuple(f.name for f in STORED_FIELDS)
 KEPT_COLUMNS = ("tpos", *KEY_COLUMNS)
 UNIT_COLUMNS = (*STORED_COLUMNS, *KEPT_COLUMNS)
 MUTABLE_FIELDS = tuple(f.name for f in STORED_FIELDS if f.mutable)
+# What a search filters and orders by beside a unit's terms, with the keys a push derives (PostgreSQL's unit_terms).
+SEARCHED_COLUMNS = (*(f.name for f in STORED_FIELDS if f.searched), *KEY_COLUMNS)
 REPUSHED_COLUMNS = (*MUTABLE_FIELDS, *KEY_COLUMNS)        # what a re-push writes: the keys follow its metadata
 # A field an older version stored empty answers another's value: a unit stored before threads is its own.
 STORED_FALLBACK = {"thread": "cid"}

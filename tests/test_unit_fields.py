@@ -15,7 +15,7 @@ from service.config import Config
 from service.readindex import schema as index_schema
 from service.store.statements import expand, named, sql_file
 from service.units import (DESCRIBING_FIELDS, KEPT_COLUMNS, MUTABLE_FIELDS, REPUSHED_COLUMNS, RESULT_COLUMNS,
-                           STORED_COLUMNS, UNIT_COLUMNS, unit_dict, validate_unit)
+                           SEARCHED_COLUMNS, STORED_COLUMNS, UNIT_COLUMNS, unit_dict, validate_unit)
 
 BACKENDS = ("sqlite", "postgresql")
 # What each store keeps in a unit's row beside the unit's own columns.
@@ -45,6 +45,14 @@ def test_the_units_table_holds_the_units_columns_and_the_stores_own(dialect):
     assert columns == set(UNIT_COLUMNS) | OWN_COLUMNS[dialect]
     for script in migrations:              # an upgrade adds only what the schema has
         assert table_columns(sql_file(script), "units") <= columns
+
+
+def test_postgresqls_unit_terms_hold_the_searched_columns():
+    """A unit's terms row holds what a search filters and orders by (issue 52: the indexer listed them by hand)."""
+    from service.store.postgresql.indexer import SEARCH_COLUMNS
+    assert set(SEARCHED_COLUMNS) < set(UNIT_COLUMNS)
+    assert table_columns(sql_file("postgresql/schema.sql"), "unit_terms") == {*SEARCH_COLUMNS, "ntok", "tfs"}
+    assert set(SEARCH_COLUMNS) == {"tenant", "day", *SEARCHED_COLUMNS}
 
 
 def test_sqlites_schema_script_makes_that_table():

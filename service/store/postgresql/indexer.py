@@ -14,11 +14,11 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from ...errors import StorageUnavailable
+from ...units import SEARCHED_COLUMNS
 from .queries import lock_wait, sql
 from .rows import add_df, dumps
 
-SEARCH_COLUMNS = ("tenant", "cid", "day", "seq", "type", "source", "timestamp", "expires_at", "parent_cid", "project",
-                  "is_global")
+SEARCH_COLUMNS = ("tenant", "day", *SEARCHED_COLUMNS)       # a unit_terms row's, beside its ntok and tfs
 CATCH_UP_POLL_S = 0.005          # while another node's indexer holds rows a strong read waits for
 TOKEN_CHUNK = 64                 # units per thread-pool task when a batch is tokenized in parallel
 
