@@ -39,11 +39,11 @@ def remove_stale_metrics_dirs(base: str, now: float | None = None) -> list[str]:
                 continue
             owner = _OWNED.match(entry.name)
             if owner:
-                stale = not _alive(int(owner.group(1)))
+                stale = not running(int(owner.group(1)))
             else:
                 pids = [int(m.group(1)) for name in os.listdir(entry.path) for m in [_PID_FILE.search(name)] if m]
                 stale = (now - entry.stat(follow_symlinks=False).st_mtime > STALE_AFTER_S
-                         and not any(map(_alive, pids)))
+                         and not any(map(running, pids)))
         except OSError:
             continue
         if stale:
@@ -52,7 +52,8 @@ def remove_stale_metrics_dirs(base: str, now: float | None = None) -> list[str]:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def running(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts: it cannot be signalled, but it runs)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

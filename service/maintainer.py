@@ -39,7 +39,7 @@ import threading
 import time
 from pathlib import Path
 
-from .boot import freeze_heap, limit_malloc_arenas, raise_open_files_limit
+from .boot import freeze_heap, limit_malloc_arenas, raise_open_files_limit, running
 from .config import Config
 from .formats import DAY_RE, TENANT_RE
 from .logs import setup_logging
@@ -174,11 +174,7 @@ def _alive(pid: int) -> bool:
         done, _ = os.waitpid(pid, os.WNOHANG)
         return done == 0
     except ChildProcessError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
+        return running(pid)
 
 
 def stop(pid: int | None, timeout: float = 15.0) -> None:
