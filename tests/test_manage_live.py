@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import time
+from pathlib import Path
 from contextlib import asynccontextmanager
 
 import pytest
@@ -159,6 +160,16 @@ def test_export_then_import_into_another_tenant_is_the_same_store(server, tmp_pa
     assert [json.loads(x) for x in cli(server, "export", "--source", "round_v*").stdout.splitlines()] == acme
 
 
+def open_to_others(*paths: Path) -> list[str]:
+    """Every file or folder under these paths that its group or others may read, write or enter."""
+    found = []
+    for top in paths:
+        for p in [top, *(top.rglob("*") if top.is_dir() else [])]:
+            if p.stat().st_mode & 0o077:
+                found.append(f"{p} {oct(p.stat().st_mode & 0o777)}")
+    return found
+
+
 @pytest.mark.sqlite_only
 def test_export_after_a_backup_and_restore_is_the_same(tmp_path, live_server_factory):
     live = live_server_factory(data_dir=tmp_path / "live", workers=1, keys=KEYS)
@@ -169,6 +180,8 @@ def test_export_after_a_backup_and_restore_is_the_same(tmp_path, live_server_fac
     assert rv.returncode == 0, rv.stderr
     rv = cli(None, "restore", tmp_path / "backup", "--data-dir", tmp_path / "restored")
     assert rv.returncode == 0, rv.stderr
+    # what the commands wrote is the memory: private, as the live store is (issue 51: backups were 0644 / 0755)
+    assert open_to_others(before, tmp_path / "backup", tmp_path / "restored") == []
     restored = live_server_factory(data_dir=tmp_path / "restored", workers=1, keys=KEYS)
     after = tmp_path / "after.jsonl"
     assert cli(restored, "export", after).returncode == 0

@@ -17,6 +17,9 @@ from . import stdio
 @click.group()
 def main():
     """Context Mode Service."""
+    # What a command writes is the memory itself (backup, restore, export) or keys: private to this user, as the
+    # live store is (0600 files, 0700 folders; create_app sets the same for the service).
+    os.umask(0o077)
 
 
 @main.command()
