@@ -175,6 +175,7 @@ class Config:
     search_share: int = -1            # of max_concurrent_searches (tool searches included)
     search_key_share: int = -1
     stream_share: int = -1            # of the worker's stream slots (max_streams)
+    dify_neighbors: int = 1           # units each side of a Dify record in its thread (0-5; 0: the unit alone)
     stream_key_share: int = -1
     shard_share: int = -1             # of max_open_shards: day files one tenant keeps open in a process
     tool_search_bytes: int = 8 << 20  # token bytes one tool search scores at most (name, text, schema columns)
@@ -203,6 +204,9 @@ class Config:
         if not 0 <= self.search_cpu_share <= 1:
             raise ValueError(f"CONTEXT_SEARCH_CPU_SHARE ({self.search_cpu_share}) must be between 0 (off) and 1: the "
                              "share of a worker's CPU one tenant's searches use while another tenant searches.")
+        if not 0 <= self.dify_neighbors <= 5:
+            raise ValueError(f"CONTEXT_DIFY_NEIGHBORS ({self.dify_neighbors}) must be between 0 (a record is its unit "
+                             "alone) and 5 (units each side of it in its thread).")
         if self.max_streams < -1 or self.max_streams > max(0, self.threads - 2):
             raise ValueError(f"CONTEXT_MAX_STREAMS ({self.max_streams}) must be between 0 and CONTEXT_THREADS - 2 "
                              f"({max(0, self.threads - 2)}): every open stream holds a gunicorn thread, and "

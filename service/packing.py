@@ -56,6 +56,22 @@ def with_neighbors(results: list[dict]) -> list[dict]:
     return out
 
 
+def unrepeated(results: list[dict]) -> list[dict]:
+    """The results with each window holding only units that are not a result themselves nor in an earlier
+    result's window: records and items that each carry their window show a unit once (Dify's top 3 showed one
+    tool output in all three)."""
+    shown = {r["cid"] for r in results}
+    out = []
+    for r in results:
+        window = r.get("neighbors")
+        if window:
+            kept = {side: [u for u in window.get(side, []) if u["cid"] not in shown] for side in ("before", "after")}
+            shown |= {u["cid"] for side in kept.values() for u in side}
+            r = {**r, "neighbors": {**window, **kept}}
+        out.append(r)
+    return out
+
+
 def window_text(r: dict) -> str:
     """A hit's content, or, where it has neighbors in its thread, every unit of its window in thread order,
     one paragraph each, tagged ``[type cid]`` (Dify's records, Continue's items)."""

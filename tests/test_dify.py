@@ -7,6 +7,7 @@ application/json``, where ``top_k`` may be None and ``metadata_condition`` is
 ``MetadataCondition.model_dump()`` or None.
 """
 import json
+import re
 import time
 
 import pytest
@@ -292,3 +293,47 @@ def test_live_gunicorn_as_dify_calls_it(live_server_factory):
             break
         time.sleep(0.2)
     assert [r["metadata"]["cid"] for r in records] == [cid]
+
+
+def _session(client) -> tuple[str, list[str], str]:
+    """A thread: a root, three turns that match "deploy alpha" around one that does not."""
+    now = int(time.time()) - 60
+    root = client.post("/mcp/push", json=make_unit("session start", type="system_notice", timestamp=now)).get_json()
+    cids = []
+    for i, text in enumerate(("deploy step one alpha", "deploy step two alpha", "unrelated beta note",
+                              "deploy step three alpha")):
+        rv = client.post("/mcp/push", json=make_unit(text, timestamp=now + i + 1, parent_cid=root["cid"]))
+        cids.append(rv.get_json()["cid"])
+    client.post("/mcp/search", json={"query": "deploy", "consistency": "strong"})
+    return root["cid"], [cids[0], cids[1], cids[3]], cids[2]
+
+
+def test_a_unit_appears_once_across_the_records_and_items(make_app):
+    """Each record carries its window: with top_k 3 one unit appeared in all three (issue 51). Now a unit that is
+    a record, or in an earlier record's window, is left out of the later windows; Continue's items alike."""
+    client = make_app().test_client()
+    root, matching, between = _session(client)
+    body = dify_request("deploy alpha", knowledge_id="", top_k=3)
+    records = post(client, body, headers={"Content-Type": "application/json"}).get_json()["records"]
+    assert sorted(r["metadata"]["cid"] for r in records) == sorted(matching)
+    shown = [units_in(r["content"]) | {r["metadata"]["cid"]} for r in records]
+    assert sum(map(len, shown)) == len(set().union(*shown))          # no unit in two records
+    assert between in set().union(*shown) and root in set().union(*shown)    # the windows still bring context
+    items = client.post("/adapters/continue", json={"query": "deploy alpha", "options": {"top_k": 3}}).get_json()
+    shown = [units_in(i["content"]) for i in items]                  # (an item's header names its own unit)
+    assert sum(map(len, shown)) == len(set().union(*shown)) and between in set().union(*shown)
+
+
+def units_in(text: str) -> set[str]:
+    return set(re.findall(r"\[\w+ ([0-9a-f]{12})\]", text))
+
+
+def test_dify_neighbors_zero_makes_each_record_its_unit_alone(make_app):
+    client = make_app(dify_neighbors=0).test_client()
+    _, matching, between = _session(client)
+    records = post(client, dify_request("deploy alpha", knowledge_id="", top_k=3),
+                   headers={"Content-Type": "application/json"}).get_json()["records"]
+    assert sorted(r["content"] for r in records) == ["deploy step one alpha", "deploy step three alpha",
+                                                     "deploy step two alpha"]
+    with pytest.raises(ValueError, match="CONTEXT_DIFY_NEIGHBORS"):
+        make_app(dify_neighbors=6)

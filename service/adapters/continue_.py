@@ -14,7 +14,7 @@ from flask import Blueprint, jsonify
 from ..api import config, json_body, store
 from ..auth import require
 from ..errors import BadRequest
-from ..packing import window_text
+from ..packing import unrepeated, window_text
 from ..params import DOOR_DEFAULTS, MAX_QUERY_CHARS, names, parse_search
 
 bp = Blueprint("continue", __name__)
@@ -61,4 +61,4 @@ def continue_provider(tenant):
     search = parse_search(params, config())
     if not text:
         return jsonify([])
-    return jsonify([item(u) for u in store().search(tenant, search)["results"]])
+    return jsonify([item(u) for u in unrepeated(store().search(tenant, search)["results"])])

@@ -14,8 +14,8 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from ..api import parse_json
 from ..auth import DEFAULT_TENANT, bearer_token
 from ..errors import ApiError, invalid_json
-from ..packing import window_text
-from ..params import ADAPTER_NEIGHBORS, MAX_QUERY_CHARS, parse_search
+from ..packing import unrepeated, window_text
+from ..params import MAX_QUERY_CHARS, parse_search
 from .conditions import UNIT_FIELDS, ConditionError, parse_metadata_condition
 
 bp = Blueprint("dify", __name__)
@@ -135,7 +135,7 @@ def _retrieve():
     store = current_app.extensions["context_store"]
     # Metadata filters run on results: fetch the most candidates search allows, then cut to top_k.
     params = {"query": query[:MAX_QUERY_CHARS], "top_k": MAX_TOP_K if condition else top_k,
-              "min_score": threshold, "neighbors": ADAPTER_NEIGHBORS}
+              "min_score": threshold, "neighbors": config.dify_neighbors}
     try:
         found = store.search(tenant, parse_search(params, config))
     except ApiError as e:
@@ -145,7 +145,7 @@ def _retrieve():
     results = [r for r in found["results"] if r["score"] >= threshold]
     if condition:
         results = [r for r in results if condition.matches(r)]
-    return jsonify({"records": [record(r) for r in results[:top_k]]})
+    return jsonify({"records": [record(r) for r in unrepeated(results[:top_k])]})
 
 
 @bp.post("/retrieval")
