@@ -246,15 +246,19 @@ class Hub:
         cap = self.config.stream_cap
         with self.lock:
             if self.count >= cap:
-                raise LimitReached("server", cap)
+                raise LimitReached("server", cap, f"This server process holds its {cap} open streams "
+                                   "(CONTEXT_MAX_STREAMS, at most CONTEXT_THREADS - 2; each holds a thread); "
+                                   "close one, retry (another process may answer), or raise both.")
             # fair shares of this worker's slots: one tenant (or key) at its share leaves room for others
             tenant_share, key_share = self.shares()
             if self.by_key.get(lst.key_id, 0) >= key_share:
                 raise LimitReached("key", key_share, f"This API key holds its share of this server process's "
-                                   f"streams (at most {key_share}); close one or retry later.")
+                                   f"streams (at most {key_share} of {cap}: CONTEXT_STREAM_KEY_SHARE); close one or "
+                                   "retry later.")
             if self.by_tenant.get(lst.tenant, 0) >= tenant_share:
                 raise LimitReached("tenant", tenant_share, f"This tenant holds its share of this server "
-                                   f"process's streams (at most {tenant_share}); close one or retry later.")
+                                   f"process's streams (at most {tenant_share} of {cap}: CONTEXT_STREAM_SHARE); "
+                                   "close one or retry later.")
             self._count(lst, 1)
         try:
             lst.slot = self.slots.take(lst.tenant, lst.key_id, lst.kind)
@@ -298,8 +302,11 @@ class Hub:
 
     def shares(self) -> tuple[int, int]:
         """(streams one tenant, one key may hold in this worker): CONTEXT_STREAM_SHARE / _KEY_SHARE, by
-        default half the worker's stream slots, at least 1."""
+        default half the worker's stream slots, at least 1. With no API keys there is one tenant and no key to
+        leave room for: it may hold every slot (a keyless local start serves several agent sessions; issue 51)."""
         cfg = self.config
+        if not (cfg.api_keys_file or cfg.api_keys):
+            return cfg.stream_cap, cfg.stream_cap
         tenant = share(cfg.stream_share, cfg.stream_cap)
         key = share(cfg.stream_key_share, cfg.stream_cap) if cfg.stream_key_share >= 0 else tenant
         return tenant, min(key, tenant)

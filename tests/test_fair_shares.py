@@ -70,6 +70,30 @@ def test_one_key_at_its_stream_share_leaves_the_other_tenants_stream_200(live_se
             sse.close()
 
 
+def test_a_keyless_start_lets_its_one_tenant_hold_every_stream_slot(live_server_factory):
+    """With no keys there is one tenant and nobody to leave room for: it held half a worker's slots (2 of 4), so a
+    local start refused the third agent session's MCP stream with 429 naming an API key (issue 51). Now it holds
+    all 4; the fifth is told which settings bound it."""
+    server = live_server_factory(workers=1, env={"CONTEXT_RATE_LIMIT": "off", "CONTEXT_THREADS": "8"})
+    held, refused = [], []
+    try:
+        for _ in range(6):
+            sse = stream(server, "query=anything", timeout=10)
+            if sse.status == 200:
+                held.append(sse)
+            else:
+                refused.append((sse.status, sse.body))
+                sse.conn.close()
+        assert len(held) == 4, refused
+        assert [status for status, _ in refused] == [503, 503]
+        for _, body in refused:
+            assert body["code"] == "too_many_streams" and "CONTEXT_MAX_STREAMS" in body["error"], body
+            assert "API key" not in body["error"]
+    finally:
+        for sse in held:
+            sse.close()
+
+
 # --- finding 4: search slots and the open-shard cache ------------------------------------------------------
 def _push_days(url: str, key: str, days: int, word: str) -> None:
     now = int(time.time())

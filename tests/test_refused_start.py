@@ -104,6 +104,7 @@ def test_a_good_configuration_still_starts_and_doctor_reports_its_keys(tmp_path)
     rv = subprocess.run([str(CLI), "doctor"], env=env, capture_output=True, text=True, timeout=60)
     assert rv.returncode == 0, rv.stdout + rv.stderr
     assert "ok    configuration: 1 API key(s) for tenant(s) acme" in rv.stdout
+    assert "ok    live streams: 4 per worker x 1 workers = 4 (CONTEXT_MAX_STREAMS of CONTEXT_THREADS 8)" in rv.stdout
 
 
 def test_the_older_allow_list_names_work_with_a_warning(tmp_path):

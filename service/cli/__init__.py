@@ -22,6 +22,16 @@ def main():
     os.umask(0o077)
 
 
+def _streams_summary(config) -> str:
+    """How many live streams (MCP subscriptions, /mcp/stream) the server holds open: each holds a thread."""
+    cap = config.stream_cap
+    line = (f"live streams: {cap} per worker x {config.workers} workers = {cap * config.workers} "
+            f"(CONTEXT_MAX_STREAMS of CONTEXT_THREADS {config.threads})")
+    if not (config.api_keys_file or config.api_keys):
+        return line + "; no keys: the one tenant may hold them all"
+    return line + "; a tenant at most half a worker's unless CONTEXT_STREAM_SHARE says otherwise"
+
+
 @main.command()
 @click.option("--bind", default=None, help="host:port (default: CONTEXT_BIND or 127.0.0.1:5000)")
 def serve(bind):
@@ -58,6 +68,7 @@ def doctor(quiet):
         report(False, f"configuration refused: {e}")
         sys.exit(1)
     report(True, "configuration: " + _keys_summary(config))
+    report(True, _streams_summary(config))
     for warning in preflight.warnings(config):
         click.echo(f"warn  {warning}", err=True)
     for good, text in doctor_lines(config):
