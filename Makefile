@@ -45,8 +45,7 @@ lock:
 # Dify could not use it). Only for run/serve: tests must see the service's own default.
 run serve: export CONTEXT_PUBLIC_URL ?= http://$(CONTEXT_BIND)
 run: $(VENV)/.installed
-	$(BIN)/context-mode doctor --quiet
-	exec $(BIN)/gunicorn -c service/gunicorn_conf.py 'service:create_app()'
+	exec $(BIN)/context-mode run --data-dir $${CONTEXT_DATA_DIR:-./data}
 
 serve: $(VENV)/.installed
 	$(BIN)/context-mode serve

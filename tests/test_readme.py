@@ -51,6 +51,8 @@ NOT_RUN = {
     "lock": ("make lock", "re-resolves the lock files from PyPI and rewrites them"),
     "pip": ("pip install", "installs into the reader's own environment; `make` installed it into the "
                            "virtualenv these tests run in"),
+    "package": ("context-mode run", "installs the package into the reader's own environment (pipx, uv); "
+                "tests/test_wheel.py builds the wheels, installs them into a fresh venv and runs the server"),
     "dataset": ("make memory", "needs LoCoMo's locomo10.json, which the reader fetches (CC BY-NC 4.0, never "
                                "shipped here), and the bench tools; bench/README.md has the runs' figures"),
 }

@@ -1,4 +1,4 @@
-"""`context-mode` command line: serve, doctor, keys; the stores' backup and restore, the MCP stdio bridge
+"""`context-mode` command line: run (gunicorn), serve, doctor, keys; the stores' backup and restore, the MCP stdio bridge
 (``stdio.py``), and the client commands when the Python client is installed (``client.py``: push, search, import;
 ``manage.py``: list, stats, export, forget; their settings: ``env.py``)."""
 from __future__ import annotations
@@ -30,6 +30,37 @@ def _streams_summary(config) -> str:
     if not (config.api_keys_file or config.api_keys):
         return line + "; no keys: the one tenant may hold them all"
     return line + "; a tenant at most half a worker's unless CONTEXT_STREAM_SHARE says otherwise"
+
+
+def platform_data_dir() -> str:
+    """Where an installed service keeps its data when CONTEXT_DATA_DIR names nowhere: the platform's folder for a
+    user's application data (XDG_DATA_HOME or ~/.local/share; macOS Application Support; Windows LOCALAPPDATA)."""
+    home = os.path.expanduser("~")
+    if sys.platform == "darwin":
+        base = os.path.join(home, "Library", "Application Support")
+    elif os.name == "nt":
+        base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+    else:
+        base = os.environ.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")
+    return os.path.join(base, "context-mode")
+
+
+@main.command()
+@click.option("--bind", default=None, help="host:port (default: CONTEXT_BIND or 127.0.0.1:5000)")
+@click.option("--data-dir", default=None, help="the SQLite data folder (default: CONTEXT_DATA_DIR, else the "
+              "platform's data folder, e.g. ~/.local/share/context-mode)")
+@click.pass_context
+def run(ctx, bind, data_dir):
+    """Run the service under gunicorn with its shipped configuration (what `make run` runs), from wherever it
+    is installed."""
+    if bind:
+        os.environ["CONTEXT_BIND"] = bind
+    if data_dir or not os.environ.get("CONTEXT_DATA_DIR"):
+        os.environ["CONTEXT_DATA_DIR"] = data_dir or platform_data_dir()
+    ctx.invoke(doctor, quiet=True)            # what gunicorn's master would refuse, said in one line first
+    conf = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gunicorn_conf.py")
+    click.echo(f"context-mode: data in {os.path.abspath(os.environ['CONTEXT_DATA_DIR'])}", err=True)
+    os.execv(sys.executable, [sys.executable, "-m", "gunicorn", "-c", conf, "service:create_app()"])
 
 
 @main.command()
@@ -110,7 +141,8 @@ def doctor(quiet):
     if not config.api_keys_file and not config.api_keys:
         if not quiet:
             click.echo("warn  no API keys configured: single 'default' tenant, no authentication")
-    sys.exit(0 if ok else 1)
+    if not ok:
+        sys.exit(1)
 
 
 def _keys_summary(config: Config) -> str:

@@ -1,0 +1,49 @@
+"""The package runs its own server (issue 51): the wheels built from this checkout, installed into a fresh venv
+with nothing else of the repository, start the real gunicorn with `context-mode run`, keep their data in the
+platform's data folder, and answer a push and a search; a clean stop leaves nothing running."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from conftest import ROOT, VENV_BIN, free_port, wait_healthy
+
+
+def test_an_installed_wheel_runs_the_real_server(tmp_path):
+    dist, venv, home = tmp_path / "dist", tmp_path / "venv", tmp_path / "home"
+    subprocess.run([str(VENV_BIN / "pip"), "wheel", "--quiet", "--no-deps", "-w", str(dist), str(ROOT),
+                    str(ROOT / "clients" / "python")], check=True, capture_output=True, timeout=600)
+    wheels = sorted(p.name for p in dist.glob("*.whl"))
+    assert [w.split("-")[0] for w in wheels] == ["context_mode_client", "context_mode_service"]
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", *map(str, dist.glob("*.whl"))], check=True,
+                   capture_output=True, timeout=900)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXT_", "PYTHON", "VIRTUAL_ENV"))}
+    env.update(HOME=str(home), XDG_DATA_HOME="")
+    proc = subprocess.Popen([str(venv / "bin" / "context-mode"), "run", "--bind", f"127.0.0.1:{port}"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(proc, url, 90)
+        ack = requests.post(url + "/mcp/push", json={"content": "安装好的轮子 wheel", "type": "user_input",
+                                                     "source": "wheel_test"}, timeout=10).json()
+        found = requests.post(url + "/mcp/search", json={"query": "轮子", "consistency": "strong"}, timeout=10)
+        assert [r["cid"] for r in found.json()["results"]] == [ack["cid"]]
+        data = home / ".local" / "share" / "context-mode"
+        assert (data / "tenants").is_dir() and not (tmp_path / "data").exists()
+        assert oct(data.stat().st_mode & 0o777) == "0o700"
+        gunicorn = Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        assert "gunicorn" in gunicorn and "gunicorn_conf.py" in gunicorn     # the shipped configuration
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0].decode(errors="replace")
+    assert proc.returncode == 0, out[-3000:]
+    assert f"context-mode: data in {home}/.local/share/context-mode" in out
+    time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout == b""
