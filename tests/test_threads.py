@@ -308,11 +308,13 @@ def test_dify_and_continue_answer_a_hit_with_its_window(app, client):
     rv = client.post("/retrieval", json={"knowledge_id": "", "query": "park car",
                                          "retrieval_setting": {"top_k": 3, "score_threshold": 0.0}})
     assert rv.status_code == 200, rv.get_data(as_text=True)
-    first = rv.get_json()["records"][0]
-    assert first["metadata"]["cid"] == turns[0]
-    assert "in the blue garage" in first["content"] and f"[user_input {turns[1]}]" in first["content"]
+    records = rv.get_json()["records"]
+    assert records[0]["metadata"]["cid"] == turns[0] and "[system_notice" in records[0]["content"]
+    # the answer comes with the question: in its window, or (ranked by threads) as the next record, and once
+    answer = [r for r in records if "in the blue garage" in r["content"]]
+    assert len(answer) == 1 and answer[0] in records[:2]
     items = client.post("/adapters/continue", json={"query": "park car"}).get_json()
-    assert "in the blue garage" in items[0]["content"]
+    assert sum("in the blue garage" in i["content"] for i in items[:2]) == 1
 
 
 def test_explain_shows_every_component(app, client):
