@@ -72,6 +72,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     metrics.init_app(app)     # first: times and logs every request, also those the doors refuse
     doors.init_app(app)
     limits.init_answers(app)  # after the doors: its 429 gets their CORS headers, and the access log sees it
+    limits.init_admission(app)
     app.register_blueprint(units.bp)
     app.register_blueprint(search.bp)
     app.register_blueprint(health.bp)

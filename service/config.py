@@ -138,10 +138,12 @@ class Config:
     # Per key (client address for requests without one). "auto": 1200/minute when keys are
     # configured, off in no-keys mode (loopback only, one user); "off" disables it everywhere.
     rate_limit: str | None = "auto"
-    max_concurrent_searches: int = 4  # per worker (0: no cap); more wait up to search_wait_s, then 503 + Retry-After
+    # Per worker (0: no cap). Under gunicorn a search past a share waits without a thread up to search_wait_s, then
+    # 503 search_busy (the worker's slots) or 429 too_many_searches (its key's or tenant's); in a thread it never waits.
+    max_concurrent_searches: int = 4
     search_wait_s: float = 2.0
     # While a lighter tenant searches, one tenant's searches use at most this share of a worker's CPU (their thread
-    # time over about the last second); past it they wait, holding no slot, up to search_wait_s, then 503 (0: off).
+    # time over about the last second); past it they wait, holding no thread, up to search_wait_s, then 429 (0: off).
     search_cpu_share: float = 0.25
     read_timeout_s: float = 10.0      # gunicorn drops a client silent this long mid-request (headers or body)
     request_deadline_s: float = 30.0  # ... and one whose headers and body take longer than this in total
@@ -171,13 +173,18 @@ class Config:
     max_tools_per_tenant: int = 10_000
     # Fair shares (README "Bounded work"): of one worker's slots, what one tenant and one API key may hold, so
     # one at its limit leaves room for the others; -1: half of the worker's slots, at least 1 (a key's: the
-    # tenant's). Searches past their share wait search_wait_s, then 503; streams get 429 + Retry-After.
+    # tenant's). Searches past their share wait search_wait_s, then 429; streams get 429 + Retry-After.
     search_share: int = -1            # of max_concurrent_searches (tool searches included)
     search_key_share: int = -1
     stream_share: int = -1            # of the worker's stream slots (max_streams)
     dify_neighbors: int = 1           # units each side of a Dify record in its thread (0-5; 0: the unit alone)
     stream_key_share: int = -1
     shard_share: int = -1             # of max_open_shards: day files one tenant keeps open in a process
+    # Of a worker's threads (with keys), what one tenant and one key hold at once, -1: half / the tenant's; a request
+    # past it waits without a thread (service/limits.py Admission) up to thread_wait_s, then 429 too_many_requests.
+    thread_share: int = -1
+    thread_key_share: int = -1
+    thread_wait_s: float = 10.0
     tool_search_bytes: int = 8 << 20  # token bytes one tool search scores at most (name, text, schema columns)
     # Large answers: one over large_answer_bytes (what the slow-client guard's poller keeps for a slow reader,
     # service/guard/deadline.py) holds a thread while a slow client reads it, so a worker writes at most

@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import math
 import sqlite3
 
 from flask import Flask, jsonify, request
@@ -87,6 +88,31 @@ class Busy(ApiError):
     status, code = 503, "search_busy"
 
     def __init__(self, message: str = "Too many searches at once; retry shortly.", **kw):
+        kw.setdefault("headers", {"Retry-After": "1"})
+        super().__init__(message, **kw)
+
+
+def retry_after(seconds: float) -> dict:
+    """A ``Retry-After`` header for a wait of ``seconds`` (whole seconds, at least one)."""
+    return {"Retry-After": str(max(1, math.ceil(seconds)))}
+
+
+class TooManySearches(ApiError):
+    """This key's or tenant's share of a worker's searches (its slots, or its CPU while others search) is in use:
+    refused at once, never waited for in a thread (service/limits.py)."""
+    status, code = 429, "too_many_searches"
+
+    def __init__(self, message: str, wait_s: float = 1.0, **kw):
+        kw.setdefault("headers", retry_after(wait_s))
+        super().__init__(message, **kw)
+
+
+class ThreadsBusy(ApiError):
+    """This key (or tenant) already has its share of a worker's threads busy, and its request waited for one
+    (without a thread) as long as it may (service/limits.py ``Admission``)."""
+    status, code = 429, "too_many_requests"
+
+    def __init__(self, message: str, **kw):
         kw.setdefault("headers", {"Retry-After": "1"})
         super().__init__(message, **kw)
 

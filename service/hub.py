@@ -477,7 +477,7 @@ class Hub:
         try:
             found = self.store.search(tenant, parse_search({"query": query, "top_k": SEARCH_TOP_K}, self.config))
         except ApiError as e:
-            if e.status == 503:
+            if e.status in (429, 503):              # (busy: no slot, or past a share, for now)
                 return None
             return set()
         return {r["cid"] for r in found["results"]}

@@ -1,5 +1,6 @@
 """Per-key rate limiting (docs/design.md §9): 429 + Retry-After; the fair shares of a worker's search slots
-(``SearchSlots``; stream slots: service/hub.py); and of the threads that write large answers (``AnswerSlots``).
+(``SearchSlots``; stream slots: service/hub.py), of its threads (``Admission``, asked by the slow-client guard
+before a thread serves a request) and of the threads that write large answers (``AnswerSlots``).
 (Slow clients are bounded by service/guard/.)
 
 The key is a hash of the presented credential (or the client address when there is none),
@@ -20,8 +21,8 @@ from limits import parse_many
 from werkzeug.exceptions import TooManyRequests
 from werkzeug.http import parse_date
 
-from .auth import bearer_token
-from .errors import ApiError, Busy, respond
+from .auth import OPEN, KeyRing, Principal, bearer_token
+from .errors import ApiError, Busy, ThreadsBusy, TooManySearches, respond
 
 DEFAULT_LIMIT = "1200/minute"
 # Probes and scrapes are never limited (nor a request no route matched, nor a static file).
@@ -177,12 +178,12 @@ class FairShares:
         self.keys: dict[str, int] = {}
 
     def full(self, tenant: str, key: str | None) -> str | None:
-        """Whose share one more would pass ("key", "tenant", "server"), or None."""
+        """Whose share one more would pass ("server", "key", "tenant": the worker's own first), or None."""
+        if self.used >= self.total:
+            return "server"
         if key is not None and self.keys.get(key, 0) >= self.per_key:
             return "key"
-        if self.tenants.get(tenant, 0) >= self.per_tenant:
-            return "tenant"
-        return "server" if self.used >= self.total else None
+        return "tenant" if self.tenants.get(tenant, 0) >= self.per_tenant else None
 
     def add(self, tenant: str, key: str | None) -> None:
         self.used += 1
@@ -258,8 +259,13 @@ class CpuShares:
 class SearchSlots(FairShares):
     """A worker's search slots with fair shares: at most ``total`` searches at once, of which one tenant
     holds at most ``per_tenant`` and one API key at most ``per_key``, so a tenant running slow searches
-    leaves slots for the others. A search that finds no slot within ``wait_s`` is refused with 503
-    ``search_busy`` + Retry-After (service/errors.py ``Busy``).
+    leaves slots for the others.
+
+    In a request a search never waits in its thread (issue 50, H1: sixteen searches sleeping up to 2 s each held
+    every thread of a worker): it takes a slot at once or is refused at once, 503 ``search_busy`` when the worker's
+    slots are all taken, 429 ``too_many_searches`` past its key's or tenant's share or its tenant's CPU share, with
+    Retry-After. Under gunicorn the wait happens before a thread is given, where it costs none (``Admission``).
+    Outside a request (the live hub's own searches) a search waits up to ``wait_s``, then 503 ``search_busy``.
 
     A slot given back is handed to the first waiting search its shares let in, which alone is woken: a
     condition woken for all (``notify_all``) woke every waiting thread of the worker for each search that
@@ -344,10 +350,42 @@ class SearchSlots(FairShares):
                 return response
             after_this_request(answered)
 
+    def refusal(self, scope: str) -> ApiError:
+        """The answer to a search that finds ``scope``'s share of the slots taken."""
+        if scope == "server":
+            return Busy("Too many searches at once; retry shortly.")
+        whose = "API key" if scope == "key" else "tenant"
+        return TooManySearches(f"This {whose} already runs its share of this server's searches; retry shortly.")
+
+    @staticmethod
+    def cpu_refusal(delay: float) -> ApiError:
+        return TooManySearches("This tenant's searches already use their share of this server's CPU while other "
+                               "tenants search; retry after Retry-After seconds.", wait_s=delay)
+
+    def busy(self, tenant: str, key: str | None, now: float) -> tuple[str | None, float]:
+        """Why a search of ``tenant`` could not take a slot now: (the scope whose share is full, or None; seconds
+        until its tenant is back within its CPU share, 0 when it is). Read without taking a slot."""
+        delay = self.cpu.wait_for(tenant, now) if self.cpu is not None else 0.0
+        return self.full(tenant, key), delay
+
+    def _take_now(self, tenant: str, key: str | None) -> None:
+        if self.cpu is not None and (delay := self.cpu.wait_for(tenant, time.monotonic())) > 0:
+            raise self.cpu_refusal(delay)
+        with self._lock:
+            scope = self.full(tenant, key)
+            if scope is None:
+                self.add(tenant, key)
+                return
+        raise self.refusal(scope)
+
     @contextlib.contextmanager
     def hold(self, tenant: str, key: str | None = None):
-        """One slot for the duration of the block, or ``Busy`` when none came free in time."""
-        self._wait(tenant, key)
+        """One slot for the duration of the block: in a request taken at once or refused (429, 503); outside one
+        waited for up to ``wait_s``, then ``Busy``."""
+        if has_request_context():
+            self._take_now(tenant, key)
+        else:
+            self._wait(tenant, key)
         started = time.thread_time()
         try:
             yield
@@ -358,6 +396,107 @@ class SearchSlots(FairShares):
                 handed = self._give_back(tenant, key)
             for waiter in handed:       # woken outside the lock: a waker the scheduler stops holds no one up
                 waiter.lock.release()
+
+
+# The doors that may search: a request to one waits (holding no thread) while its key's or tenant's search slots are
+# taken or its tenant is past its CPU share. /mcp is every MCP method: an agent's tool call is most often a search.
+SEARCH_PATHS = frozenset({"/mcp/search", "/mcp/context", "/mcp/tools", "/mcp", "/adapters/continue", "/retrieval",
+                          "//retrieval"})
+
+
+class Admission:
+    """Whether a request that has arrived whole may take one of this worker's threads now (docs/design.md §9, "Fair
+    shares"), asked by the slow-client guard (service/guard/parking.py) before a thread serves it: a request that
+    must wait waits in the worker's poller, holding no thread (issue 50, H1: searches that slept up to 2 s in their
+    threads, past their tenant's CPU share or waiting for a slot, held all sixteen of them).
+
+    - One key, and one tenant, hold at most their share of the worker's threads (``CONTEXT_THREAD_KEY_SHARE``,
+      ``CONTEXT_THREAD_SHARE``): a request past it waits until one of theirs ends, at most ``CONTEXT_THREAD_WAIT_S``,
+      then 429 ``too_many_requests``. Without keys (one caller) this share does not apply.
+    - A request to a door that searches (``SEARCH_PATHS``) waits while its key's or tenant's search slots are taken,
+      or its tenant is past its CPU share, at most ``CONTEXT_SEARCH_WAIT_S``, then is refused as ``SearchSlots``
+      refuses in a thread (429 ``too_many_searches``, 503 ``search_busy``).
+    A request naming no key the service knows (probes; a 401 to come) goes at once.
+
+    ``admit`` answers ``("go", release)``: serve it now and call ``release()`` once its thread is done with it;
+    ``("wait", at)``: ask again once a request of this worker has ended, or at ``at`` (monotonic) at the latest;
+    or ``("refuse", error)``: let the app answer ``error`` (an ApiError) at once."""
+
+    def __init__(self, keys: KeyRing, threads: FairShares | None, slots: SearchSlots | None, thread_wait_s: float,
+                 search_wait_s: float):
+        self.keys, self.threads, self.slots = keys, threads, slots
+        self.thread_wait_s, self.search_wait_s = thread_wait_s, search_wait_s
+        # the search requests let in, until each ends: a slot is taken only once its thread runs the search, so
+        # the slots alone would let every waiting search of a tenant in at once, to be refused in its thread
+        self.searching = FairShares(slots.total, slots.per_tenant, slots.per_key) if slots is not None else None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, config, keys: KeyRing, slots: SearchSlots | None) -> "Admission":
+        threads = None
+        if not keys.open:
+            n = config.threads
+            tenant = share(config.thread_share, n)
+            key = share(config.thread_key_share, n) if config.thread_key_share >= 0 else tenant
+            threads = FairShares(n, tenant, min(key, tenant))
+        return cls(keys, threads, slots, config.thread_wait_s, config.search_wait_s)
+
+    @staticmethod
+    def searches(method: str, path: str) -> bool:
+        """Whether a request may search (a door of ``SEARCH_PATHS``; a GET of /mcp is a stream)."""
+        return path in SEARCH_PATHS and (method == "POST" or (method == "GET" and path != "/mcp"))
+
+    def caller(self, authorization: str | None) -> Principal | None:
+        """Who an Authorization header names (every caller without keys), or None."""
+        if self.keys.open:
+            return OPEN
+        token, problem = bearer_token(authorization)
+        return None if problem else self.keys.authenticate(token)
+
+    def admit(self, caller: Principal | None, searches: bool, since: float, now: float) -> tuple:
+        """The verdict on a request of ``caller`` (to a door that may search: ``searches``) that has waited
+        since ``since``."""
+        if caller is None:
+            return "go", _nothing
+        tenant, key = caller.tenant, caller.key_id
+        searches = searches and self.searching is not None
+        with self._lock:
+            if self.threads is not None and self.threads.full(tenant, key) in ("key", "tenant"):
+                if now - since >= self.thread_wait_s:
+                    return "refuse", ThreadsBusy(
+                        "This API key (or its tenant) already has its share of this server's threads busy; retry "
+                        "shortly.")
+                return "wait", since + self.thread_wait_s
+            if searches:
+                scope = self.searching.full(tenant, key) or self.slots.full(tenant, key)
+                delay = self.slots.busy(tenant, key, now)[1] if scope is None else 0.0
+                if scope is not None or delay > 0:
+                    if now + delay - since > self.search_wait_s:
+                        return "refuse", self.slots.refusal(scope) if scope else self.slots.cpu_refusal(delay)
+                    return "wait", now + delay if scope is None else since + self.search_wait_s
+                self.searching.add(tenant, key)
+            if self.threads is not None:
+                self.threads.add(tenant, key)
+        return "go", self._release(tenant, key, searches)
+
+    def _release(self, tenant: str, key: str, searched: bool):
+        if self.threads is None and not searched:
+            return _nothing
+        released = []
+
+        def release() -> None:
+            if not released:
+                released.append(True)
+                with self._lock:
+                    if self.threads is not None:
+                        self.threads.remove(tenant, key)
+                    if searched:
+                        self.searching.remove(tenant, key)
+        return release
+
+
+def _nothing() -> None:
+    pass
 
 
 class AnswerSlots(FairShares):
@@ -402,6 +541,19 @@ class AnswerSlots(FairShares):
                 released = True
                 self.remove(tenant, key)
         return release
+
+
+def init_admission(app: Flask) -> None:
+    """This worker's ``Admission`` (the slow-client guard asks it before a thread serves a request), and the answer
+    to a request it refused, raised before any view (in the door's shape, logged like any answer)."""
+    config, store = app.config["CONTEXT"], app.extensions["context_store"]
+    app.extensions["context_admission"] = Admission.of(config, app.extensions["context_keys"], store.search_slots)
+
+    @app.before_request
+    def _refused():
+        error = getattr(request.environ.get("gunicorn.socket"), "refusal", None)
+        if error is not None:
+            raise error
 
 
 def take_answer_slot():

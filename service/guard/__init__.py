@@ -1,5 +1,6 @@
 """Slow clients cannot hold gunicorn's worker threads (docs/design.md §9): arrival.py the requests, deadline.py
-the responses.
+the responses, parking.py the requests that must wait for a thread (their key's share, a search slot, their
+tenant's CPU share) without holding one.
 
 gthread hands a connection to a worker thread as soon as it is readable, and the thread then reads
 the request with blocking ``recv`` calls and writes the response with blocking ``sendall``. A client
@@ -35,6 +36,7 @@ from functools import partial
 
 from .arrival import Door, buffer_request, hand_over
 from .deadline import Bounds, DeadlineSocket, Flush, reset
+from .parking import Park, Parking, admit
 
 UNSENT_BYTES = 128 * 1024        # of a response, held unsent by the kernel per connection (TCP_NOTSENT_LOWAT)
 DRAIN_BYTES = 64 * 1024          # what a closing connection still reads of a body nobody wanted (no waiting)
@@ -99,6 +101,7 @@ def _conn_init(self, cfg, sock, client, server):
         pass                                     # not TCP (a unix socket), or not Linux
     _ORIGINAL["init"](self, cfg, DeadlineSocket(sock, _ORIGINAL["bounds"]), client, server)
     self.arrival = None
+    self.waiting = self.admitted = self.refusal = None      # the request's admission (service/guard/parking.py)
 
 
 def _conn_close(self, graceful=False):
@@ -120,25 +123,47 @@ def _door(worker) -> Door:
     return door
 
 
+def _parking(worker) -> Parking:
+    parking = getattr(worker, "_context_parking", None)
+    if parking is None:
+        parking = worker._context_parking = Parking(worker, _door(worker))
+    return parking
+
+
 def _handle(self, conn):
-    """A worker thread's turn with a connection: buffer what arrived, or serve the whole request."""
+    """A worker thread's turn with a connection: buffer what arrived, park a request that may not take a thread
+    yet, or serve the whole request."""
     from gunicorn.workers import gthread
     if not isinstance(conn.sock, DeadlineSocket):
         return _ORIGINAL["handle"](self, conn)
     bounds = _ORIGINAL["bounds"]
+    if conn.admitted is None:                        # (a parked request comes back admitted)
+        try:
+            state = buffer_request(conn, bounds, _door(self))
+        except Exception as e:  # noqa: BLE001 - whatever the socket did, the parser reports it
+            self.log.debug("buffering a request failed: %s", e)
+            hand_over(conn)
+            state = "ready"
+        if state == "wait":
+            return gthread._DEFER
+        if state == "expired":
+            self.log.debug("closing %s: request headers and body not received within %ss",
+                           conn.client, bounds.request_deadline_s)
+            refuse_expired(conn)
+            return False
+        park = admit(_door(self), conn)
+        if park is not None:
+            return park                              # the main thread keeps it: this thread is free
+    release, conn.admitted = conn.admitted, None
     try:
-        state = buffer_request(conn, bounds, _door(self))
-    except Exception as e:  # noqa: BLE001 - whatever the socket did, the parser reports it
-        self.log.debug("buffering a request failed: %s", e)
-        hand_over(conn)
-        state = "ready"
-    if state == "wait":
-        return gthread._DEFER
-    if state == "expired":
-        self.log.debug("closing %s: request headers and body not received within %ss",
-                       conn.client, bounds.request_deadline_s)
-        refuse_expired(conn)
-        return False
+        return _serve(self, conn)
+    finally:
+        release()
+
+
+def _serve(self, conn):
+    """Serve the request that has arrived on ``conn`` (its refusal, when the admission refused it)."""
+    bounds = _ORIGINAL["bounds"]
     arrival, conn.arrival = conn.arrival, None
     sock = conn.sock
     deadline = None
@@ -146,6 +171,7 @@ def _handle(self, conn):
         deadline = arrival.started + bounds.request_deadline_s
     sock.begin(deadline, arrival.spool if arrival is not None else None)
     sock.close_after = arrival is not None and arrival.close_after
+    sock.refusal, conn.refusal = conn.refusal, None
     try:
         keepalive = _ORIGINAL["handle"](self, conn) and not sock.close_after
         if sock.out is not None and not sock.dropped and sock._sock.fileno() >= 0:
@@ -158,8 +184,18 @@ def _handle(self, conn):
 
 
 def _finish_request(self, conn, fs):
-    """On the worker's main thread: a response for a slow client goes to the poller, anything else as before."""
+    """On the worker's main thread: a parked request is kept, a response for a slow client goes to the poller,
+    anything else as before, and then the parked requests are asked about again (a thread has come free)."""
     flush = fs.result() if fs.done() and not fs.cancelled() and fs.exception() is None else None
+    if isinstance(flush, Park):
+        return _parking(self).park(conn, flush.at)
+    try:
+        _finish(self, conn, fs, flush)
+    finally:
+        _parking(self).recheck()
+
+
+def _finish(self, conn, fs, flush):
     if not isinstance(flush, Flush):
         return _ORIGINAL["finish"](self, conn, fs)
     flushing = self.__dict__.setdefault("_context_flushing", {})
@@ -201,8 +237,10 @@ def _drop_flushing(worker, conn, why: str) -> None:
 
 
 def _murder_pending(self):
-    """Each turn of the worker's loop (at least once a second): also drop clients that read too slowly."""
+    """Each turn of the worker's loop (at least once a second): also drop clients that read too slowly, and ask
+    about the parked requests again."""
     _ORIGINAL["murder"](self)
+    _parking(self).recheck(due_only=True)
     for conn, flush in list(getattr(self, "_context_flushing", {}).items()):
         why = flush.overdue()
         if why:

@@ -28,6 +28,7 @@ _EXPECT_LINE = re.compile(rb"\r\nexpect[ \t]*:[^\r\n]*", re.I)
 @dataclass
 class Head:
     size: int                     # bytes, up to and with the blank line
+    method: str
     path: str
     length: int | None            # Content-Length
     chunked: bool
@@ -73,7 +74,8 @@ def parse_head(data: bytes, size: int) -> Head:
         path = target if target.startswith("/") else urlsplit(target).path
     except ValueError:
         path = ""
-    return Head(size, path.split("?", 1)[0], length, chunked, bool(expects) and version == b"HTTP/1.1",
+    return Head(size, parts[0].decode("latin-1"), path.split("?", 1)[0], length, chunked,
+                bool(expects) and version == b"HTTP/1.1",
                 ",".join(auth) if auth else None, plain)     # repeated fields joined as gunicorn joins them
 
 
@@ -164,11 +166,13 @@ class Arrival:
 
 
 class Door:
-    """What the guard needs of the worker's app: its keys and its body limits (service.doors)."""
+    """What the guard needs of the worker's app: its keys, its body limits (service.doors) and who may take a
+    thread now (service.limits.Admission, None outside the service's app)."""
 
     def __init__(self, app, bounds: Bounds):
         extensions = getattr(app, "extensions", {}) or {}
         self.keys = extensions.get("context_keys")
+        self.admission = extensions.get("context_admission")
         self.config = (getattr(app, "config", None) or {}).get("CONTEXT")
         self.bounds = bounds
 

@@ -105,6 +105,7 @@ class DeadlineSocket:
         self._write_deadline: float | None = None
         self.out = None                        # the response kept for a client slower than the server
         self.out_size = 0
+        self.refusal = None                    # the answer the admission gave instead of serving (the app raises it)
 
     def __getattr__(self, name):
         return getattr(self._sock, name)
@@ -120,6 +121,7 @@ class DeadlineSocket:
 
     def end(self, unreader) -> None:
         self.armed = False
+        self.refusal = None
         if self.out is not None:
             self.out.close()                       # (a response not handed to the poller: the request failed)
             self.out, self.out_size = None, 0
