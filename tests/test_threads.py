@@ -284,6 +284,53 @@ def test_a_window_never_crosses_tenants(make_app):
     assert "kiwi three secret" not in seen and seen
 
 
+def test_a_window_keeps_to_the_requests_project_types_and_source(app, client):
+    """Issue 50, L1: one session (metadata.session) prompted in project alpha, then, after a cd, stored a tool
+    output in bravo; its root is a system notice. A search scoped to alpha (and to the hook's types) shows
+    neither bravo's unit nor the root in the windows of its results, whatever ``neighbors``; a global unit of the
+    thread stays; a source filter keeps the windows to that source."""
+    meta = lambda project, **more: {"session": "s-1", "project": project, **more}   # noqa: E731
+    root = push(client, "session started", type="system_notice", source="hook_v1", metadata=meta("/alpha"),
+                timestamp=NOW - 5000)
+    asked = push(client, "where does the heron nest", type="user_input", source="hook_v1",
+                 metadata=meta("/alpha"), timestamp=NOW - 4990)
+    leaked = push(client, "bravo secret tool output", type="tool_output", source="hook_v1_bash",
+                  metadata=meta("/bravo"), timestamp=NOW - 4980)
+    shared = push(client, "a global note on herons", type="tool_output", source="hook_v1_bash",
+                  metadata=meta("/bravo", **{"global": True}), timestamp=NOW - 4970)
+    settled(app)
+    assert unit(client, leaked)["thread"] == unit(client, asked)["thread"] == unit(client, root)["thread"]
+
+    def window(around=asked, query="heron nest", **params) -> set[str]:
+        found = {r["cid"]: r for r in search(client, query, neighbors=5, top_k=10, **params)}
+        return {u["cid"] for u in found[around]["neighbors"]["before"] + found[around]["neighbors"]["after"]}
+    assert window() == {root, leaked, shared}
+    assert window(project="/alpha") == {root, shared}
+    assert window(project="/alpha", types=["user_input", "tool_output", "model_thinking"]) == {shared}
+    assert window(source="hook_v1") == {root}
+    assert window(leaked, "bravo secret", source="hook_v1*", types=["tool_output"], project="/bravo") == {shared}
+    packed = client.post("/mcp/context", json={"query": "heron nest", "project": "/alpha",
+                                                "types": ["user_input", "tool_output"]}).get_json()
+    assert {i["cid"] for i in packed["items"]} <= {asked, shared}
+
+
+def test_a_windows_budget_counts_each_unit_whole_metadata_included(app, client, monkeypatch):
+    """Issue 50, L2: the windows' budget (4 MiB in all, here 200 KiB) counts a unit's metadata too: 20 turns of a
+    few characters and 30 KiB of metadata each fill it after six, the rest counted in ``omitted``."""
+    from service.store import base
+    monkeypatch.setattr(base, "WINDOW_BYTES", 200 << 10)
+    big = {"blob": "m" * (30 << 10)}
+    root, turns = session(client, "heavy", [f"turn {i} of the heron log" for i in range(20)], start=NOW - 9000,
+                          metadata=big)
+    settled(app)
+    rv = client.post("/mcp/search", json={"query": "heron log", "neighbors": 5, "top_k": 20})
+    assert rv.status_code == 200
+    windows = [r["neighbors"] for r in rv.get_json()["results"]]
+    kept = sum(len(w["before"]) + len(w["after"]) for w in windows)
+    assert 0 < kept <= 200 // 30 and sum(w.get("omitted", 0) for w in windows) > 0
+    assert sum(len(json.dumps(u)) for w in windows for u in w["before"] + w["after"]) <= 200 << 10
+
+
 def test_packed_context_carries_each_hits_neighbors_and_drops_them_first(app, client):
     root, turns = session(client, "support chat", ["where did you park the car", "in the blue garage on level two",
                                                 "thanks see you"], start=NOW - 5000)

@@ -11,6 +11,7 @@ registry's search. ``SourcesApi`` is what live context reads (service/hub.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from ..ranking import tools as tool_ranking
 from ..ranking.results import MAX_QUERY_TERMS
 from ..toolcheck import Tool, dump_json, not_found
 from ..units import Unit, validate_unit
+from .filters import in_scope
 
 MAX_LINEAGE_DEPTH = 1000
 LIST_MAX = 200                 # GET /mcp/units: at most this many units per page
@@ -37,19 +39,30 @@ FORGET_CHUNK = 500             # units per removal transaction: a push to the te
 SAMPLE = 10                    # units a forget dry run shows
 
 
-# A search's context windows hold at most this much content in all (docs/design.md §4: answers are bounded);
-# the nearest neighbors first; what does not fit is left out and counted (``neighbors.omitted``).
+# A search's context windows hold at most this much in all (docs/design.md §4: answers are bounded), each unit
+# counted whole (content, source, metadata: issue 50, L2); the nearest neighbors first; what does not fit is left
+# out and counted (``neighbors.omitted``).
 WINDOW_BYTES = 4 << 20
+UNIT_FIELDS_BYTES = 256        # a unit's fixed fields as answered (cid, type, timestamps, names)
 
 
-def with_windows(results: list[dict], windows: dict[str, list[tuple[int, dict]]]) -> None:
-    """Each result's ``neighbors``: ``before`` and ``after`` it in its thread, nearest first into the budget."""
+def unit_bytes(unit: dict) -> int:
+    """About what a unit adds to an answer: its content, source and metadata as encoded, and its other fields."""
+    meta = unit.get("metadata")
+    meta_bytes = len(json.dumps(meta, ensure_ascii=False)) if meta else 0
+    return len(unit["content"]) + len(unit["source"]) + meta_bytes + UNIT_FIELDS_BYTES
+
+
+def with_windows(results: list[dict], windows: dict[str, list[tuple[int, dict]]], params) -> None:
+    """Each result's ``neighbors``: ``before`` and ``after`` it in its thread, those within the request's types,
+    source and project (``filters.in_scope``), nearest first into the budget."""
     budget = WINDOW_BYTES
     for r in results:
-        found = sorted(windows.get(r["cid"], ()), key=lambda x: (abs(x[0]), x[0]))
+        found = sorted(((offset, unit) for offset, unit in windows.get(r["cid"], ())
+                        if in_scope(unit, params)), key=lambda x: (abs(x[0]), x[0]))
         kept, omitted = [], 0
         for offset, unit in found:
-            size = len(unit["content"])
+            size = unit_bytes(unit)
             if size > budget:
                 omitted += 1
                 continue
@@ -207,7 +220,7 @@ class StoreApi:
             found = self._search(tenant, params)
             if params.neighbors and found["results"]:
                 with_windows(found["results"], self.thread_window(tenant, [r["cid"] for r in found["results"]],
-                                                                  params.neighbors))
+                                                                  params.neighbors), params)
             return found
 
     def thread_window(self, tenant: str, cids: list[str], n: int) -> dict[str, list[tuple[int, dict]]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from ..params import SearchParams
+from ..unitkeys import derive
 
 
 def filters(p: SearchParams, args: dict) -> list[str]:
@@ -41,21 +42,37 @@ def filters(p: SearchParams, args: dict) -> list[str]:
     return where
 
 
-def passes(unit, p: SearchParams, now: int) -> bool:
-    """``filters`` on a unit in Python (a row or dict with the units columns), for units scored outside SQL."""
-    if unit["expires_at"] <= now or (p.types and unit["type"] not in p.types):
+def _kind_passes(unit, p: SearchParams) -> bool:
+    """The request's ``types`` and ``source`` (or prefix) on a unit."""
+    if p.types and unit["type"] not in p.types:
         return False
     if p.source:
-        if p.source.endswith("*"):
-            if not unit["source"].startswith(p.source[:-1]):
-                return False
-        elif unit["source"] != p.source:
-            return False
+        return unit["source"].startswith(p.source[:-1]) if p.source.endswith("*") else unit["source"] == p.source
+    return True
+
+
+def passes(unit, p: SearchParams, now: int) -> bool:
+    """``filters`` on a unit in Python (a row or dict with the units columns), for units scored outside SQL."""
+    if unit["expires_at"] <= now or not _kind_passes(unit, p):
+        return False
     if (p.since is not None and unit["timestamp"] < p.since) or (p.until is not None and unit["timestamp"] > p.until):
         return False
     if p.project is not None and not (unit["is_global"] or unit["project"] == p.project):
         return False
     return not p.parent_cid or unit["parent_cid"] == p.parent_cid
+
+
+def in_scope(unit: dict, p: SearchParams) -> bool:
+    """A unit (the public shape) within the request's ``types``, ``source`` and ``project`` (its metadata's, as a
+    push derives it): what a result's neighbor window may show (issue 50, L1: a thread that crossed projects
+    showed a project-scoped search the other project's units). Time and parent filters choose results, not the
+    thread around them."""
+    if not _kind_passes(unit, p):
+        return False
+    if p.project is None:
+        return True
+    keys = derive(unit["metadata"] if isinstance(unit["metadata"], dict) else None)
+    return keys["is_global"] or keys["project"] == p.project
 
 
 def pg_filters(p: SearchParams, args: dict) -> list[str]:
