@@ -2,6 +2,8 @@
 ask for (the leader's state, the read index's latest commit, the catalog's read-your-writes tail and
 expiries) is read again only when a change number says it changed (service/signals.py), and every process
 of the data folder sees each change at once."""
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,6 +12,7 @@ import pytest
 import requests
 
 from conftest import drain, make_unit
+from workers import worker_pids
 
 BACKENDS = ("sqlite", "postgresql")
 
@@ -25,12 +28,66 @@ def test_a_change_number_set_by_one_process_is_seen_by_another(tmp_path):
     assert after[(CATALOG, "acme")] != before[(CATALOG, "acme")]
     assert {k: v for k, v in after.items() if k != (CATALOG, "acme")} == \
            {k: v for k, v in before.items() if k != (CATALOG, "acme")}
-    assert (tmp_path / "signals").stat().st_size == 2 * SLOTS * 8
-    # a folder removed and made again: the process maps the new file, not the old one
-    signals.changed(INDEX, "acme")
+    assert (tmp_path / "signals").stat().st_size == (1 + 2 * SLOTS) * 8
+
+
+def _look_now(signals) -> None:
+    signals._checked = float("-inf")           # (as CHECK_S later: the next read or write looks at the file)
+
+
+def test_a_change_set_in_a_removed_file_is_set_again_in_the_new_one(tmp_path, caplog):
+    """Two processes (two views of one folder): the file is removed; a process started since makes a new file
+    and reads from it, while the older one sets a change before it has looked (into the removed file). Once it
+    looks (at least every CHECK_S), it moves to the new file, sets its change again there, and distrusts the
+    numbers for DISTRUST_S (its reads differ each time: the slow path)."""
+    from service.signals import CATALOG, Signals
+    older = Signals(tmp_path)
+    older.changed(CATALOG, "acme")
     (tmp_path / "signals").unlink()
-    again = Signals.of(tmp_path)
-    assert again is not signals and again.read(INDEX, "acme") == 0
+    newer = Signals(tmp_path)
+    seen = newer.read(CATALOG, "acme")                      # a new file, made by the newer process
+    assert seen == newer.read(CATALOG, "acme")
+    older.changed(CATALOG, "acme")                          # (not looked yet: into the removed file)
+    assert newer.read(CATALOG, "acme") == seen
+    _look_now(older)
+    assert older.read(CATALOG, "acme") != older.read(CATALOG, "acme")    # distrusted for a while
+    assert newer.read(CATALOG, "acme") != seen                            # its change set again in the new file
+    assert "not the file this process read" in caplog.text
+
+
+@pytest.mark.parametrize("damage", ["truncate", "zero"])
+def test_a_truncated_or_zeroed_file_never_faults_and_is_filled_anew(tmp_path, damage):
+    """Read with pread, a short file answers fewer bytes (a mapping faulted: SIGBUS); the next look fills it anew
+    under a new identity, which every process then takes up (and distrusts for a while)."""
+    from service.signals import CATALOG, INDEX, SIZE, Signals
+    one, two = Signals(tmp_path), Signals(tmp_path)
+    one.changed(INDEX, "acme")
+    before = two.read(INDEX, "acme")
+    path = tmp_path / "signals"
+    if damage == "truncate":
+        os.truncate(path, 0)
+    else:
+        path.write_bytes(b"\0" * path.stat().st_size)      # (in place: the same file, all zeros)
+    values = {two.read(INDEX, "acme") for _ in range(3)}     # no fault; a number that says "changed"
+    assert before not in values
+    one.changed(CATALOG, "acme")                            # a write past the end never faults either
+    _look_now(one)
+    _look_now(two)
+    assert one.read(INDEX, "acme") != one.read(INDEX, "acme")             # both distrust it for a while
+    assert path.stat().st_size == SIZE and path.read_bytes()[:8] != b"\0" * 8
+
+
+def test_a_path_that_cannot_be_opened_leaves_searches_on_the_slow_path(tmp_path, caplog):
+    from service.signals import INDEX, Signals
+    (tmp_path / "signals").mkdir()                          # (a folder where the file should be)
+    signals = Signals(tmp_path)
+    assert signals.read(INDEX, "acme") != signals.read(INDEX, "acme")
+    signals.changed(INDEX, "acme")                          # nothing to write to, no error
+    assert "cannot use" in caplog.text and caplog.text.count("cannot use") == 1
+    (tmp_path / "signals").rmdir()
+    _look_now(signals)
+    signals.read(INDEX, "acme")
+    assert (tmp_path / "signals").is_file()                 # usable again at the next look
 
 
 @pytest.mark.sqlite_only
@@ -94,3 +151,62 @@ def test_a_delete_leaves_every_workers_searches_at_once(live_server_factory):
     assert requests.delete(f"{url}/mcp/units/{cid}", timeout=10).status_code == 200
     for _ in range(20):
         assert requests.post(f"{url}/mcp/search", json={"query": "skua"}, timeout=10).json()["results"] == []
+
+
+# --- issue 50, M1: the change-numbers file damaged while serving ------------------------------------------
+def _zero(path):
+    with open(path, "r+b") as fh:                           # in place: the same file, all zeros
+        fh.write(b"\0" * os.fstat(fh.fileno()).st_size)
+
+
+def _replace(path):
+    path.with_name("signals.new").write_bytes(os.urandom(path.stat().st_size))
+    os.replace(path.with_name("signals.new"), path)
+
+
+DAMAGE = {"delete": lambda p: p.unlink(), "truncate": lambda p: os.truncate(p, 0), "replace": _replace,
+          "zero": _zero, "unopenable": lambda p: (p.unlink(), p.mkdir())}
+
+
+def _heron_cids(url: str) -> tuple[set, int]:
+    rv = requests.post(f"{url}/mcp/search", json={"query": "heron", "top_k": 50}, timeout=30)
+    assert rv.status_code == 200, rv.text
+    return {r["cid"] for r in rv.json()["results"]}, rv.json()["freshness"]["index_pending"]
+
+
+def _every_search_finds(url: str, expected: set, timeout: float = 20) -> None:
+    """Searches over new connections (both workers answer some) find ``expected``, soon and from then on."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found, pending = _heron_cids(url)
+        if found == expected and not pending:
+            break
+        time.sleep(0.2)
+    assert [_heron_cids(url)[0] == expected for _ in range(30)] == [True] * 30
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_the_change_numbers_file_damaged_while_serving(live_server_factory, damage):
+    """data/signals removed, truncated, replaced, zeroed or made unopenable while two workers serve, then one
+    worker replaced (SIGTERM): 3 units forgotten and 3 pushed are seen by every search within seconds, with no
+    5xx (before: the surviving worker kept the old file for ever and answered with forgotten units; a truncated
+    file killed every process with SIGBUS; an unopenable one made searches, pushes and /readyz answer 500)."""
+    server = live_server_factory(workers=2)
+    url = server.url
+    push = lambda text: requests.post(f"{url}/mcp/push", json=make_unit(text), timeout=30).json()["cid"]  # noqa: E731
+    cids = [push(f"a heron by the weir {i}") for i in range(6)]
+    _every_search_finds(url, set(cids), timeout=60)
+    DAMAGE[damage](server.data_dir / "signals")
+    before = worker_pids(server.proc.pid)
+    os.kill(before[0], signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while (before[0] in worker_pids(server.proc.pid) or len(worker_pids(server.proc.pid)) < 2) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert before[0] not in worker_pids(server.proc.pid)
+    for cid in cids[:3]:
+        assert requests.delete(f"{url}/mcp/units/{cid}", timeout=30).status_code == 200
+    fresh = [push(f"a heron on the bank {i}") for i in range(3)]
+    _every_search_finds(url, set(cids[3:] + fresh))
+    assert requests.get(f"{url}/readyz", timeout=30).status_code == 200
+    assert set(worker_pids(server.proc.pid)) & set(before) == {before[1]}     # (no worker died on its own)
