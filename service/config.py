@@ -110,6 +110,10 @@ class Config:
     replica_max_lag_ms: int = 5000
     store_wait_s: float = 0.0         # at start, wait this long for a PostgreSQL primary that does not answer yet
     pg_pool_size: int = 10            # connections per process and server (primary, standby)
+    # Every PostgreSQL connection (primary, search and standby pools) waits at most this for a table lock, and
+    # runs one statement at most this long (0: no bound), then 503 storage_unavailable (issue 50, M2).
+    pg_lock_timeout_ms: int = 2000
+    pg_statement_timeout_ms: int = 30_000
     pg_index_batch: int = 2048        # queued units one PostgreSQL indexer transaction takes at most
     # Storage.
     busy_timeout_ms: int = 10_000

@@ -16,7 +16,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...config import redact
 from ...errors import ApiError, StorageUnavailable
-from .queries import sql
+from .queries import bounded, sql
 from .rows import content_rows
 from .standby import Standby
 
@@ -28,16 +28,20 @@ CATCH_UP_WAIT_MS = 50      # how long a read-index pass waits for the standby to
 # No JIT: a generic plan's estimate grows with the tables (at 1M units node_tail's passed jit_above_cost,
 # and compiling it took 175 ms of every default search, whose execution takes 0.2 ms).
 GENERIC_PLANS = {"prepare_threshold": 0}
-# A default search's reads wait for a table lock (DDL on units) at most this, then 503 storage_unavailable
-# (its one statement ran with no timeout: behind an ACCESS EXCLUSIVE lock on units it waited as long as the
-# lock was held, holding the request's thread).
-SEARCH_LOCK_WAIT = "1s"
+# A default search's reads wait for a table lock (DDL on units) at most this, or less when
+# CONTEXT_PG_LOCK_TIMEOUT_MS is lower, then 503 storage_unavailable (its one statement ran with no timeout:
+# behind an ACCESS EXCLUSIVE lock on units it waited as long as the lock was held, holding the request's thread).
+SEARCH_LOCK_WAIT_MS = 1000
 
 
-def generic_plans(conn) -> None:
-    conn.execute("SET plan_cache_mode = force_generic_plan")
-    conn.execute("SET jit = off")
-    conn.execute(f"SET lock_timeout = '{SEARCH_LOCK_WAIT}'")
+def generic_plans(lock_ms: int, statement_ms: int):
+    bound = bounded(min(lock_ms, SEARCH_LOCK_WAIT_MS) if lock_ms else SEARCH_LOCK_WAIT_MS, statement_ms)
+
+    def configure(conn) -> None:
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute("SET jit = off")
+        bound(conn)
+    return configure
 
 
 PRIMARY_RETRY_S = 1.0      # after a failure, how long requests fail at once before one tries the primary again
@@ -75,10 +79,13 @@ class Db:
         # stopped drawing them in the workers.)
         self.primary = ConnectionPool(config.store, min_size=1, max_size=max(2, config.pg_pool_size),
                                       kwargs=kwargs, open=False, timeout=5.0, reconnect_timeout=3600,
-                                      check=ConnectionPool.check_connection, name="primary")
+                                      check=ConnectionPool.check_connection, name="primary",
+                                      configure=bounded(config.pg_lock_timeout_ms, config.pg_statement_timeout_ms))
         self.primary.open(wait=True, timeout=15)
         self.search_pool = ConnectionPool(config.store, min_size=1, max_size=max(2, config.pg_pool_size),
-                                          kwargs={**kwargs, **GENERIC_PLANS}, configure=generic_plans,
+                                          kwargs={**kwargs, **GENERIC_PLANS}, 
+                                          configure=generic_plans(config.pg_lock_timeout_ms,
+                                                                  config.pg_statement_timeout_ms),
                                           open=False, timeout=5.0, reconnect_timeout=3600, name="search")
         self.search_pool.open(wait=True, timeout=15)
         self.standby = Standby(config.store_replica, config) if config.store_replica else None

@@ -22,6 +22,18 @@ def lock_wait(conn, ms: float) -> None:
     conn.execute(sql("lock_timeout"), {"ms": str(max(1, int(ms)))})
 
 
+def bounded(lock_ms: int, statement_ms: int):
+    """A pool's ``configure``: every connection waits at most ``lock_ms`` for a lock and runs a statement at most
+    ``statement_ms`` (0: no bound), then LockNotAvailable / QueryCanceled, a 503 for the request alone
+    (issue 50, M2: writes and unit reads waited for a LOCK TABLE on units, catalog or tools as long as it was
+    held, each holding its thread: 24 pushes held every thread and /healthz took 28.7 s). A transaction that
+    must wait longer (the schema's upgrade at start, the janitor's drop) sets its own with SET LOCAL."""
+    def configure(conn) -> None:
+        conn.execute(f"SET lock_timeout = {int(lock_ms)}")
+        conn.execute(f"SET statement_timeout = {int(statement_ms)}")
+    return configure
+
+
 def schema() -> str:
     return sql_file("postgresql/schema.sql")
 

@@ -15,7 +15,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...config import redact
-from .queries import sql
+from .queries import bounded, sql
 from .rows import content_rows
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,8 @@ class Standby:
         self.pool = ConnectionPool(url, min_size=1, max_size=max(2, config.pg_pool_size), open=False,
                                    kwargs={"autocommit": True, "row_factory": content_rows, "connect_timeout": 2},
                                    timeout=2.0, reconnect_timeout=3600, name="standby",
-                                   check=ConnectionPool.check_connection)   # as the primary's (store.py)
+                                   check=ConnectionPool.check_connection,   # as the primary's (store.py)
+                                   configure=bounded(config.pg_lock_timeout_ms, config.pg_statement_timeout_ms))
         self.pool.open(wait=False)
         self._lock = threading.Lock()
         self._probed = 0.0

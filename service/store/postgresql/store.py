@@ -70,6 +70,8 @@ class Store(StoreApi):
         lock, since every node starts with this): a database made before version 4 gets its units' keys
         (backfill_keys), one made before threads (5) its units' threads (threads.migrate), in the same
         transaction. With CONTEXT_THREAD_GAP_S, the index time adjacency reads."""
+        for bound in ("lock_timeout", "statement_timeout"):      # (an upgrade may wait on another node's, and
+            conn.execute(sql(bound), {"ms": "0"})                # take minutes: not a request's bounds)
         present = conn.execute(sql("schema_present")).fetchone()["ok"]
         if not (present and conn.execute(sql("schema_version")).fetchone()["version"] >= SCHEMA_VERSION):
             conn.execute(sql("advisory_lock"), {"key": SCHEMA_LOCK})
