@@ -159,6 +159,10 @@ class Config:
     min_receive_rate: int = 16_384
     min_send_rate: int = 16_384
     write_deadline_s: float = 600.0
+    # What one worker's poller keeps (spooled) for its slow readers, in all and per API key (issue 50, M3); a response
+    # past either is written by its thread at the reader's pace (0: no cap).
+    slow_reader_bytes: int = 128 << 20
+    slow_reader_key_bytes: int = 32 << 20
     access_log: bool = True           # one stderr line per request: tenant, method, route, status, ms
     background: bool = True          # start indexer/janitor threads (tests may turn off)
     # Under gunicorn: indexing, read-index writes and the janitor run in one maintainer process beside

@@ -6,6 +6,7 @@ rather than handing a slow reader another thread. The load itself (16 slow reade
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 
@@ -117,3 +118,60 @@ def test_a_key_and_a_tenant_write_at_most_their_share_of_large_answers(server):
         time.sleep(0.5)
     assert rv.status_code == 200 and len(rv.text.splitlines()) == 13
     assert all(json.loads(line)["content"].startswith("alpha") for line in rv.text.splitlines())
+
+
+def kept_on_disk(server) -> int:
+    """Bytes of the unlinked temporary files the server's workers hold open (what they keep for slow readers; made
+    with O_TMPFILE, such a file has no name of its own)."""
+    from workers import worker_pids
+    total = 0
+    for pid in worker_pids(server.proc.pid):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").endswith(" (deleted)"):
+                    total += os.stat(f"/proc/{pid}/fd/{fd}").st_size
+            except OSError:
+                pass                                            # (closed meanwhile)
+    return total
+
+
+@pytest.mark.sqlite_only
+def test_a_key_keeps_at_most_its_cap_for_slow_readers(tmp_path):
+    """Issue 50, M3: each answer under 8 MiB a slow reader does not take was kept by the worker's poller, without a
+    cap (64 sockets of one key held 468 MB of temporary files). Now a worker keeps at most
+    CONTEXT_SLOW_READER_KEY_BYTES per key (and CONTEXT_SLOW_READER_BYTES in all); past it the thread writes the
+    answer at the reader's pace, and every answer still arrives whole."""
+    cap = 2 * MB
+    s = LiveServer(tmp_path / "data", workers=1, keys=KEYS,
+                   env={"CONTEXT_SLOW_READER_KEY_BYTES": str(cap), "CONTEXT_RATE_LIMIT": "off",
+                        "CONTEXT_SLOW_CLIENT_GRACE_S": "60", "CONTEXT_THREADS": "16"}).start()
+    readers = []
+    try:
+        rv = requests.post(s.url + "/mcp/push", json=big_units(1, "alpha"), headers=s.headers(A_KEY), timeout=60)
+        assert rv.json()["results"][0]["status"] == "ok", rv.text[:300]
+        whole = requests.get(s.url + "/mcp/export", headers=s.headers(A_KEY), timeout=60).content
+        assert len(whole) > 900_000
+        readers = [slow_reader(s, "/mcp/export", A_KEY) for _ in range(10)]   # ~10 MB not read
+        deadline, kept = time.monotonic() + 20, 0
+        while time.monotonic() < deadline:                      # (until the kept ones are all written out)
+            time.sleep(0.5)
+            kept = max(kept, kept_on_disk(s))
+            if kept >= cap:
+                break
+        time.sleep(1.0)
+        kept = max(kept, kept_on_disk(s))
+        assert 0 < kept <= cap, kept                            # before: about 10 x (1 MB - 256 KiB in memory)
+        assert requests.get(s.url + "/healthz", timeout=5).status_code == 200
+        for sock in readers:                                    # every answer arrives whole
+            sock.settimeout(60)
+            data = b""
+            while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < len(whole):
+                piece = sock.recv(1 << 16)
+                assert piece, data[:200]
+                data += piece
+            head, body = data.split(b"\r\n\r\n", 1)
+            assert head.startswith(b"HTTP/1.1 200") and body[:len(whole)] == whole
+    finally:
+        for sock in readers:
+            sock.close()
+        s.stop()

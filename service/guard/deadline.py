@@ -18,6 +18,7 @@ import select
 import socket
 import struct
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, replace
 
@@ -54,6 +55,8 @@ class Bounds:
     min_send_rate: int
     write_deadline_s: float
     max_body_bytes: int             # the body cap where the app's own limits are unknown
+    kept_bytes: int = 0             # what a worker keeps for its slow readers, in all and per key (0: no cap)
+    kept_key_bytes: int = 0
 
     @classmethod
     def from_config(cls, config=None, **overrides) -> "Bounds":
@@ -62,7 +65,71 @@ class Bounds:
             config = Config()
         return replace(cls(config.read_timeout_s, config.request_deadline_s, config.slow_client_grace_s,
                            config.min_receive_rate, config.min_send_rate, config.write_deadline_s,
-                           config.max_body_bytes), **overrides)
+                           config.max_body_bytes, config.slow_reader_bytes, config.slow_reader_key_bytes),
+                       **overrides)
+
+
+class KeptBytes:
+    """What one worker keeps for its slow readers (the rest of responses its poller writes), in all and per API
+    key (issue 50, M3: 64 sockets of one key reading 7.5 MB pages at 17 KB/s held 468 MB of temporary files, and
+    gunicorn lets a worker hold 1,000 connections). A response that would pass a cap is not kept: its thread
+    writes it at the reader's pace, as one over 8 MiB, within the key's share of the worker's threads."""
+
+    def __init__(self):
+        self.total = 0
+        self.by_key: dict = {}
+        self._lock = threading.Lock()
+
+    def take(self, bounds: Bounds, key, n: int) -> bool:
+        with self._lock:
+            mine = self.by_key.get(key, 0)
+            if (bounds.kept_bytes and self.total + n > bounds.kept_bytes) or \
+                    (bounds.kept_key_bytes and key is not None and mine + n > bounds.kept_key_bytes):
+                return False
+            self.total += n
+            self.by_key[key] = mine + n
+            return True
+
+    def give(self, key, n: int) -> None:
+        with self._lock:
+            self.total -= n
+            left = self.by_key.get(key, 0) - n
+            if left > 0:
+                self.by_key[key] = left
+            else:
+                self.by_key.pop(key, None)
+
+
+KEPT = KeptBytes()          # (per process: each worker's own, counted from its fork)
+
+
+class Kept:
+    """The kept rest of one response: in memory up to PREBUFFER_BYTES, then an unlinked temporary file; its
+    bytes count in KEPT until it is closed."""
+
+    def __init__(self, bounds: Bounds, key):
+        self.bounds, self.key, self.size = bounds, key, 0
+        self.file = tempfile.SpooledTemporaryFile(max_size=PREBUFFER_BYTES, prefix="context-mode-response-")
+
+    def keep(self, view) -> bool:
+        """Keep ``view`` if the caps allow it (else keep nothing of it)."""
+        if not KEPT.take(self.bounds, self.key, len(view)):
+            return False
+        self.file.write(view)
+        self.size += len(view)
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        return self.file.read(n)
+
+    def seek(self, offset: int) -> None:
+        self.file.seek(offset)
+
+    def close(self) -> None:
+        if self.size:
+            KEPT.give(self.key, self.size)
+            self.size = 0
+        self.file.close()
 
 
 class Pace:
@@ -106,6 +173,7 @@ class DeadlineSocket:
         self.out = None                        # the response kept for a client slower than the server
         self.out_size = 0
         self.refusal = None                    # the answer the admission gave instead of serving (the app raises it)
+        self.owner = None                      # the API key of the request served (what is kept for it counts there)
 
     def __getattr__(self, name):
         return getattr(self._sock, name)
@@ -209,9 +277,8 @@ class DeadlineSocket:
         self._start_writing()
         view = memoryview(data).cast("B")
         if self.out is not None:
-            if self.out_size + len(view) <= RESPONSE_SPOOL_BYTES:
-                self.out.write(view)                 # the poller writes it out once the response is whole
-                self.out_size += len(view)
+            if self.out_size + len(view) <= RESPONSE_SPOOL_BYTES and self.out.keep(view):
+                self.out_size += len(view)           # the poller writes it out once the response is whole
                 return None
             kept = self.take_out()                   # too large to keep: this thread writes it all, paced
             while piece := kept.read(262144):
@@ -229,11 +296,14 @@ class DeadlineSocket:
                     started = time.monotonic()
                     select.select([], [self._sock], [], SPOOL_AFTER_S / 5)
                     waited += time.monotonic() - started
-            if view:                                   # the client is slower than the server: keep the rest
-                self.out = tempfile.SpooledTemporaryFile(max_size=PREBUFFER_BYTES, prefix="context-mode-response-")
-                self.out.write(view)
-                self.out_size = len(view)
-            return None
+            if not view:
+                return None
+            kept = Kept(self._bounds, self.owner)     # the client is slower than the server: keep the rest
+            if kept.keep(view):
+                self.out, self.out_size = kept, len(view)
+                return None
+            kept.close()                               # past what the worker keeps: this thread writes it, paced
+            self.out_size = -1
         self._send_paced(view)
         return None
 

@@ -41,6 +41,7 @@ def admit(door, conn) -> Park | None:
         head = arrival.head
         conn.waiting = (admission.caller(head.authorization), admission.searches(head.method, head.path), now)
     caller, searches, since = conn.waiting
+    conn.sock.owner = None if caller is None or admission.keys.open else caller.key_id
     kind, value = admission.admit(caller, searches, since, now)
     if kind == "wait":
         return Park(value)
