@@ -15,6 +15,7 @@ References are JSON pointers (``#``, ``#/$defs/a``) or anchors (``#name``, from 
 from __future__ import annotations
 
 from collections.abc import Callable
+from urllib.parse import unquote
 
 MAX_REF_EXPANSION = 10_000     # schema nodes a client that inlines every $ref would build
 REF_KEYWORDS = ("$ref", "$dynamicRef")
@@ -26,6 +27,10 @@ DEEPER_ONE = ("items", "contains", "additionalProperties", "propertyNames", "une
               "unevaluatedProperties")
 DEEPER_MANY = ("prefixItems",)
 DEEPER_NAMED = ("properties", "patternProperties")
+# Keywords whose values are instance data, not schemas: a {"$ref": ...} there is a literal (issue 50, L3).
+LITERALS = ("const", "enum", "examples", "default")
+# Keywords whose values map names to schemas: a property named "enum" is a schema, not a literal.
+NAMED_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
 def check_refs(schema: dict, bad: Callable[[str], Exception]) -> None:
@@ -35,6 +40,21 @@ def check_refs(schema: dict, bad: Callable[[str], Exception]) -> None:
     resolve = _resolver(schema, bad)
     _no_cycle_in_place(schema, resolve, bad)
     _expansion(schema, resolve, bad)
+
+
+def _parts(n) -> list:
+    """What a schema object (or a list of schemas) holds that may be or hold schemas: literals left out."""
+    if isinstance(n, list):
+        return list(n)
+    out: list = []
+    for k, v in n.items():
+        if k in LITERALS:
+            continue
+        if k in NAMED_MAPS and isinstance(v, dict):
+            out.extend(v.values())
+        else:
+            out.append(v)
+    return out
 
 
 def _local_refs_only(schema, bad) -> None:
@@ -47,9 +67,8 @@ def _local_refs_only(schema, bad) -> None:
                 if v is not None and (not isinstance(v, str) or not v.startswith("#")):
                     raise bad(f"{kw} {str(v)[:64]!r} points outside the schema; only local '#/...' pointers "
                               "and '#anchor' names are accepted.")
-            stack.extend(n.values())
-        elif isinstance(n, list):
-            stack.extend(n)
+        if isinstance(n, (dict, list)):
+            stack.extend(_parts(n))
 
 
 def _resolver(schema: dict, bad) -> Callable[[str], object]:
@@ -61,9 +80,8 @@ def _resolver(schema: dict, bad) -> Callable[[str], object]:
             for kw in ("$anchor", "$dynamicAnchor"):
                 if isinstance(n.get(kw), str):
                     anchors.setdefault(n[kw], n)
-            stack.extend(n.values())
-        elif isinstance(n, list):
-            stack.extend(n)
+        if isinstance(n, (dict, list)):
+            stack.extend(_parts(n))
 
     def resolve(ref: str):
         if ref != "#" and not ref.startswith("#/"):
@@ -72,7 +90,7 @@ def _resolver(schema: dict, bad) -> Callable[[str], object]:
             return anchors[ref[1:]]
         node = schema
         for part in ref[2:].split("/") if ref.startswith("#/") else []:
-            part = part.replace("~1", "/").replace("~0", "~")
+            part = unquote(part).replace("~1", "/").replace("~0", "~")     # (a URI fragment: %-escapes first)
             if isinstance(node, dict) and part in node:
                 node = node[part]
             elif isinstance(node, list) and part.isascii() and part.isdigit() and int(part) < len(node):
@@ -101,9 +119,8 @@ def _no_cycle_in_place(schema: dict, resolve, bad) -> None:
         n = stack.pop()
         if isinstance(n, dict):
             every.append(n)
-            stack.extend(n.values())
-        elif isinstance(n, list):
-            stack.extend(n)
+        if isinstance(n, (dict, list)):
+            stack.extend(_parts(n))
     for start in every:
         if id(start) in state:
             continue
@@ -145,7 +162,7 @@ def _expansion(schema: dict, resolve, bad) -> None:
             return 1                     # recursion (in-place loops were refused above): inlined once
         resolving.add(key)
         total = 1
-        for child in node.values() if isinstance(node, dict) else node:
+        for child in _parts(node):
             total += size(child)
         if isinstance(node, dict):
             for kw in REF_KEYWORDS:

@@ -148,6 +148,41 @@ def test_recursive_schemas_and_anchor_refs_are_accepted(server, name, input_sche
     assert rv.json()["input_schema"] == input_schema
 
 
+# Issue 50, L3: literal {"$ref": ...} values and %-escaped pointers, both valid JSON Schema, were refused (400).
+LITERAL_REFS = [
+    ("enum_literal", {"type": "object", "properties": {"p": {"enum": [{"$ref": "#/nowhere"}, "x"]}}},
+     {"p": {"$ref": "#/nowhere"}}, {"p": "y"}),
+    ("const_literal", {"type": "object", "properties": {"p": {"const": {"$ref": "https://example.com/x"}}}},
+     {"p": {"$ref": "https://example.com/x"}}, {"p": 1}),
+    ("examples_literal", {"type": "object", "properties": {"p": {"type": "object", "examples": [{"$id": "x"}]}}},
+     {"p": {}}, {"p": 1}),
+    ("escaped_pointer", {"type": "object", "$defs": {"a b": {"type": "integer"}, "c%d": {"type": "string"}},
+                         "properties": {"n": {"$ref": "#/$defs/a%20b"}, "s": {"$ref": "#/$defs/c%25d"}}},
+     {"n": 1, "s": "x"}, {"n": "one"}),
+    ("property_named_enum", {"type": "object", "properties": {"enum": {"$ref": "#/$defs/i"}},
+                             "$defs": {"i": {"type": "integer"}}}, {"enum": 1}, {"enum": "x"}),
+]
+
+
+@pytest.mark.parametrize("name,input_schema,good,bad", LITERAL_REFS, ids=[r[0] for r in LITERAL_REFS])
+def test_literal_refs_and_escaped_pointers_are_accepted(server, name, input_schema, good, bad):
+    from jsonschema import Draft202012Validator
+    validator = Draft202012Validator(input_schema)         # jsonschema accepts and applies each
+    assert validator.is_valid(good) and not validator.is_valid(bad)
+    body = tool(name=f"literal_{name}", input_schema=input_schema)
+    rv = requests.post(server.url + "/mcp/tools", json=body, headers=server.headers(ADMIN), timeout=10)
+    assert rv.status_code == 200, (name, rv.text)
+    rv = requests.get(f"{server.url}/mcp/tools/literal_{name}", headers=server.headers(READER), timeout=10)
+    assert rv.json()["input_schema"] == input_schema
+
+
+def test_an_escaped_pointer_to_nothing_is_still_refused(server):
+    body = tool(name="escaped_nowhere", input_schema={"type": "object", "$defs": {"a b": {"type": "integer"}},
+                                                      "properties": {"n": {"$ref": "#/$defs/a%20c"}}})
+    rv = requests.post(server.url + "/mcp/tools", json=body, headers=server.headers(ADMIN), timeout=10)
+    assert rv.status_code == 400 and rv.json()["code"] and "points at nothing" in rv.json()["error"], rv.text
+
+
 @pytest.mark.parametrize("name", ["self_ref_in_place", "not_self", "anchor_loop"])
 def test_the_loops_refused_are_the_ones_a_validator_cannot_finish(name):
     from jsonschema import Draft202012Validator
