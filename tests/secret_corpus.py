@@ -161,6 +161,12 @@ _SHAPES = [
     ("docker-login", "docker login -u bot --password {}", "dckr_pat_" + r(URLSAFE, 27)),
     ("api-key-option", "deploy --api-key {} --env prod", "live_" + r(HEX, 16)),
     ("sshpass", "sshpass -p {} ssh deploy@host", "sshPass!77"),
+    # issue 50, L4: shapes the detector missed
+    ("sshpass-quoted", "sshpass -p '{}' ssh deploy@host", "sshPass!78"),
+    ("sshpass-double-quoted", 'sshpass -p "{}" scp a deploy@host:', "sshPass!79"),
+    ("doppler-service-token", "DOPPLER_TOKEN {}", "dp.st." + r(ALNUM, 43)),
+    ("doppler-service-token-config", "doppler run --token {}", "dp.st.prd." + r(ALNUM, 43)),
+    ("github-pat-after-dash", "session sess-x-{} resumed", "ghp_" + r(ALNUM, 36)),
     ("redis-cli", "redis-cli -h cache -a {} PING", "r3dis-Auth"),
     ("url-postgres", "DATABASE_URL=postgres://orders:{}@db.internal:5432/orders", "Tr0ub4dor&3"),
     ("url-redis-no-user", "redis://:{}@cache:6379/0", "r3d1s-p4ss-w0rd"),
@@ -181,7 +187,7 @@ SECRETS = [(shape, text.format(secret), secret) for shape, text, secret in _SHAP
 
 # Metadata keys that name a secret, whatever their value looks like.
 SECRET_KEYS = ["PRIVATE-TOKEN", "passphrase", "auth", "password", "X-Api-Key", "client_secret", "DB_PASS",
-               "aws_secret_access_key", "Authorization", "refresh_token"]
+               "aws_secret_access_key", "Authorization", "refresh_token", "pass"]
 
 _PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk" + r(B64, 600) + "=="
 _JPEG = "data:image/jpeg;base64,/9j/4AAQSkZJRgABAQEASABIAAD" + r(B64, 800)

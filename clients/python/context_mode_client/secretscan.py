@@ -51,7 +51,7 @@ SECRET_ENDINGS = ("password", "passwd", "passphrase", "secret", "token", "apikey
 # Not secrets although they end like one: the shell's working directories.
 NOT_SECRET_NAMES = frozenset({"pwd", "oldpwd"})
 # Names that hold a secret as a metadata or JSON key, but are ordinary words in prose.
-LOOSE_NAMES = frozenset({"auth", "sig", "signature"})
+LOOSE_NAMES = frozenset({"auth", "sig", "signature", "pass"})
 # URL parameters that carry credentials (?sig= of Azure SAS, ?key= of Google APIs, ?code= of Azure Functions).
 SECRET_PARAMS = frozenset({
     "sig", "signature", "key", "code", "token", "auth", "apikey", "api_key", "access_token", "refresh_token",
@@ -206,7 +206,8 @@ RULES: Tuple[Rule, ...] = (
     token("scalingo-api-token", "tk-us-", r"[\w-]{48}"),
     token("openshift-user-token", "sha256~", r"[\w-]{43}"),
     # source hosting, registries, developer services
-    token("github-pat", "gh[pousr]_", "[A-Za-z0-9]{30,}", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+    # (after a "-" too: an id that ends in a token, sess-x-ghp_..., issue 50 L4)
+    token("github-pat", "gh[pousr]_", "[A-Za-z0-9]{30,}", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), boundary=_T),
     token("github-fine-grained-pat", "github_pat_", r"\w{22,}"),
     token("gitlab-pat", "glpat-", r"[\w.-]{20,}"),
     token("gitlab-ptt", "glptt-", "[0-9a-f]{40}"),
@@ -237,6 +238,8 @@ RULES: Tuple[Rule, ...] = (
          left=("[A-Za-z0-9]{14}", 14)),
     token("harness-api-key", r"(?:pat|sat)\.", r"[\w-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}", ("pat.", "sat.")),
     token("doppler-api-token", r"dp\.pt\.", "[A-Za-z0-9]{43}"),
+    # a service token (issue 50, L4), with its config's name before the secret when it has one
+    token("doppler-service-token", r"dp\.st\.", r"(?:[a-z0-9_-]{1,64}\.)?[A-Za-z0-9]{40,}"),
     token("dynatrace-api-token", r"dt0c01\.", r"[A-Za-z0-9]{24}\.[A-Za-z0-9]{64}"),
     token("grafana-cloud-api-token", "glc_", "[A-Za-z0-9+/]{32,}={0,2}"),
     token("grafana-service-account-token", "glsa_", "[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}"),
@@ -448,7 +451,7 @@ LINE_RULES = (
     (r"(?:mysql|mysqldump|mysqladmin|mariadb)(?![a-z])", r"[ \t]-p(?P<s>[^\s\"']{1,256})", "mysql_password"),
     (r"(?:curl|wget)(?![a-z])",
      r"[ \t](?:-u|--user|--proxy-user)(?:=|[ \t]{1,8})[\"']?[^\s:\"']{0,256}:(?P<s>[^\s\"']{1,256})", "curl-auth-user"),
-    (r"sshpass(?![a-z])", r"[ \t]-p[ \t]*(?P<s>[^\s\"']{1,256})", "sshpass_password"),
+    (r"sshpass(?![a-z])", r"[ \t]-p[ \t]*[\"']?(?P<s>[^\s\"']{1,256})", "sshpass_password"),   # (quoted: issue 50)
     (r"redis-cli(?![a-z])", r"[ \t]-a[ \t]*(?P<s>[^\s\"']{1,256})", "redis_password"),
     (r"(?:machine|login)[ \t]", r"(?<![A-Za-z])[Pp]assword[ \t]+(?P<s>\S{1,256})", "netrc_password"),
 )
