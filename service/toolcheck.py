@@ -276,6 +276,7 @@ def validate_tool(raw, config, *, name: str | None = None) -> Tool:
     if not is_tool_name(given):
         raise BadRequest("Field 'name' must be 1-128 letters, digits, '_', '-' or '.', starting with a letter or "
                          "digit.", code="invalid_name", field="name")
+    _scan(given, "name", keys=False)         # (a name is shown to every reader, as a tag is: no token in it, issue 50 I2)
     title = _string(raw, "title", MAX_TITLE)
     if title is not None:
         _scan(title, "title", keys=False)

@@ -213,3 +213,17 @@ def test_a_large_schema_without_references_is_no_bomb(server):
     rv = requests.post(server.url + "/mcp/tools", json=tool(name="wide_schema", input_schema=big),
                        headers=server.headers(ADMIN), timeout=30)
     assert rv.status_code == 200, rv.text[:300]
+
+
+def test_a_tool_name_shaped_like_a_token_is_refused(server):
+    """Issue 50, I2: a tool name is read by every key of the tenant, so it is scanned for credentials as a tool's
+    other strings are (a name of GitHub-token shape was accepted)."""
+    from secret_corpus import ALNUM, r
+    name = "ghp_" + r(ALNUM, 36)
+    rv = requests.post(server.url + "/mcp/tools", json=tool(name=name), headers=server.headers(ADMIN), timeout=10)
+    assert rv.status_code == 422 and rv.json()["code"] == "credential_not_allowed", rv.text
+    assert rv.json()["field"] == "name"
+    assert requests.get(f"{server.url}/mcp/tools/{name}", headers=server.headers(READER), timeout=10).status_code == 404
+    rv = requests.post(server.url + "/mcp/tools", json=tool(name="ghp_lookup"), headers=server.headers(ADMIN),
+                       timeout=10)
+    assert rv.status_code == 200, rv.text
