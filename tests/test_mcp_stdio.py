@@ -8,6 +8,7 @@ import re
 import subprocess
 
 import pytest
+import requests
 
 from conftest import ROOT
 from mcp_support import KEY, KEYS, MODERN, context_mode_bin, free_port_url, meta, start_server
@@ -109,6 +110,19 @@ def test_a_non_json_rpc_answer_becomes_a_json_rpc_error(server):
         assert reply["jsonrpc"] == "2.0" and set(reply) == {"jsonrpc", "id", "error"}
         assert reply["error"]["code"] == -32603
         assert "HTTP 404" in reply["error"]["message"] and "/nowhere/mcp" in reply["error"]["message"]
+
+
+@pytest.mark.parametrize("line", ["[1,2,3]", "42", "{}", "null", '"x"', "[]"])
+def test_what_is_no_request_gets_the_servers_error(server, line):
+    """Issue 50, I1: the bridge said nothing to these, where /mcp answers -32600; it now forwards that answer."""
+    direct = requests.post(server.mcp, data=line, timeout=20, headers={
+        "Authorization": f"Bearer {KEY}", "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"})
+    expected = direct.json()
+    assert (expected if isinstance(expected, list) else [expected])[0]["error"]["code"] == -32600, expected
+    proc = bridge(server.mcp, [line])
+    assert proc.returncode == 0, proc.stderr
+    assert replies(proc) == [expected]
 
 
 def test_shares_the_cli_variable_names(server):

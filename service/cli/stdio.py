@@ -156,7 +156,10 @@ class Bridge:
                 self.write(_error(rid, f"Cannot reach the MCP server at {self.url}: {type(e).__name__}"))
             return
         with rv:
-            if rv.status_code == 202 or not expects_reply:
+            if rv.status_code == 202:
+                return
+            if not expects_reply:
+                self._forward_unasked(rv)
                 return
             ctype = rv.headers.get("Content-Type", "").split(";")[0].strip().lower()
             if ctype == "text/event-stream":
@@ -180,6 +183,20 @@ class Bridge:
                 self.write(_error(rid, f"HTTP {rv.status_code} from the MCP server"))
                 return
             self._reply(reply, rid, msg, rv.status_code)
+
+    def _forward_unasked(self, rv) -> None:
+        """A message that asks no answer (a notification, or no request at all: ``[1,2,3]``, ``42``, ``{}``): the
+        server's JSON-RPC errors about it, when it gives them, reach the host as ``/mcp`` gives them (issue 50, I1:
+        the bridge said nothing where ``/mcp`` answers -32600)."""
+        if "json" not in rv.headers.get("Content-Type", ""):
+            return
+        try:
+            reply = rv.json()
+        except ValueError:
+            return
+        replies = reply if isinstance(reply, list) else [reply]
+        if replies and all(_is_jsonrpc(r) and "error" in r for r in replies):
+            self.write(reply)
 
     def _reply(self, reply, rid, msg, status: int = 200) -> None:
         if not _is_jsonrpc(reply):
