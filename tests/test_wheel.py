@@ -2,6 +2,7 @@
 with nothing else of the repository, start the real gunicorn with `context-mode run`, keep their data in the
 platform's data folder, and answer a push and a search; a clean stop leaves nothing running."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,8 +16,14 @@ from conftest import ROOT, VENV_BIN, free_port, wait_healthy
 
 def test_an_installed_wheel_runs_the_real_server(tmp_path):
     dist, venv, home = tmp_path / "dist", tmp_path / "venv", tmp_path / "home"
-    subprocess.run([str(VENV_BIN / "pip"), "wheel", "--quiet", "--no-deps", "-w", str(dist), str(ROOT),
-                    str(ROOT / "clients" / "python")], check=True, capture_output=True, timeout=600)
+    left = [ROOT / "build", ROOT / "clients" / "python" / "build"]          # setuptools builds in the tree
+    made = [d for d in left if not d.exists()]
+    try:
+        subprocess.run([str(VENV_BIN / "pip"), "wheel", "--quiet", "--no-deps", "-w", str(dist), str(ROOT),
+                        str(ROOT / "clients" / "python")], check=True, capture_output=True, timeout=600)
+    finally:
+        for d in made:
+            shutil.rmtree(d, ignore_errors=True)
     wheels = sorted(p.name for p in dist.glob("*.whl"))
     assert [w.split("-")[0] for w in wheels] == ["context_mode_client", "context_mode_service"]
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
