@@ -10,16 +10,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...ranking.bm25 import Bm25
-from ...ranking.rank import unit_candidate
 from ...ranking.scoring import Ranked
 from ...ranking.threads import Candidate
+from ..exact import ExactEngine
 from ...units import unit_dict
 from ..filters import passes
 from .queries import sql
 from .rows import units_at
 
 
-class Engine:
+class Engine(ExactEngine):
     """One search of a tenant's tables on one connection (``ranking.Engine``). ``hits(p, want)`` reads the best
     ``want`` (ShardHit, day) pairs: the caller's scoring, with its pruning and queued units."""
 
@@ -54,22 +54,5 @@ class Engine:
             else:                       # (still queued: its tokens made here)
                 tokens = self.tokenizer.tokens(row["content"])
                 ntok, tfs = len(tokens), [tokens.count(term) for term in self.terms]
-            r = Ranked(unit_dict(row), scoring.score(tfs, scoring.norm(ntok)) if ntok else 0.0, ntok, tfs,
-                       row["tpos"] or 0)
-            out.append(self.candidate(r, False))
+            out.append(self.neighbor(row, ntok, tfs, scoring))
         return out
-
-    @staticmethod
-    def exact(chosen: list[Candidate]) -> list[Ranked]:
-        return [c.ranked for c in chosen]
-
-    @staticmethod
-    def gone(cids: list[str]) -> set[str]:
-        return set()
-
-    @staticmethod
-    def bm25_best(k: int, leave, pool: list[Candidate]) -> list[Ranked]:
-        return [c.ranked for c in pool[:k]]
-
-    def candidate(self, r: Ranked, pooled: bool) -> Candidate:
-        return unit_candidate(r.fields(), r, r.score if pooled else 0.0)

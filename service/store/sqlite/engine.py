@@ -11,16 +11,16 @@ import json
 from dataclasses import replace
 
 from ...ranking.bm25 import Bm25
-from ...ranking.rank import unit_candidate
 from ...ranking.scoring import Ranked
 from ...ranking.tail import TailBudget, best
 from ...ranking.threads import Candidate
+from ..exact import ExactEngine
 from ...units import unit_dict
 from . import fts
 from .queries import fetch_all
 
 
-class Engine:
+class Engine(ExactEngine):
     """One search of a tenant's day files (``ranking.Engine``). ``per_day``: day -> (its Db, its statistics);
     ``live``: the query terms some indexed unit holds; ``unseen``: read-your-writes' report (None: none)."""
 
@@ -87,22 +87,5 @@ class Engine:
                     self.searcher.tokenizer.tokens(row["content"])
                 tfs = [tokens.count(term) for term in self.terms]
                 ntok = len(tokens)
-                r = Ranked(unit_dict(row), scoring.score(tfs, scoring.norm(ntok)) if ntok else 0.0, ntok, tfs,
-                           row["tpos"] or 0)
-                out.append(self.candidate(r, False))
+                out.append(self.neighbor(row, ntok, tfs, scoring))
         return out
-
-    @staticmethod
-    def exact(chosen: list[Candidate]) -> list[Ranked]:
-        return [c.ranked for c in chosen]
-
-    @staticmethod
-    def gone(cids: list[str]) -> set[str]:
-        return set()
-
-    @staticmethod
-    def bm25_best(k: int, leave, pool: list[Candidate]) -> list[Ranked]:
-        return [c.ranked for c in pool[:k]]
-
-    def candidate(self, r: Ranked, pooled: bool) -> Candidate:
-        return unit_candidate(r.fields(), r, r.score if pooled else 0.0)
