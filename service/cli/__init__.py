@@ -1,4 +1,4 @@
-"""`context-mode` command line: run (gunicorn), serve, doctor, keys; the stores' backup and restore, the MCP stdio bridge
+"""`context-mode` command line: run (gunicorn), serve, doctor, keys, install / uninstall <agent> (``install.py``); the stores' backup and restore, the MCP stdio bridge
 (``stdio.py``), and the client commands when the Python client is installed (``client.py``: push, search, import;
 ``manage.py``: list, stats, export, forget; their settings: ``env.py``)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import click
 
 from ..config import Config
 from ..store import register_cli
-from . import stdio
+from . import install, stdio
 
 
 @click.group()
@@ -221,6 +221,7 @@ def keys_revoke(key_id, path):
 # commands (push, search, import; list, stats, export, forget) when the Python client package is installed.
 register_cli(main)
 stdio.register_cli(main)
+install.register_cli(main)
 try:
     from . import client, manage
 except ModuleNotFoundError as e:
