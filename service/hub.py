@@ -29,7 +29,7 @@ import threading
 import time
 
 from .errors import ApiError
-from .limits import share
+from .limits import let_go, share
 from .live import FeedUnit, LimitReached
 from .params import parse_search
 from .uris import UNITS_PREFIX, search_uri
@@ -278,6 +278,7 @@ class Hub:
                     w = self.watches[lst.tenant] = Watch(lst.tenant, seq, n)
                 w.add(lst)
             self._start()
+            let_go()
             return w
         except BaseException:
             self.close(lst)

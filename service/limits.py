@@ -499,6 +499,24 @@ def _nothing() -> None:
     pass
 
 
+_serving = threading.local()
+
+
+def serving(release) -> None:
+    """What the request this thread serves gives back once its thread is done (the guard sets it; None after)."""
+    _serving.release = release
+
+
+def let_go() -> None:
+    """A request that has become a live stream gives back its share of the threads and of the search slots now:
+    its own stream slots bound it from here (the hub's, docs/design.md §7), and a held stream counted against
+    both would leave its tenant's next requests waiting, then refused as busy, for as long as the stream lasts."""
+    release = getattr(_serving, "release", None)
+    _serving.release = None
+    if release is not None:
+        release()
+
+
 class AnswerSlots(FairShares):
     """The threads of a worker that write large answers (over ``threshold`` bytes: exports, big searches,
     lineage, listing pages). A client may read an answer as slowly as the guard allows (service/guard/deadline.py:

@@ -34,6 +34,7 @@ import socket
 from concurrent import futures
 from functools import partial
 
+from ..limits import serving
 from .arrival import Door, buffer_request, hand_over
 from .deadline import Bounds, DeadlineSocket, Flush, reset
 from .parking import Park, Parking, admit
@@ -155,9 +156,11 @@ def _handle(self, conn):
         if park is not None:
             return park                              # the main thread keeps it: this thread is free
     release, conn.admitted = conn.admitted, None
+    serving(release)                                 # (a request that becomes a stream lets go early: limits.let_go)
     try:
         return _serve(self, conn)
     finally:
+        serving(None)
         release()
 
 
