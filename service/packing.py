@@ -39,23 +39,6 @@ def render_item(item: dict, max_chars: int, nonce: str) -> str:
     return f"<<<item {nonce} [{item['type']} {item['cid']}]>>>\n{text}\n<<<end {nonce}>>>"
 
 
-def with_neighbors(results: list[dict]) -> list[dict]:
-    """The hits in order, each between its neighbors in its thread (``neighbors``: before, after), every unit
-    once; a neighbor carries its hit's score and ``neighbor_of``."""
-    seen = {r["cid"] for r in results}
-    out = []
-    for r in results:
-        window = r.get("neighbors") or {}
-        around = []
-        for side in ("before", "after"):
-            for u in window.get(side, ()):
-                if u["cid"] not in seen:
-                    seen.add(u["cid"])
-                    around.append((side, {**u, "score": r["score"], "bm25_score": 0.0, "neighbor_of": r["cid"]}))
-        out += [u for side, u in around if side == "before"] + [r] + [u for side, u in around if side == "after"]
-    return out
-
-
 def unrepeated(results: list[dict]) -> list[dict]:
     """The results with each window holding only units that are not a result themselves nor in an earlier
     result's window: records and items that each carry their window show a unit once (Dify's top 3 showed one
@@ -70,6 +53,21 @@ def unrepeated(results: list[dict]) -> list[dict]:
             r = {**r, "neighbors": {**window, **kept}}
         out.append(r)
     return out
+
+
+def with_neighbors(results: list[dict]) -> list[dict]:
+    """The hits in order, each between its neighbors in its thread (``neighbors``: before, after), every unit
+    once (``unrepeated``); a neighbor carries its hit's score and ``neighbor_of``."""
+    out = []
+    for r in unrepeated(results):
+        window = r.get("neighbors") or {}
+        out += [_neighbor(u, r) for u in window.get("before", ())] + [r]
+        out += [_neighbor(u, r) for u in window.get("after", ())]
+    return out
+
+
+def _neighbor(u: dict, hit: dict) -> dict:
+    return {**u, "score": hit["score"], "bm25_score": 0.0, "neighbor_of": hit["cid"]}
 
 
 def window_text(r: dict) -> str:
