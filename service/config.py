@@ -228,6 +228,11 @@ class Config:
                              "requests need the others. Raise CONTEXT_THREADS to serve more streams.")
 
     @property
+    def keyless(self) -> bool:
+        """No API keys configured: every caller is the one 'default' tenant (auth.KeyRing.open, from the config)."""
+        return not (self.api_keys_file or self.api_keys)
+
+    @property
     def stream_cap(self) -> int:
         """Streams one worker holds open at most (each holds one of its threads)."""
         return self.threads // 2 if self.max_streams < 0 else self.max_streams

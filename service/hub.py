@@ -306,7 +306,7 @@ class Hub:
         default half the worker's stream slots, at least 1. With no API keys there is one tenant and no key to
         leave room for: it may hold every slot (a keyless local start serves several agent sessions; issue 51)."""
         cfg = self.config
-        if not (cfg.api_keys_file or cfg.api_keys):
+        if cfg.keyless:
             return cfg.stream_cap, cfg.stream_cap
         tenant = share(cfg.stream_share, cfg.stream_cap)
         key = share(cfg.stream_key_share, cfg.stream_cap) if cfg.stream_key_share >= 0 else tenant

@@ -27,7 +27,7 @@ def _streams_summary(config) -> str:
     cap = config.stream_cap
     line = (f"live streams: {cap} per worker x {config.workers} workers = {cap * config.workers} "
             f"(CONTEXT_MAX_STREAMS of CONTEXT_THREADS {config.threads})")
-    if not (config.api_keys_file or config.api_keys):
+    if config.keyless:
         return line + "; no keys: the one tenant may hold them all"
     return line + "; a tenant at most half a worker's unless CONTEXT_STREAM_SHARE says otherwise"
 
@@ -138,7 +138,7 @@ def doctor(quiet):
         click.echo(f"warn  group/other may read {', '.join(loose)}: chmod -R go-rwx {data}", err=True)
     elif not quiet:
         click.echo("ok    data files are private to this user (0600/0700)")
-    if not config.api_keys_file and not config.api_keys:
+    if config.keyless:
         if not quiet:
             click.echo("warn  no API keys configured: single 'default' tenant, no authentication")
     if not ok:
