@@ -35,11 +35,11 @@ class Agent:
     def settings(self, scope: str, project: Path) -> Path:
         return (project if scope == "project" else Path.home()) / self.folder / "settings.json"
 
-    def mcp_file(self, scope: str, project: Path) -> tuple[Path, list[str]]:
-        """Where the MCP entry goes and the key path of its servers in that file."""
+    def mcp_file(self, scope: str, project: Path) -> Path:
+        """The file whose ``mcpServers`` holds the MCP entry."""
         if self.name == "claude-code":
-            return (project / ".mcp.json" if scope == "project" else Path.home() / ".claude.json"), ["mcpServers"]
-        return self.settings(scope, project), ["mcpServers"]
+            return project / ".mcp.json" if scope == "project" else Path.home() / ".claude.json"
+        return self.settings(scope, project)
 
     def server(self, url: str) -> dict:
         auth = {"Authorization": "Bearer ${CONTEXT_API_KEY:-}"}
@@ -120,24 +120,29 @@ def read_json(path: Path) -> dict:
 
 
 def planned(agent: Agent, scope: str, project: Path, url: str, install: bool) -> dict[Path, dict]:
-    """Every file's new content (only those that change)."""
-    files: dict[Path, dict] = {}
+    """Every file's new content (only those that change; each file read once: Gemini CLI keeps both in one)."""
+    before: dict[Path, dict] = {}
+    after: dict[Path, dict] = {}
+
+    def current(path: Path) -> dict:
+        if path not in before:
+            before[path] = read_json(path)
+        return after.get(path, before[path])
+
     settings = agent.settings(scope, project)
-    data = files[settings] = read_json(settings)
+    data = current(settings)
     hooks = data.get("hooks") if isinstance(data.get("hooks"), dict) else {}
     hooks = with_ours(hooks, agent, hook_command(), url) if install else without_ours(hooks)
-    data = {k: v for k, v in data.items() if k != "hooks"} | ({"hooks": hooks} if hooks else {})
-    files[settings] = data
-    mcp_path, keys = agent.mcp_file(scope, project)
-    mcp = files.get(mcp_path) or read_json(mcp_path)
-    servers = dict(mcp.get(keys[0]) or {})
+    after[settings] = {k: v for k, v in data.items() if k != "hooks"} | ({"hooks": hooks} if hooks else {})
+    mcp_path = agent.mcp_file(scope, project)
+    mcp = current(mcp_path)
+    servers = dict(mcp.get("mcpServers") or {})
     if install:
         servers[SERVER_NAME] = agent.server(url)
     else:
         servers.pop(SERVER_NAME, None)
-    mcp = {k: v for k, v in mcp.items() if k != keys[0]} | ({keys[0]: servers} if servers else {})
-    files[mcp_path] = mcp
-    return {p: d for p, d in files.items() if d != read_json(p)}
+    after[mcp_path] = {k: v for k, v in mcp.items() if k != "mcpServers"} | ({"mcpServers": servers} if servers else {})
+    return {path: data for path, data in after.items() if data != before[path]}
 
 
 def write(path: Path, data: dict) -> None:
