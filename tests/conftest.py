@@ -376,9 +376,12 @@ class LiveServer:
         wait_healthy(self.proc, self.url, timeout, self.log)
         return self
 
-    def log(self) -> str:
+    def log(self, tail: int | None = 5000) -> str:
+        """The server's log: its last ``tail`` characters (for a failure message), or all of it with ``None``, which
+        is what counting lines needs (a tail window slides, so a count over it can stay put as lines are added)."""
         try:
-            return self.log_path.read_text(errors="replace")[-5000:]
+            text = self.log_path.read_text(errors="replace")
+            return text if tail is None else text[-tail:]
         except FileNotFoundError:
             return ""
 

@@ -378,7 +378,7 @@ def test_the_postgres_override_balances_two_nodes_on_one_store(tmp_path, pg_urls
                                headers=headers, timeout=30)
             assert rv.status_code == 200, rv.text
         deadline = time.monotonic() + 10     # (access lines are written in batches, at most 50 ms late)
-        while sum(pushes := [n.log().count("route=/mcp/push status=200") for n in nodes]) < 12 and \
+        while sum(pushes := [n.log(tail=None).count("route=/mcp/push status=200") for n in nodes]) < 12 and \
                 time.monotonic() < deadline:
             time.sleep(0.05)
         assert all(pushes) and sum(pushes) == 12, pushes                    # both nodes took pushes
