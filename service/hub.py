@@ -29,7 +29,7 @@ import threading
 import time
 
 from .errors import ApiError
-from .limits import let_go, share
+from .limits import let_go, shares
 from .live import FeedUnit, LimitReached
 from .params import parse_search
 from .uris import UNITS_PREFIX, search_uri
@@ -308,9 +308,7 @@ class Hub:
         cfg = self.config
         if cfg.keyless:
             return cfg.stream_cap, cfg.stream_cap
-        tenant = share(cfg.stream_share, cfg.stream_cap)
-        key = share(cfg.stream_key_share, cfg.stream_cap) if cfg.stream_key_share >= 0 else tenant
-        return tenant, min(key, tenant)
+        return shares(cfg.stream_cap, cfg.stream_share, cfg.stream_key_share)
 
     def _count(self, lst: Listener, step: int) -> None:
         """Count a listener in (+1) or out (-1) of this worker's totals (hub lock held)."""

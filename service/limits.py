@@ -160,6 +160,14 @@ def share(configured: int, total: int) -> int:
     return max(1, total // 2)
 
 
+def shares(total: int, tenant_share: int, key_share: int) -> tuple[int, int]:
+    """(one tenant's, one key's share of ``total`` slots): each as ``share`` gives it, a key's -1 meaning its
+    tenant's, and a key never above its tenant."""
+    tenant = share(tenant_share, total)
+    key = share(key_share, total) if key_share >= 0 else tenant
+    return tenant, min(key, tenant)
+
+
 def caller_key() -> str | None:
     """The key id of the request being served, or None outside a request (the live hub's own searches)."""
     if not has_request_context():
@@ -284,10 +292,8 @@ class SearchSlots(FairShares):
         n = config.max_concurrent_searches
         if n <= 0:
             return None
-        tenant = share(config.search_share, n)
-        key = share(config.search_key_share, n) if config.search_key_share >= 0 else tenant
         cpu = CpuShares(config.search_cpu_share) if config.search_cpu_share > 0 else None
-        return cls(n, tenant, min(key, tenant), config.search_wait_s, cpu)
+        return cls(n, *shares(n, config.search_share, config.search_key_share), config.search_wait_s, cpu)
 
     def _give_back(self, tenant: str, key: str | None) -> list:
         """Return a slot (under the lock); the waiters handed one, to be woken once the lock is let go."""
@@ -436,9 +442,7 @@ class Admission:
         threads = None
         if not keys.open:
             n = config.threads
-            tenant = share(config.thread_share, n)
-            key = share(config.thread_key_share, n) if config.thread_key_share >= 0 else tenant
-            threads = FairShares(n, tenant, min(key, tenant))
+            threads = FairShares(n, *shares(n, config.thread_share, config.thread_key_share))
         return cls(keys, threads, slots, config.thread_wait_s, config.search_wait_s)
 
     @staticmethod
@@ -457,7 +461,7 @@ class Admission:
         """The verdict on a request of ``caller`` (to a door that may search: ``searches``) that has waited
         since ``since``."""
         if caller is None:
-            return "go", _nothing
+            return "go", nothing
         tenant, key = caller.tenant, caller.key_id
         searches = searches and self.searching is not None
         with self._lock:
@@ -481,7 +485,7 @@ class Admission:
 
     def _release(self, tenant: str, key: str, searched: bool):
         if self.threads is None and not searched:
-            return _nothing
+            return nothing
         released = []
 
         def release() -> None:
@@ -495,8 +499,8 @@ class Admission:
         return release
 
 
-def _nothing() -> None:
-    pass
+def nothing() -> None:
+    """What a request that holds no share gives back when its thread is done."""
 
 
 _serving = threading.local()
@@ -532,9 +536,8 @@ class AnswerSlots(FairShares):
     @classmethod
     def of(cls, config) -> "AnswerSlots":
         total = config.large_answers if config.large_answers >= 0 else max(1, config.threads // 2)
-        tenant = share(config.large_answer_share, total)
-        key = share(config.large_answer_key_share, total) if config.large_answer_key_share >= 0 else tenant
-        return cls(total, tenant, min(key, tenant), config.large_answer_bytes)
+        return cls(total, *shares(total, config.large_answer_share, config.large_answer_key_share),
+                   config.large_answer_bytes)
 
     def take(self, tenant: str, key: str | None):
         """A release callable for one slot, or raise ApiError: 429 past the key's or tenant's share, 503 past

@@ -15,6 +15,8 @@ import math
 import threading
 import time
 
+from ..limits import nothing
+
 
 class Park:
     """A thread's turn ended with the request parked: ask again by ``at`` (monotonic) at the latest."""
@@ -25,16 +27,12 @@ class Park:
         self.at = at
 
 
-def _nothing() -> None:
-    pass
-
-
 def admit(door, conn) -> Park | None:
     """Ask whether ``conn``'s request may take a thread now. None: it goes (``conn.admitted`` is what to call once
     its thread is done with it, ``conn.refusal`` the answer to give instead of serving it, if any); else a Park."""
     admission, arrival = door.admission, conn.arrival
     if admission is None or arrival is None or arrival.head is None:
-        conn.admitted = _nothing
+        conn.admitted = nothing
         return None
     now = time.monotonic()
     if conn.waiting is None:
@@ -47,7 +45,7 @@ def admit(door, conn) -> Park | None:
         return Park(value)
     conn.waiting = None
     if kind == "refuse":
-        conn.admitted, conn.refusal = _nothing, value
+        conn.admitted, conn.refusal = nothing, value
     else:
         conn.admitted = value
     return None
@@ -82,7 +80,7 @@ class Parking:
                 waiting.append(conn)
                 continue
             if not self.worker.alive:          # stopping: served as gunicorn serves what it has accepted
-                conn.admitted, conn.waiting = _nothing, None
+                conn.admitted, conn.waiting = nothing, None
                 park = None
             else:
                 park = admit(self.door, conn)
