@@ -127,6 +127,10 @@ class Config:
     shard_cache_kib: int = 512        # per connection to a day shard (there are many: keep RSS bounded)
     shard_readers: int = 2            # pooled read connections kept per day-shard file
     max_open_shards: int = 64         # primary day files kept open per process (least recently used closed)
+    # What one process keeps open for its tenants (service/budget.py; docs/design.md §11, "What a tenant holds"):
+    open_files: int = 0               # descriptors its tenants' files may hold; 0: three quarters of RLIMIT_NOFILE
+    open_read_indexes: int = 48       # tenants' read indexes kept loaded (one tantivy thread each)
+    tenant_idle_s: float = 30.0       # a tenant unused this long has its files, read index and writer closed
     max_days_per_request: int = 100   # distinct days one push may touch (each is a file); 0: no limit
     max_days_per_tenant: int = 400    # day files per tenant (at the default max_ttl live units span ~366)
     # Front doors (docs/design.md §7, §8).
@@ -222,6 +226,9 @@ class Config:
         if not 0 <= self.dify_neighbors <= 5:
             raise ValueError(f"CONTEXT_DIFY_NEIGHBORS ({self.dify_neighbors}) must be between 0 (a record is its unit "
                              "alone) and 5 (units each side of it in its thread).")
+        if self.open_files < 0 or self.open_read_indexes < 1 or self.tenant_idle_s <= 0:
+            raise ValueError("CONTEXT_OPEN_FILES must be >= 0 (0: from the open-files limit), "
+                             "CONTEXT_OPEN_READ_INDEXES >= 1 and CONTEXT_TENANT_IDLE_S > 0.")
         if self.max_streams < -1 or self.max_streams > max(0, self.threads - 2):
             raise ValueError(f"CONTEXT_MAX_STREAMS ({self.max_streams}) must be between 0 and CONTEXT_THREADS - 2 "
                              f"({max(0, self.threads - 2)}): every open stream holds a gunicorn thread, and "

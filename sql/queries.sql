@@ -91,6 +91,11 @@ SELECT day FROM days WHERE max_expires_at > :now AND day >= :first AND day <= :l
 -- name: days_with_expired
 SELECT day, max_expires_at FROM days WHERE min_expires_at <= :now ORDER BY day;
 
+-- name: days_next_expiry
+-- When the janitor next has something to do for the tenant, unless the catalog changes before (at most the
+-- first expiry of a live unit: a day's min_expires_at is never later than its first).
+SELECT min(min_expires_at) FROM days;
+
 -- name: days_set_min
 UPDATE days SET min_expires_at = :min_expires_at WHERE day = :day;
 
@@ -185,6 +190,10 @@ SELECT id, indexed, tokens, ntok, @unit_columns FROM units WHERE indexed IN (1, 
 
 -- name: sync_deletes
 SELECT n, id FROM read_deletes ORDER BY n LIMIT :limit;
+
+-- name: sync_any
+-- Whether the read index lacks anything of this shard: a row not sent (or changed since), a tombstone.
+SELECT EXISTS (SELECT 1 FROM units WHERE indexed IN (1, 3)) OR EXISTS (SELECT 1 FROM read_deletes);
 
 -- name: sync_mark
 -- 2 when the row still has the values sent; 3 (send again, replacing) when a push changed it meanwhile.

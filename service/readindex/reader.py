@@ -9,6 +9,7 @@ from pathlib import Path
 
 import tantivy
 
+from ..budget import Kept
 from ..ranking.bm25 import idf_of
 from ..signals import INDEX, Signals
 from .schema import index_dir, same_format, signature
@@ -51,11 +52,14 @@ class Reader:
     def __init__(self, path: Path):
         self.path = path
         self.meta = str(path / "meta.json")          # (stat by every search: its string made once)
+        self.state_path = str(path / "state.json")
         self.index: tantivy.Index | None = None
         self.gen: str | None = None
         self.sig = None
         self.view: View | None = None
         self.seen = None                             # meta.json's signature when last looked at
+        self.known: tuple | None = None              # (INDEX change number, view) when last looked up
+        self.state: tuple | None = None              # (state.json signature, parsed, change number)
         self._lock = threading.Lock()
 
     def current(self) -> View | None:
@@ -67,6 +71,12 @@ class Reader:
                 if sig != self.sig:
                     self._load(sig)
         return self.view
+
+    def close(self) -> None:
+        """Let go of the index (its tantivy thread ends, its files are unmapped once no search holds a view)."""
+        with self._lock:
+            self.index = self.view = self.known = None
+            self.gen = self.sig = None
 
     def _load(self, sig) -> None:
         try:
@@ -94,7 +104,10 @@ class Reader:
 
 
 class Readers:
-    """Every tenant's reader in this process.
+    """Every tenant's reader in this process: at most ``keep`` of them (a loaded index holds a tantivy thread,
+    which watches its files, and keeps them mapped), the least recently used, and any unused for ``idle_s``,
+    let go (service/budget.py, issue 49); a tenant's next search loads its index again (a fraction of a
+    millisecond for a small one).
 
     What a search asks of them (the leader's state, the latest view, whether the leader committed since) is
     answered from memory while the tenant's ``INDEX`` change number is the one read when it was last looked up
@@ -102,62 +115,64 @@ class Readers:
     then are the files looked at (their signatures, as before the numbers: a file that did not really
     change keeps its view)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, keep: int = 48, idle_s: float = 30.0):
         self.root = Path(root)
         self.signals = Signals.of(self.root)
-        self._readers: dict[str, Reader] = {}
-        self._states: dict[str, tuple] = {}     # tenant -> (state.json signature, parsed, change number)
-        self._views: dict[str, tuple] = {}      # tenant -> (change number, view)
-        self._files: dict[str, tuple[str, str]] = {}
-        self._lock = threading.Lock()
+        self._kept = Kept(keep, idle_s, lambda _tenant, reader: reader.close())
 
-    def _paths(self, tenant: str) -> tuple[str, str]:
-        """The tenant's meta.json and state.json, as strings made once (every search stats them)."""
-        paths = self._files.get(tenant)
-        if paths is None:
-            folder = index_dir(self.root, tenant)
-            paths = self._files[tenant] = (str(folder / "meta.json"), str(folder / "state.json"))
-        return paths
+    def _reader(self, tenant: str) -> Reader:
+        reader = self._kept.get(tenant)
+        if reader is None:
+            reader = self._kept.add(tenant, Reader(index_dir(self.root, tenant)))
+        return reader
 
     def view(self, tenant: str) -> View | None:
         """The tenant's latest committed view, or None (no index, or one not ready)."""
         number = self.signals.read(INDEX, tenant)       # (before the files: a change while they are read shows)
-        known = self._views.get(tenant)
+        reader = self._reader(tenant)
+        known = reader.known
         if known is not None and known[0] == number:
             return known[1]
-        reader = self._readers.get(tenant)
-        if reader is None:
-            with self._lock:
-                reader = self._readers.setdefault(tenant, Reader(index_dir(self.root, tenant)))
         view = reader.current()
-        if reader.seen is None or reader.seen == reader.sig:
-            self._views[tenant] = (number, view)
-        else:                       # the files' commit could not be loaded: look again next time
-            self._views.pop(tenant, None)
+        # (the files' commit could not be loaded: look again next time)
+        reader.known = (number, view) if reader.seen is None or reader.seen == reader.sig else None
         return view
 
     def moved(self, tenant: str, view: View) -> bool:
         """Whether the leader has committed since ``view`` was loaded."""
-        known = self._views.get(tenant)
+        reader = self._kept.peek(tenant)
+        known = reader.known if reader is not None else None
         if known is not None and known[1] is view and known[0] == self.signals.read(INDEX, tenant):
             return False
-        return signature(self._paths(tenant)[0]) != view.sig
+        meta = reader.meta if reader is not None else str(index_dir(self.root, tenant) / "meta.json")
+        return signature(meta) != view.sig
 
     def state(self, tenant: str) -> dict | None:
         """The leader's last pass: when, and what the index still lacked then."""
         number = self.signals.read(INDEX, tenant)
-        cached = self._states.get(tenant)
+        reader = self._reader(tenant)
+        cached = reader.state
         if cached is not None and cached[2] == number:
             return cached[1]
-        path = self._paths(tenant)[1]
-        sig = signature(path)
+        sig = signature(reader.state_path)
         if cached is not None and cached[0] == sig:
-            self._states[tenant] = (sig, cached[1], number)
+            reader.state = (sig, cached[1], number)
             return cached[1]
         try:
-            with open(path, encoding="utf-8") as fh:
+            with open(reader.state_path, encoding="utf-8") as fh:
                 state = json.loads(fh.read())
         except (OSError, ValueError):
             state = None
-        self._states[tenant] = (sig, state, number)
+        reader.state = (sig, state, number)
         return state
+
+    def loaded(self) -> int:
+        """Read indexes this process holds loaded now."""
+        return sum(1 for reader in self._kept.values() if reader.index is not None)
+
+    def sweep(self) -> None:
+        """Let go of the readers unused for ``idle_s``."""
+        self._kept.sweep()
+
+    def close(self) -> None:
+        self._kept.close_all()

@@ -37,18 +37,22 @@ class IndexWriter:
         self.building = False
         self.last_commit = 0.0
 
+    def usable(self) -> bool:
+        """Whether the files hold a ready index of this format (else opening starts it empty), read now."""
+        try:
+            info = json.loads((self.path / "format.json").read_text())
+        except (OSError, ValueError):
+            return False
+        self.gen = info.get("gen")
+        # a build that never finished (the leader died) starts again from nothing
+        return bool(same_format(info) and info.get("ready") and (self.path / "meta.json").exists())
+
     def open(self) -> bool:
         """Open the index for writing (no-op when open); True when it started empty: the caller then streams
         every document into it and calls ``mark_ready``."""
         if self.writer is not None:
             return False
-        try:
-            info = json.loads((self.path / "format.json").read_text())
-            # a build that never finished (the leader died) starts again from nothing
-            usable = same_format(info) and info.get("ready") and (self.path / "meta.json").exists()
-            self.gen = info.get("gen")
-        except (OSError, ValueError):
-            usable = False
+        usable = self.usable()
         if usable:
             try:
                 self.index = tantivy.Index(build_schema(), path=str(self.path), reuse=True)
@@ -87,6 +91,12 @@ class IndexWriter:
         tmp = self.path / "format.json.tmp"
         tmp.write_text(json.dumps({**format_info(), "gen": self.gen, "ready": ready, "k1": K1, "b": B}))
         os.replace(tmp, self.path / "format.json")
+
+    def days(self) -> set[str]:
+        """The days the last commit holds documents of (its term dictionary, which keeps a deleted day's name
+        until a merge), read from the writer's own index: the leader loads no reader of its own (a thread)."""
+        self.index.reload()
+        return {day for day, _ in self.index.searcher().terms_with_prefix("day", "")}
 
     # --- changes ------------------------------------------------------------------------------
     def add(self, doc: tantivy.Document) -> None:

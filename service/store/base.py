@@ -91,6 +91,9 @@ class StoreApi:
     searcher: object
     # this process's views of this node's read indexes (service/readindex/): what default searches read
     readers: object
+    # what this process keeps open for its tenants (service/budget.py); the data folder's change numbers
+    budget: object
+    signals: object
 
     def __init__(self, config: Config):
         self.config = config
@@ -267,6 +270,12 @@ class StoreApi:
 
     def check_writable(self) -> str | None:
         """None when storage takes a write now (readiness); otherwise the problem."""
+        raise NotImplementedError
+
+    def sweep(self) -> None:
+        """Close what this process keeps open for tenants unused for CONTEXT_TENANT_IDLE_S (files, read indexes,
+        what it remembers of them), and past the budget the least recently used (the background thread, once a
+        second: service/store/loop.py)."""
         raise NotImplementedError
 
     def close(self) -> None:

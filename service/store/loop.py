@@ -11,9 +11,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ..budget import FILES, Kept
 from ..instruments import INDEX_LAG_SECONDS
 
 log = logging.getLogger(__name__)
+
+SWEEP_S = 1.0            # how often the background thread closes what idle tenants hold
 
 
 class TenantLock:
@@ -34,12 +37,14 @@ class TenantLock:
             os.close(fd)
             return False
         self.fd = fd
+        FILES.add(1)
         return True
 
     def release(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+            FILES.add(-1)
 
 
 class MaintenanceApi:
@@ -62,8 +67,14 @@ class MaintenanceApi:
         # does this work instead; None in the maintainer itself and wherever no maintainer is started.
         self.presence = None
         self._deferring = False       # as of this thread's last look (every index_poll_ms)
+        # The tenants this process leads right now: a tenant's lock is held during its pass, and after it while
+        # this process keeps its read index's writer open (``let_go``), so never more than a few (issue 49).
         self._locks: dict[str, TenantLock] = {}
-        self.read_syncs: dict = {}    # tenant -> the writer of its read index on this node (the backend's ReadSync)
+        # tenant -> the writer of its read index on this node (the backend's ReadSync): a few kept open, the least
+        # recently used and the idle closed (each holds tantivy's threads); one still building is kept
+        budget = store.budget
+        self.read_syncs = Kept(budget.writers, budget.idle_s, self._close_writer, busy=lambda sync: sync.building)
+        self._last_sweep = 0.0
         store.listeners.append(self.notify)
 
     def start(self) -> None:
@@ -111,6 +122,7 @@ class MaintenanceApi:
             self._wake.clear()
             last_pass = time.monotonic()
             try:
+                self.sweep()
                 if self.deferred():
                     self.step_down()
                     continue
@@ -118,6 +130,15 @@ class MaintenanceApi:
             except Exception:  # keep the loop alive; the next pass retries (the queue is durable)
                 log.exception("maintenance pass failed")
                 time.sleep(1)
+
+    def sweep(self) -> None:
+        """At most once a second: close what this process keeps open for tenants idle for CONTEXT_TENANT_IDLE_S
+        (their files, read indexes, writers; service/budget.py), so an idle node holds next to nothing."""
+        if time.monotonic() - self._last_sweep < SWEEP_S:
+            return
+        self._last_sweep = time.monotonic()
+        self.read_syncs.sweep()
+        self.store.sweep()
 
     def run_once(self, force_janitor: bool = False) -> int:
         raise NotImplementedError
@@ -128,13 +149,32 @@ class MaintenanceApi:
 
     def leads(self, tenant: str) -> bool:
         """Whether this process leads the tenant's maintenance on this node (``tenants/<tenant>/maintenance.lock``
-        in the data folder: one process per node and tenant)."""
+        in the data folder: one process per node and tenant). Taken for a pass; ``let_go`` after it."""
         lock = self._locks.get(tenant)
         if lock is None:
             folder = self.store.root / "tenants" / tenant
             folder.mkdir(parents=True, exist_ok=True)
-            lock = self._locks[tenant] = TenantLock(folder / "maintenance.lock")
-        return lock.try_acquire()
+            lock = TenantLock(folder / "maintenance.lock")
+            if not lock.try_acquire():
+                return False
+            self._locks[tenant] = lock
+        return True
+
+    def let_go(self, tenant: str) -> None:
+        """After a tenant's pass: its lock goes unless this process keeps the writer of its read index open
+        (another process may lead it next; a new leader replaces what it sends, as after a crash)."""
+        if tenant not in self.read_syncs:
+            lock = self._locks.pop(tenant, None)
+            if lock is not None:
+                lock.release()
+
+    def _close_writer(self, tenant: str, sync) -> None:
+        """A read index's writer no longer kept (idle, or least recently used): close it, then let go of the
+        tenant (tantivy's own writer lock is released once the writer is closed)."""
+        sync.close()
+        lock = self._locks.pop(tenant, None)
+        if lock is not None:
+            lock.release()
 
     def read_sync(self, tenant: str):
         """This leader's writer of the tenant's read index (None when searches do not use one)."""
@@ -142,9 +182,7 @@ class MaintenanceApi:
 
     def step_down(self) -> None:
         """Let go of what this process leads, so a maintainer process can take it over."""
-        for sync in self.read_syncs.values():
-            sync.close()
-        self.read_syncs.clear()
+        self.read_syncs.close_all()
         for lock in self._locks.values():
             lock.release()
         self._locks.clear()

@@ -118,6 +118,16 @@ ON CONFLICT (tenant) DO UPDATE SET version = index_marks.version + 1;
 -- name: tenant_names
 SELECT tenant FROM tenants ORDER BY tenant;
 
+-- name: tenant_versions
+-- Every tenant with tenant_version's sum: a node's maintenance passes over a tenant's read index only when it
+-- moved since the tenant's last pass found nothing left (or a unit in the index may have expired since).
+SELECT t.tenant, t.version + coalesce(m.version, 0) AS version
+FROM tenants t LEFT JOIN index_marks m ON m.tenant = t.tenant ORDER BY t.tenant;
+
+-- name: tenants_expiring
+-- The tenants that may hold an expired unit (a day's min_expires_at is never later than its first unit's expiry).
+SELECT DISTINCT tenant FROM tenant_days WHERE min_expires_at <= %(now)s ORDER BY tenant;
+
 -- name: days_count
 SELECT count(*) AS n FROM tenant_days WHERE tenant = %(tenant)s;
 

@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from tantivy import FieldType, Query
+from tantivy import FieldType, Order, Query
 
 from ...uris import UNITS_PREFIX
 from ...readindex.schema import document, index_dir
@@ -69,6 +69,9 @@ class ReadSync:
         self.above: dict[str, int] = {}     # units past the watermark already sent: cid -> seq
         self.tli: int | None = None         # the WAL timeline the index was read from
         self._written: tuple | None = None  # (watermark, n) of the last state written
+        self.caught_up = False              # the last pass left nothing: every unit sent, none queued
+        # no document of the index expires before this (0: not known; a purge pass finds out)
+        self.first_exp = 0
 
     # --- opening ------------------------------------------------------------------------------
     def _open(self) -> None:
@@ -115,6 +118,7 @@ class ReadSync:
         Returns the changes sent. On a failure nothing of the pass counts: the next one starts again from
         the last state written (or, while building, from nothing)."""
         self._open()
+        self.caught_up = False
         try:
             sent = self._sync(purge)
         except BaseException:
@@ -123,7 +127,15 @@ class ReadSync:
         if self.building:
             self.index.commit()             # (an empty tenant's build has sent nothing to commit)
             self.index.mark_ready()
+        if purge:
+            self.first_exp = self._first_expiry()
         return sent
+
+    def _first_expiry(self) -> int:
+        """When the index's first document expires, from its last commit (far off when it holds none)."""
+        self.index.index.reload()
+        hits = self.index.index.searcher().search(Query.all_query(), 1, order_by_field="exp", order=Order.Asc).hits
+        return int(hits[0][0]) if hits else 2 ** 62
 
     def _sync(self, purge: bool) -> int:
         with ThreadPoolExecutor(1, thread_name_prefix="node-index-read") as reads:
@@ -168,6 +180,7 @@ class ReadSync:
             elif not more and self._written != (self.watermark, self.n):
                 self._write_state(pos)      # the mark moved past units that are gone: nothing to commit
             if not more:
+                self.caught_up = not self.above and pos["queued"] is None and self.watermark >= pos["seq"]
                 return sent
 
     def _read(self, conn, after: int, n: int | None) -> tuple:
@@ -208,6 +221,8 @@ class ReadSync:
         for r in changed:               # re-pushed and already sent: the unit as it is now (deleted above)
             if r["ntok"] and (r["seq"] <= self.watermark or r["cid"] in self.above):
                 w.add(as_document(r))
+                if self.first_exp:
+                    self.first_exp = min(self.first_exp, r["expires_at"])
         new = 0
         for r in units:
             if r["cid"] in self.above or not r["indexed"]:    # (not indexed yet: sent once it is)
@@ -217,6 +232,8 @@ class ReadSync:
                 w.delete_key(key_of(r["cid"]))
             if r["ntok"]:
                 w.add(as_document(r))
+                if self.first_exp:
+                    self.first_exp = min(self.first_exp, r["expires_at"])
             self.above[r["cid"]] = r["seq"]
         if changes:
             self.n = changes[-1]["n"]

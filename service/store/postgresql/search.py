@@ -134,6 +134,13 @@ class Searcher:
         self.naming = Naming(self.tokenizer)
         self._days: dict[str, tuple[float, int]] = {}               # tenant -> (when, live days), 1 s
 
+    def sweep(self) -> None:
+        """Forget the tenants' live-day counts older than their second (the store's sweep)."""
+        old = time.monotonic() - 1.0
+        for tenant, (when, _n) in list(self._days.items()):
+            if when < old:
+                self._days.pop(tenant, None)
+
     def _target(self, tenant: str, p) -> str:
         """Where this search reads: "standby" when it may, else "primary". With read-your-writes the
         standby must have replayed every change the tenant had when the search began: its answer is

@@ -18,6 +18,7 @@ from ...tokenize import tokenizer_for
 from ...units import now_ms, unit_dict
 from ...uris import UNITS_PREFIX
 from ..base import StoreApi
+from ...budget import Budget
 from ...readindex.reader import Readers
 from ..push import PushPlan, check_day_cap
 from . import manage, threads
@@ -57,7 +58,11 @@ class Store(StoreApi):
         self.root.mkdir(parents=True, exist_ok=True)
         self.db = Db(config)
         self.db.write(self._ensure_schema, config.thread_gap_s)
-        self.readers = Readers(self.root)        # this process's views of the node's read indexes
+        # what this process keeps open for its tenants (service/budget.py, issue 49): read indexes, writers
+        self.budget = Budget.of(config)
+        # this process's views of the node's read indexes (a tantivy thread each while loaded)
+        self.readers = Readers(self.root, self.budget.read_indexes, self.budget.idle_s)
+        self.signals = self.readers.signals
         self.listeners: list = []   # callables(tenant, days) told about new queued units
         self.observers: list = []   # callables(tenant, changes) told after a delete or forget committed
         self.tokenizer = tokenizer_for(config)
@@ -86,7 +91,12 @@ class Store(StoreApi):
         if gap > 0:
             threads.ensure_gap_index(conn)
 
+    def sweep(self) -> None:
+        self.readers.sweep()
+        self.searcher.sweep()
+
     def close(self) -> None:
+        self.readers.close()
         self.db.close()
 
     # --- tenants ----------------------------------------------------------------------------------

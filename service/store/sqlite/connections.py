@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+from ...budget import FILES
 from ...errors import StorageUnavailable
 from .queries import schema
 
@@ -135,6 +136,8 @@ class Db:
         self._closed = False
         self._generation = 0
         self._gen_lock = threading.Lock()
+        self._conns = 0                          # connections open now (FILES counts their descriptors)
+        self._count_lock = threading.Lock()
         if lazy and not readonly:
             # an existing file opened for reading: the writer (and the schema script) wait for a first write
             self._ino = os.stat(self.path).st_ino
@@ -143,9 +146,28 @@ class Db:
 
     # --- connections --------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
-        return connect(self.path, busy_timeout_ms=self.config.busy_timeout_ms,
+        conn = connect(self.path, busy_timeout_ms=self.config.busy_timeout_ms,
                        synchronous=self.config.synchronous, cache_size_kib=self.cache_size_kib,
                        readonly=self.readonly)
+        self._counted(1)
+        return conn
+
+    def _close(self, conn: sqlite3.Connection) -> None:
+        conn.close()
+        self._counted(-1)
+
+    def _counted(self, n: int) -> None:
+        """``n`` connections more (or fewer): each holds the file and its WAL, and the process's connections
+        to one file share its -shm (service/budget.py's FILES, what a tenant's files cost the process)."""
+        with self._count_lock:
+            before = self._conns
+            self._conns += n
+            FILES.add(2 * n + (self._conns > 0) - (before > 0))
+
+    @property
+    def connections(self) -> int:
+        """Connections to this file open in this process now (pooled, lent out, the writer)."""
+        return self._conns
 
     def _open_writer(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,7 +185,7 @@ class Db:
                 break
             except sqlite3.OperationalError as e:
                 if conn is not None:
-                    conn.close()
+                    self._close(conn)
                 if ("locked" not in str(e) and "busy" not in str(e)) or time.monotonic() >= deadline:
                     raise
                 time.sleep(0.005 + random.random() * 0.01)
@@ -211,25 +233,28 @@ class Db:
                 except queue.Full:
                     pass
             if conn is not None:
-                conn.close()
+                self._close(conn)
 
     def write(self, fn, *args, **kwargs):
         """Run ``fn(conn, ...)`` in one BEGIN IMMEDIATE transaction on this file; commit or roll back."""
         if self.readonly:
             raise RuntimeError("read-only database")
         with self._write_lock:
-            for _attempt in (0, 1):
-                if self._writer is None:
-                    self._open_writer()
-                conn = self._writer
-                self._begin_immediate(conn)
-                if not self._same_file():
-                    # The janitor unlinked this day after we opened it: reopen a fresh file.
-                    conn.rollback()
-                    self._reset()
-                    continue
-                return self._commit(conn, fn, *args, **kwargs)
-            raise StorageUnavailable("Shard file keeps changing underneath the writer; retry.")
+            try:
+                for _attempt in (0, 1):
+                    if self._writer is None:
+                        self._open_writer()
+                    conn = self._writer
+                    self._begin_immediate(conn)
+                    if not self._same_file():
+                        # The janitor unlinked this day after we opened it: reopen a fresh file.
+                        conn.rollback()
+                        self._reset()
+                        continue
+                    return self._commit(conn, fn, *args, **kwargs)
+                raise StorageUnavailable("Shard file keeps changing underneath the writer; retry.")
+            finally:
+                self._close_writer_if_closed()
 
     def try_write(self, fn, *args, **kwargs):
         """``write`` only if the file's write lock is free right now; None (nothing done) otherwise.
@@ -251,7 +276,15 @@ class Db:
                 return None
             return self._commit(conn, fn, *args, **kwargs)
         finally:
+            self._close_writer_if_closed()
             self._write_lock.release()
+
+    def _close_writer_if_closed(self) -> None:
+        """(holding the write lock) A Db closed while a caller still held it (its tenant was closed, issue 49)
+        still writes, on a writer of that write alone: nothing would close one kept."""
+        if self._closed and self._writer is not None:
+            self._close(self._writer)
+            self._writer = None
 
     def _commit(self, conn: sqlite3.Connection, fn, *args, **kwargs):
         try:
@@ -279,6 +312,7 @@ class Db:
                 return False
             finally:
                 conn.execute("PRAGMA busy_timeout=0")
+                self._close_writer_if_closed()
             return True
 
     def _begin_immediate(self, conn: sqlite3.Connection) -> None:
@@ -318,29 +352,32 @@ class Db:
         with self._gen_lock:
             self._generation += 1
             if self._writer is not None:
-                self._writer.close()
+                self._close(self._writer)
                 self._writer = None
             self._drain()
 
     def _drain(self) -> None:
         while True:
             try:
-                self._pool.get_nowait().close()
+                self._close(self._pool.get_nowait())
             except queue.Empty:
                 break
 
     def close(self) -> None:
+        """Close every connection this process keeps to the file. A caller still holding the Db may go on
+        using it: each read or write then opens a connection for itself and closes it after."""
         with self._write_lock:
             self._closed = True
             self._drain()
             if self._writer is not None:
-                self._writer.close()
+                self._close(self._writer)
                 self._writer = None
 
 
 class TenantDbs:
-    """One small SQLite file per tenant beside its day files (``events.db``, ``tools.db``),
-    opened by this process on first use and kept open until :meth:`close`."""
+    """One small SQLite file per tenant beside its day files (``events.db``, ``tools.db``), opened by this
+    process on first use and kept open while the store keeps the tenant open (``drop``: the store's
+    ``closers``)."""
 
     def __init__(self, store, filename: str, schema_file: str, *, cache_size_kib: int):
         self.store = store
@@ -349,17 +386,26 @@ class TenantDbs:
         self.cache_size_kib = cache_size_kib
         self._dbs: dict[str, Db] = {}
         self._lock = threading.Lock()
+        store.closers.append(self.drop)
 
     def __call__(self, tenant: str) -> Db:
         db = self._dbs.get(tenant)
         if db is None:
+            # (the store's tenant first, outside the lock: opening it may close another, and with it its file here)
+            path = Path(self.store.tenant(tenant).dir) / self.filename
             with self._lock:
                 db = self._dbs.get(tenant)
                 if db is None:
-                    path = Path(self.store.tenant(tenant).dir) / self.filename
                     db = self._dbs[tenant] = Db(path, self.schema_file, self.store.config, pool_size=2,
                                                 cache_size_kib=self.cache_size_kib, may_be_unlinked=False)
         return db
+
+    def drop(self, tenant: str) -> None:
+        """Close the tenant's file here (the store closed the tenant; its next use opens it again)."""
+        with self._lock:
+            db = self._dbs.pop(tenant, None)
+        if db is not None:
+            db.close()
 
     def close(self) -> None:
         with self._lock:
@@ -379,8 +425,9 @@ class OpenShards:
 
     IDLE_S = 30.0
 
-    def __init__(self, config):
-        self.cap = max(1, config.max_open_shards)
+    def __init__(self, config, cap: int | None = None):
+        """``cap``: what the process's budget allows (service/budget.py), else ``max_open_shards``."""
+        self.cap = max(1, config.max_open_shards if cap is None else cap)
         self.share = max(1, config.shard_share) if config.shard_share >= 0 else max(1, self.cap // 2)
         self.share = min(self.share, self.cap)
         self._lru: dict[tuple[str, str], tuple[object, float]] = {}    # (tenant, day) -> (Tenant, last use)
@@ -391,7 +438,8 @@ class OpenShards:
         return self._held.get(tenant, 0)
 
     def keeps(self, t, day: str) -> bool:
-        return (t.name, day) in self._lru
+        item = self._lru.get((t.name, day))
+        return item is not None and item[0] is t
 
     def used(self, t, day: str) -> None:
         """A use of a kept day (most recently used now)."""
@@ -404,8 +452,12 @@ class OpenShards:
         """Whether tenant ``t`` keeps ``day`` open (False: the caller's Db is transient)."""
         key, now, evict = (t.name, day), time.monotonic(), []
         with self._lock:
-            if key in self._lru:
-                return True
+            item = self._lru.get(key)
+            if item is not None:
+                if item[0] is t:
+                    return True
+                # kept by an earlier Tenant of the same name, closed since (issue 49): its copy goes
+                evict.append(self._drop(key))
             if self._held.get(t.name, 0) >= self.share:
                 mine = next((k for k in self._lru if k[0] == t.name), None)
                 if mine is None or not (push or now - self._lru[mine][1] >= self.IDLE_S):
@@ -423,7 +475,7 @@ class OpenShards:
     def forgot(self, t, day: str) -> None:
         """The tenant closed a day itself (the janitor dropped it): its place is free."""
         with self._lock:
-            if (t.name, day) in self._lru:
+            if self.keeps(t, day):
                 self._drop((t.name, day))
 
     def _drop(self, key: tuple[str, str]):

@@ -41,6 +41,11 @@ class Group:
         self.groups = 0          # groups written, and the requests they held (for the benchmarks)
         self.jobs = 0
 
+    def idle(self) -> bool:
+        """Nothing queued and nobody writing: the store may let go of this group (a new one serves alike)."""
+        with self._cond:
+            return not self._queue and not self._leading
+
     def submit(self, job: Job) -> None:
         """Store ``job``'s units with whatever else is queued; return once committed (or raise what
         failed the group)."""

@@ -27,6 +27,7 @@ def _purge_expired(conn, now: int) -> tuple[int, int | None]:
 class Janitor:
     def __init__(self):
         self.compacted = 0      # day files this janitor compacted (also context_days_compacted_total)
+        self.idle = False       # whether its last run found nothing to do (and left nothing)
 
     def run(self, t) -> dict:
         now = int(time.time())
@@ -50,23 +51,34 @@ class Janitor:
             purged += n
             t.catalog.write(self._purge_catalog, day, now, lo)
         self._remove_old_replicas(t)
-        compacted = self._compact(t)
+        compacted, left = self._compact(t)
         self._checkpoint(t)
         UNITS_PURGED.inc(purged)
         DAYS_UNLINKED.inc(len(unlinked))
         DAYS_COMPACTED.inc(len(compacted))
         self.compacted += len(compacted)
+        # nothing done and nothing left: nothing is due until a unit may expire or the catalog changes
+        self.idle = not (purged or unlinked or compacted or left)
         return {"purged": purged, "unlinked": len(unlinked), "unlinked_days": unlinked}
 
-    def _compact(self, t) -> list[str]:
-        """Day files a tenth of which was forgotten (DELETE, bulk forget): their space back."""
-        done = []
+    @staticmethod
+    def next_expiry(t) -> int | None:
+        """When the tenant's first live unit may expire (None: it holds none)."""
+        return t.catalog.read(lambda c: c.execute(sql("days_next_expiry")).fetchone()[0])
+
+    def _compact(self, t) -> tuple[list[str], bool]:
+        """Day files a tenth of which was forgotten (DELETE, bulk forget): their space back. Also whether one
+        that was due could not be compacted now (another process kept it busy)."""
+        done, left = [], False
         for day in t.live_days():
             db = t.shard(day, create=False)
-            if db is not None and compact_due(db) and compact(db):
-                log.info("compacted day %s of tenant %s after forgetting", day, t.name)
-                done.append(day)
-        return done
+            if db is not None and compact_due(db):
+                if compact(db):
+                    log.info("compacted day %s of tenant %s after forgetting", day, t.name)
+                    done.append(day)
+                else:
+                    left = True
+        return done, left
 
     @staticmethod
     def _forget_day(conn, day: str, now: int) -> None:

@@ -15,12 +15,11 @@ import json
 import time
 from functools import partial
 
-from ...readindex.reader import Readers
 from ...readindex.schema import day_key, document, index_dir
 from ...readindex.writer import IndexWriter
 from ...signals import INDEX
 from ...units import MUTABLE_FIELDS
-from .queries import sql
+from .queries import fetch_one, sql
 
 SYNC_BATCH = 5000              # rows (and tombstones) read per shard per round
 COMMIT_EVERY = 50_000          # at most this many changes before a commit (bulk builds)
@@ -53,18 +52,26 @@ def _mark_sent(conn, rows, last_delete: int | None) -> None:
 
 
 class ReadSync:
-    """The leader's side of one tenant's read index: sync passes, day drops, rebuilds."""
+    """The leader's side of one tenant's read index: sync passes, day drops, rebuilds. Closed when the leader
+    lets go of the tenant (idle, or least recently used past its writers: service/budget.py); a new one then
+    starts as a new leader would, replacing what it sends."""
 
-    def __init__(self, t, config, readers: Readers):
-        self.t = t
-        self.config = config
-        self.readers = readers
-        self.index = IndexWriter(index_dir(readers.root, t.name), config.read_index_heap_mb, t.name,
-                                 partial(readers.signals.changed, INDEX, t.name))
+    def __init__(self, store, name: str):
+        self.store = store
+        self.name = name
+        self.config = store.config
+        self.index = IndexWriter(index_dir(store.root, name), self.config.read_index_heap_mb, name,
+                                 partial(store.readers.signals.changed, INDEX, name))
+        self.state: dict | None = None       # the state this writer last wrote
         self.replacing = True       # delete before add: a previous leader may have sent rows unflagged
         self.dropped: set[str] = set()
         self.gone_done: set[str] = set()
         self._streamed: dict[str, int] = {}   # while building: the last rowid sent per day
+
+    @property
+    def t(self):
+        """The tenant's files, as the store holds them now (it may have closed and opened them again)."""
+        return self.store.tenant(self.name)
 
     def _open(self) -> None:
         if self.index.open():
@@ -77,6 +84,14 @@ class ReadSync:
                     db.write(lambda c: c.execute(sql("sync_reset_deletes")))
             self._streamed = {}
             self.replacing = False      # the index is empty: nothing to replace
+
+    def _unsent(self) -> bool:
+        """Whether any day file holds a row the index lacks (or changed since it was sent) or a tombstone."""
+        for day in self.t.primary_days():
+            db = self.t.shard(day, create=False)
+            if db is not None and db.read(fetch_one, "sync_any")[0]:
+                return True
+        return False
 
     def rebuild(self) -> None:
         """Start the index again from nothing (what a new format or a damaged index starts): the next pass
@@ -96,10 +111,17 @@ class ReadSync:
 
     # --- a sync pass --------------------------------------------------------------------------
     def due(self) -> bool:
-        return time.monotonic() - self.index.last_commit >= self.config.replica_debounce_ms / 1000
+        return self.wait() <= 0
+
+    def wait(self) -> float:
+        """Seconds until a pass may commit again (CONTEXT_REPLICA_DEBOUNCE_MS after the last commit)."""
+        return self.index.last_commit + self.config.replica_debounce_ms / 1000 - time.monotonic()
 
     def sync(self) -> int:
-        """Send every unsent change of every shard; commit; flip flags. Returns changes sent."""
+        """Send every unsent change of every shard; commit; flip flags. Returns changes sent. With nothing to
+        send the writer is not opened (its threads and files: a tenant that settled costs none)."""
+        if self.index.writer is None and not self.dropped and self.index.usable() and not self._unsent():
+            return 0
         self._open()
         try:
             return self._sync()
@@ -171,9 +193,7 @@ class ReadSync:
         """Delete the documents of days whose files are gone: the janitor's unlinks, and whatever a
         crash between an unlink and its commit left behind (the days in the term dictionary, which
         keeps a deleted day's name until a merge; ``gone_done`` remembers those already dropped)."""
-        view = self.readers.view(self.t.name)
-        indexed = {day for day, _ in view.searcher.terms_with_prefix("day", "")} if view is not None else set()
-        gone = (indexed | self.dropped) - days - self.gone_done
+        gone = (self.index.days() | self.dropped) - days - self.gone_done
         for day in gone:
             self.index.delete_day(day)
         self.gone_done = (self.gone_done | gone) - days
@@ -184,7 +204,8 @@ class ReadSync:
         """What the index lacked at the end of a pass among the units up to ``seq`` (the catalog's
         newest when the pass began), for the freshness reports of every worker; ``low``: every unit
         below this seq is in the index (read-your-writes reads the rest from the primaries)."""
-        self.index.write_state({"seq": seq, "backlog": backlog, "oldest_ms": oldest_ms, "low": low})
+        self.state = {"seq": seq, "backlog": backlog, "oldest_ms": oldest_ms, "low": low}
+        self.index.write_state(self.state)
 
 
 def backlog(t, seq: int = 2 ** 62) -> tuple[int, int | None, int]:

@@ -57,6 +57,12 @@ class Searcher:
     def close(self) -> None:
         self.pool.shutdown(wait=False)
 
+    def forget(self, tenant: str) -> None:
+        """Drop what this process remembers of a tenant it closes (the store's ``closers``, issue 49)."""
+        self._live_days.pop(tenant, None)
+        self._expiry.pop(tenant, None)
+        self.tail.forget(tenant)
+
     def view(self, t):
         """The tenant's read index for default searches, or None (not built yet, or turned off)."""
         if not self.config.replicas:

@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 
+from ...budget import FILES, Budget, Kept
 from ...config import Config
 from ...errors import ApiError, NotFound
 from ...formats import TENANT_RE, is_cid
@@ -51,40 +52,79 @@ class Store(StoreApi):
         super().__init__(config)
         self.root = config.data_path
         (self.root / "tenants").mkdir(parents=True, exist_ok=True)
-        self._tenants: dict[str, Tenant] = {}
-        self._lock = threading.Lock()
+        # What this process keeps open for its tenants, and for how long (service/budget.py, issue 49): the
+        # least recently used tenant's files are closed past the budget, an idle one's by ``sweep``.
+        self.budget = Budget.of(config)
+        self._tenants = Kept(self.budget.tenants, self.budget.idle_s, self._close_tenant)
+        self._lock = threading.RLock()            # (re-entered: opening a tenant may close another)
         self._groups: dict[str, Group] = {}        # tenant -> its pushes' group commit
+        self._names: tuple | None = None          # (folder's mtime, names) of the last listing old enough to keep
+        self.closers: list = []     # callables(tenant) told when this process closes a tenant's files
         self.listeners: list = []   # callables(tenant, days) told about new pending rows
         # callables(tenant, changes) told about stored and deleted units, each {"status", "cid"} (
         # the change log of service/store/sqlite/live.py); called after the change is durable, must not raise
         self.observers: list = []
         # the primary day files kept open, with each tenant's share (365 days in one push reached ~2,250
-        # descriptors per worker before there was a cap)
-        self.open_shards = OpenShards(config)
+        # descriptors per worker before there was a cap), as many as the budget holds
+        self.open_shards = OpenShards(config, self.budget.shards)
         self.tokenizer = tokenizer_for(config)       # the one tokenizer: indexing and queries
-        self.readers = Readers(self.root)           # this process's readers of the tenants' read indexes
+        # this process's readers of the tenants' read indexes (a tantivy thread each while loaded)
+        self.readers = Readers(self.root, self.budget.read_indexes, self.budget.idle_s)
+        self.signals = self.readers.signals          # the change numbers of this data folder (service/signals.py)
         self.searcher = Searcher(config, self.tokenizer, self.readers)
+        self.closers.append(self.searcher.forget)
 
     # --- tenants ------------------------------------------------------------------------------
     def tenant(self, name: str) -> Tenant:
+        """The tenant's files, opened in this process if they are not (and another's closed if over budget)."""
         t = self._tenants.get(name)
         if t is None:
             with self._lock:
                 t = self._tenants.get(name)
                 if t is None:
-                    t = self._tenants[name] = Tenant(self.root, name, self.config, self.open_shards)
+                    t = self._tenants.add(name, Tenant(self.root, name, self.config, self.open_shards))
+            self._tenants.trim(lambda: FILES.value > self.budget.files, keep=name)
         return t
 
+    def _close_tenant(self, name: str, t: Tenant) -> None:
+        """Close what this process keeps open for a tenant; its next request opens it again."""
+        with self._lock:
+            g = self._groups.get(name)
+            if g is not None and g.idle():
+                del self._groups[name]
+        t.close()
+        for closer in self.closers:
+            closer(name)
+
+    def sweep(self) -> None:
+        """Close the tenants unused for ``CONTEXT_TENANT_IDLE_S``, and read indexes; then the least recently
+        used while this process's files are over the budget (what the background thread calls)."""
+        self._tenants.sweep()
+        self._tenants.trim(lambda: FILES.value > self.budget.files)
+        self.readers.sweep()
+
+    def open_tenants(self) -> list[str]:
+        """The tenants whose files this process keeps open, least recently used first."""
+        return self._tenants.keys()
+
     def tenant_names(self) -> list[str]:
+        """Every tenant with a folder. The listing is kept while the folder's mtime stays the same and was
+        more than a second old when listed (two tenants made within one clock tick leave it the same)."""
         base = self.root / "tenants"
-        return sorted(n for n in os.listdir(base) if TENANT_RE.match(n) and (base / n).is_dir())
+        mtime = os.stat(base).st_mtime_ns
+        known = self._names
+        if known is not None and known[0] == mtime:
+            return list(known[1])
+        with os.scandir(base) as entries:
+            names = sorted(e.name for e in entries if TENANT_RE.match(e.name) and e.is_dir())
+        if time.time_ns() - mtime > 1_000_000_000:
+            self._names = (mtime, names)
+        return list(names)
 
     def close(self) -> None:
         self.searcher.close()
-        with self._lock:
-            for t in self._tenants.values():
-                t.close()
-            self._tenants.clear()
+        self._tenants.close_all()
+        self.readers.close()
 
     # --- push ---------------------------------------------------------------------------------
     def push_many(self, tenant: str, raws: list) -> list[dict | ApiError]:
@@ -100,9 +140,11 @@ class Store(StoreApi):
     def _group(self, t: Tenant) -> Group:
         g = self._groups.get(t.name)
         if g is None:
+            name = t.name
+            # (the tenant looked up at each write: the one this push met may be closed by then)
             with self._lock:
-                g = self._groups.setdefault(t.name, Group(lambda jobs: self._write_group(t, jobs),
-                                                          self.config.group_commit_units))
+                g = self._groups.setdefault(name, Group(lambda jobs: self._write_group(self.tenant(name), jobs),
+                                                        self.config.group_commit_units))
         return g
 
     def _write_group(self, t: Tenant, jobs: list[Job]) -> None:

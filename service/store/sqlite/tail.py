@@ -50,6 +50,10 @@ class TailReader:
         self.tokens = tokens
         self._read: dict[str, tuple] = {}      # tenant -> ((catalog number, low, first, last), (seq, days))
 
+    def forget(self, tenant: str) -> None:
+        """Drop what was read of a tenant this process closes."""
+        self._read.pop(tenant, None)
+
     def tail(self, t, state: dict | None, first: str, last: str) -> Tail | None:
         """The days of the units a default search reads from the primaries, or None when
         read-your-writes is off or they are too many (a bulk import: freshness reports them)."""

@@ -24,6 +24,10 @@ from .queries import fetch_all, fetch_one
 
 SHARD_SCHEMA_VERSION = 3          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
 
+# Catalogs this process has upgraded (threads.migrate): a tenant the store closed and opens again (issue 49)
+# opens its catalog lazily, one read connection, with no write transaction.
+_upgraded: set[tuple[str, int]] = set()
+
 
 class Tenant:
     """One tenant's directory: catalog.db, primary/ day files and replica/index/ (the read index)."""
@@ -40,9 +44,14 @@ class Tenant:
         # the catalog is never unlinked: its reads skip the day shards' inode check
         # every commit on it tells every process at once (a search's caches of catalog reads hold until then)
         self.signals = Signals.of(root)
-        self.catalog = Db(self.dir / "catalog.db", "catalog_schema.sql", config, may_be_unlinked=False,
+        path = self.dir / "catalog.db"
+        upgraded = (str(path), config.thread_gap_s)
+        known = upgraded in _upgraded and path.exists()
+        self.catalog = Db(path, "catalog_schema.sql", config, may_be_unlinked=False, lazy=known,
                           changed=partial(self.signals.changed, CATALOG, name))
-        self.catalog.write(threads.migrate, config.thread_gap_s)
+        if not known:
+            self.catalog.write(threads.migrate, config.thread_gap_s)
+            _upgraded.add(upgraded)
         self._shards: dict[str, Db] = {}
         self._lock = threading.Lock()
 
@@ -128,11 +137,20 @@ class Tenant:
         """Live units in the catalog."""
         return self.catalog.read(fetch_one, "catalog_count_live", {"now": int(time.time())})[0]
 
+    def files(self) -> int:
+        """Connections this tenant keeps open in this process (its catalog's and its kept days')."""
+        return self.catalog.connections + sum(db.connections for db in list(self._shards.values()))
+
     def close(self) -> None:
+        """Close every file this process keeps open for the tenant. A caller still holding it may go on: each
+        catalog read then opens a connection of its own, and a day is opened again (service/store/sqlite/store.py
+        closes a tenant least recently used or idle, issue 49)."""
         with self._lock:
-            for db in self._shards.values():
-                db.close()
+            shards = list(self._shards.items())
             self._shards.clear()
+        for day, db in shards:
+            self.open_shards.forgot(self, day)
+            db.close()
         self.catalog.close()
 
 
