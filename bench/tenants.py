@@ -7,7 +7,9 @@ with N tenants in its keys file. Through HTTP only:
 1. every tenant pushes ``--units`` small units (one batch each, ``--clients`` tenants at a time);
 2. once the maintainer is idle (everything indexed and in the read index), a *cold* round: one search per
    tenant, one client, each tenant's first search in the node; then a *warm* round (the same again);
-3. every process's threads, open files (/proc/<pid>/fd) and RSS (and PSS), after the searches;
+3. every process's threads, open files (/proc/<pid>/fd) and RSS (and PSS), a second after the searches (a
+   read index a process let go of ends its tantivy thread within half a second), and their peaks while the
+   rounds ran (sampled every 0.25 s);
 4. ``--idle-s`` seconds with no request, the same counts again, then a round after idle (tenants the node
    let go of answer again).
 
@@ -107,8 +109,9 @@ def push_all(port: int, pairs, units: int, clients: int) -> dict:
 
     def push(pair):
         tenant, key = pair
-        c = getattr(local, "c", None) or setattr(local, "c", Client(port)) or local.c
-        status, body, ms = c.call("POST", "/mcp/push", key, {"units": units_of(tenant, units)})
+        if not hasattr(local, "client"):
+            local.client = Client(port)
+        status, body, ms = local.client.call("POST", "/mcp/push", key, {"units": units_of(tenant, units)})
         ok = status == 200 and body and all(x.get("status") == "ok" for x in body.get("results", []))
         if not ok:
             failed.append(tenant)
@@ -161,6 +164,38 @@ def node_totals(procs: list[dict]) -> dict:
             "max_threads": max(p["threads"] for p in procs), "max_open_files": max(p["open_files"] for p in procs)}
 
 
+class Peaks(threading.Thread):
+    """The most threads and open files any process of the node held, and the node's RSS, every 0.25 s."""
+
+    def __init__(self, root_pid: int):
+        super().__init__(daemon=True)
+        self.root_pid = root_pid
+        self.peak = {"max_threads": 0, "max_open_files": 0, "rss_mib": 0.0}
+        self.stop = threading.Event()
+
+    def run(self):
+        import psutil
+        while not self.stop.wait(0.25):
+            try:
+                procs = [psutil.Process(self.root_pid)] + psutil.Process(self.root_pid).children(recursive=True)
+            except psutil.Error:
+                return
+            rss = 0
+            for p in procs:
+                try:
+                    self.peak["max_threads"] = max(self.peak["max_threads"], p.num_threads())
+                    self.peak["max_open_files"] = max(self.peak["max_open_files"], p.num_fds())
+                    rss += p.memory_info().rss
+                except psutil.Error:
+                    continue
+            self.peak["rss_mib"] = max(self.peak["rss_mib"], r(rss / 2**20, 1))
+
+    def result(self) -> dict:
+        self.stop.set()
+        self.join()
+        return self.peak
+
+
 def start_node(src: Path, data: Path, keys: Path, port: int, nofile: int, env_extra: dict) -> subprocess.Popen:
     """gunicorn as `make run` starts it, under RLIMIT_NOFILE = ``nofile`` (soft and hard)."""
     env = dict(os.environ, CONTEXT_BIND=f"127.0.0.1:{port}", CONTEXT_DATA_DIR=str(data), PYTHONPATH=str(src),
@@ -192,8 +227,12 @@ def run_node(src: Path, store: str, n: int, a, env_extra: dict) -> dict:
         out["push"] = push_all(port, pairs, a.units, a.clients)
         out["settle_s"] = wait_idle(proc.pid, 600)
         print(f"[{store} {n}] push {out['push']['failed']} failed; searching", flush=True)
+        peaks = Peaks(proc.pid)
+        peaks.start()
         out["cold"] = search_round(port, pairs)
         out["warm"] = search_round(port, pairs)
+        out["peak_while_searching"] = peaks.result()
+        time.sleep(1)
         out["after_searches"] = procs = processes(proc.pid)
         out["after_searches_node"] = node_totals(procs)
         print(f"[{store} {n}] cold {out['cold']['latency']['p99_ms']} ms p99, warm {out['warm']['latency']['p50_ms']}"

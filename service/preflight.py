@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from .auth import KeyRing
+from .budget import Budget
 from .config import Config
 from .doors import refuse_open_bind, refuse_shared_origins
 from .limits import rate_limits
@@ -110,4 +111,6 @@ def warnings(config: Config) -> list[str]:
     for old, new in (("mcp_allowed_hosts", "CONTEXT_ALLOWED_HOSTS"), ("mcp_allowed_origins", "CONTEXT_ALLOWED_ORIGINS")):
         if getattr(config, old):
             found.append(f"CONTEXT_{old.upper()} is the older name of {new} (still added to it); rename it")
+    # an open-files limit too low for the configuration: what each process will keep open (service/budget.py)
+    found += Budget.of(config).warnings(config)
     return found

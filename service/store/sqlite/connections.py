@@ -164,6 +164,12 @@ class Db:
             self._conns += n
             FILES.add(2 * n + (self._conns > 0) - (before > 0))
 
+    def __del__(self):
+        # A Db dropped without close (a day opened for one caller alone): its connections close with it.
+        n = getattr(self, "_conns", 0)
+        if n > 0:
+            FILES.add(-(2 * n + 1))
+
     @property
     def connections(self) -> int:
         """Connections to this file open in this process now (pooled, lent out, the writer)."""
