@@ -63,12 +63,6 @@ def running(pid: int) -> bool:
     return True
 
 
-def open_files_needed(config) -> int:
-    """Descriptors one process may need: each open primary day keeps a writer and up to
-    ``shard_readers`` readers (database and WAL each), plus replicas, catalogs and sockets."""
-    return config.max_open_shards * (1 + config.shard_readers) * 2 * 2 + 256
-
-
 def raise_open_files_limit() -> None:
     """Lift the soft RLIMIT_NOFILE to the hard one (many systems start at 1,024)."""
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -346,8 +347,9 @@ class LiveServer:
     """A real gunicorn (``service:create_app()``) on a free loopback port."""
 
     def __init__(self, data_dir: Path, *, workers: int = 2, keys: dict | None = None, env: dict | None = None,
-                 conf: Path | None = None):
+                 conf: Path | None = None, nofile: int | None = None):
         self.data_dir = Path(data_dir)
+        self.nofile = nofile            # RLIMIT_NOFILE of the server, soft and hard (`ulimit -n`)
         self.conf = conf or ROOT / "service" / "gunicorn_conf.py"     # a test's own settings may extend it
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -370,9 +372,13 @@ class LiveServer:
     def start(self, timeout: float = 60.0) -> "LiveServer":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
+        def limit():
+            if self.nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
         self.proc = subprocess.Popen(
             [str(VENV_BIN / "gunicorn"), "-c", str(self.conf), "service:create_app()"],
-            cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=ROOT, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=limit)
         wait_healthy(self.proc, self.url, timeout, self.log)
         return self
 

@@ -423,10 +423,12 @@ def test_doctor_checks_the_open_files_limit(tmp_path):
     import sys
     env = dict(os.environ, CONTEXT_DATA_DIR=str(tmp_path / "dd"))
     out = subprocess.run([sys.executable, "-m", "service.cli", "doctor"], capture_output=True, text=True, env=env)
-    assert out.returncode == 0 and "open files limit" in out.stdout
+    assert out.returncode == 0 and "ok    open-files limit" in out.stdout
+    # more day files than any limit holds: since issue 49 each process keeps what its limit allows and closes the
+    # least recently used, so this is a warning that names the setting, not a refusal to start
     env["CONTEXT_MAX_OPEN_SHARDS"] = "100000000"
     out = subprocess.run([sys.executable, "-m", "service.cli", "doctor"], capture_output=True, text=True, env=env)
-    assert out.returncode == 1 and "open files limit" in out.stderr
+    assert out.returncode == 0 and "of CONTEXT_MAX_OPEN_SHARDS=100000000 day files" in out.stderr
 
 
 # --- the access log: one line a request, no content, no key -------------------------------------------------

@@ -118,19 +118,11 @@ def doctor(quiet):
         report("订单" in tokens, f"jieba dictionary loads ({tok.segmenter}): {' '.join(tokens)}")
     except Exception as e:  # noqa: BLE001 - doctor reports whatever breaks
         report(False, f"tokenizer failed: {e}")
-    try:
-        import resource
-
-        from ..boot import open_files_needed
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        need = open_files_needed(config)
-        usable = hard if hard != resource.RLIM_INFINITY else need
-        report(usable >= need, f"open files limit {soft} (hard {hard}); a worker may need {need} "
-               f"with CONTEXT_MAX_OPEN_SHARDS={config.max_open_shards}"
-               + ("" if usable >= need else ": raise it (ulimit -n, or the container's nofile ulimit) "
-                  "or lower CONTEXT_MAX_OPEN_SHARDS"))
-    except ImportError:
-        pass
+    from ..budget import Budget
+    b = Budget.of(config)           # (a limit too low for the configuration is a warning above, not a failure)
+    if not quiet:
+        click.echo(f"ok    open-files limit {b.limit}: each process keeps {b.shards} day files, the files of "
+                   f"{b.tenants} tenants and {b.read_indexes} read indexes open, closing the least recently used")
     data = os.path.abspath(config.data_dir)
     loose = [p for p in [data, *(os.path.join(d, n) for d, ds, fs in os.walk(data) for n in ds + fs)]
              if os.path.exists(p) and os.stat(p).st_mode & 0o077][:3]
