@@ -240,7 +240,11 @@ def run_node(src: Path, store: str, n: int, a, env_extra: dict) -> dict:
         time.sleep(a.idle_s)
         out["after_idle"] = procs = processes(proc.pid)
         out["after_idle_node"] = node_totals(procs)
+        peaks = Peaks(proc.pid)
+        peaks.start()
         out["after_idle_round"] = search_round(port, pairs)
+        out["peak_after_idle"] = peaks.result()
+        time.sleep(1)           # (counted as after the first rounds: a let-go index's thread ends within a second)
         out["after_idle_round_node"] = node_totals(processes(proc.pid))
         out["data_mib"] = r(sum(f.stat().st_size for f in data.rglob("*") if f.is_file()) / 2**20, 1)
         print(f"[{store} {n}] after idle {out['after_idle_node']}; round after idle "
