@@ -24,9 +24,8 @@ from .queries import fetch_all, fetch_one
 
 SHARD_SCHEMA_VERSION = 3          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
 
-# Catalogs this process has upgraded (threads.migrate): a tenant the store closed and opens again (issue 49)
-# opens its catalog lazily, one read connection, with no write transaction.
-_upgraded: set[tuple[str, int]] = set()
+# Catalogs this process has opened with a write (their schema script run): see Tenant.__init__.
+_opened: set[str] = set()
 
 
 class Tenant:
@@ -44,16 +43,24 @@ class Tenant:
         # the catalog is never unlinked: its reads skip the day shards' inode check
         # every commit on it tells every process at once (a search's caches of catalog reads hold until then)
         self.signals = Signals.of(root)
+        # The first open in a process runs the schema script and the upgrade (a write). A tenant the store
+        # closed and opens again (issue 49) opens lazily, one read connection and no write transaction, once a
+        # read says its catalog needs no upgrade (a file replaced meanwhile, as a restore does, may).
         path = self.dir / "catalog.db"
-        upgraded = (str(path), config.thread_gap_s)
-        known = upgraded in _upgraded and path.exists()
-        self.catalog = Db(path, "catalog_schema.sql", config, may_be_unlinked=False, lazy=known,
+        again = str(path) in _opened and path.exists()
+        self.catalog = Db(path, "catalog_schema.sql", config, may_be_unlinked=False, lazy=again,
                           changed=partial(self.signals.changed, CATALOG, name))
-        if not known:
+        if not (again and self._current()):
             self.catalog.write(threads.migrate, config.thread_gap_s)
-            _upgraded.add(upgraded)
+            _opened.add(str(path))
         self._shards: dict[str, Db] = {}
         self._lock = threading.Lock()
+
+    def _current(self) -> bool:
+        try:
+            return self.catalog.read(threads.upgraded, self.config.thread_gap_s)
+        except sqlite3.OperationalError:          # (no meta table yet: a file made but never written)
+            return False
 
     def catalog_version(self) -> int:
         """A number that changes whenever any process commits to the catalog (its CATALOG change number,

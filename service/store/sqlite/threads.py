@@ -26,6 +26,14 @@ class CatalogThreads:
         return row[0] if row else None
 
 
+def upgraded(conn: sqlite3.Connection, gap: int = 0) -> bool:
+    """Whether a catalog needs nothing of ``migrate`` (read only): schema 2 and its thread indexes."""
+    version = conn.execute(sql("schema_version")).fetchone()
+    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    return (version is not None and int(version[0]) >= 2 and "catalog_thread" in have
+            and (gap <= 0 or "catalog_source_ts" in have))
+
+
 def migrate(conn: sqlite3.Connection, gap: int = 0) -> None:
     """Bring a catalog written before threads to schema 2 (inside the write lock): the columns, then each unit
     its thread and place by the push's rules, in acknowledgement order; then the thread indexes (every open; by
