@@ -168,6 +168,9 @@ SELECT min(expires_at), max(expires_at) FROM units;
 -- name: vocab_df
 SELECT term, doc FROM units_vocab WHERE term = :term;
 
+-- name: index_names
+SELECT name FROM sqlite_master WHERE type = 'index';
+
 -- name: schema_version
 SELECT value FROM meta WHERE key = 'schema_version';
 

@@ -29,7 +29,7 @@ class CatalogThreads:
 def upgraded(conn: sqlite3.Connection, gap: int = 0) -> bool:
     """Whether a catalog needs nothing of ``migrate`` (read only): schema 2 and its thread indexes."""
     version = conn.execute(sql("schema_version")).fetchone()
-    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    have = {r[0] for r in conn.execute(sql("index_names"))}
     return (version is not None and int(version[0]) >= 2 and "catalog_thread" in have
             and (gap <= 0 or "catalog_source_ts" in have))
 
