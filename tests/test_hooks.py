@@ -260,18 +260,61 @@ def test_a_held_interpreter_cannot_hold_the_agent(tmp_path):
     assert "Timeout (0:00:00." in log and "hookstore.py" in log
 
 
-def test_the_event_on_stdin_is_read_up_to_its_cap(server, tmp_path):
+def test_an_event_past_its_cap_keeps_its_head(server, tmp_path):
+    """Issue 50, I3: an event over CONTEXT_HOOK_MAX_EVENT_BYTES was dropped whole. Now at most the cap is read,
+    and the head is stored: the fields the cut completed, and the prompt up to the cut, marked truncated."""
     env = hook_env(server.url, tmp_path / "state", key_of("misc"), CONTEXT_HOOK_MAX_EVENT_BYTES=4096)
     big = claude("UserPromptSubmit", "cap", "/w", prompt="huge prompt " * 100_000)       # 1.2 MB
     rv = run_hook("claude-code", "UserPromptSubmit", big, env)
-    assert (rv.status, rv.stdout, rv.stderr) == (0, "", "")
-    assert not [u for u in units(server, key_of("misc")) if u["metadata"].get("session_id") == "cap"]
+    assert (rv.status, rv.stderr) == (0, "")
+    [unit] = [u for u in units(server, key_of("misc"), types="user_input") if u["metadata"]["session_id"] == "cap"]
+    assert unit["content"].startswith("huge prompt huge prompt") and 3000 < len(unit["content"]) < 4096
+    assert unit["metadata"]["truncated"] is True and unit["metadata"]["cwd"] == "/w"
     [line] = log_lines(tmp_path / "state")
-    assert "larger than 4096 bytes" in line and "stored nothing" in line
+    assert "larger than 4096 bytes" in line and "stored its head" in line
     small = claude("UserPromptSubmit", "cap", "/w", prompt="a small prompt about caps")
     assert run_hook("claude-code", "UserPromptSubmit", small, env).status == 0
-    assert [u["content"] for u in units(server, key_of("misc"), types="user_input")
-            if u["metadata"]["session_id"] == "cap"] == ["a small prompt about caps"]
+    [unit] = [u for u in units(server, key_of("misc"), types="user_input")
+              if u["metadata"]["session_id"] == "cap" and "small" in u["content"]]
+    assert unit["content"] == "a small prompt about caps" and "truncated" not in unit["metadata"]
+
+
+def test_a_tool_output_past_the_event_cap_keeps_its_first_part(server, tmp_path):
+    """A 9 MB Bash output under the default 8 MiB cap: the output's head is stored (cut to CONTEXT_HOOK_MAX_CHARS,
+    in parts), marked truncated with no total (the rest was never read), linked to its session."""
+    env = hook_env(server.url, tmp_path / "state", key_of("misc"), CONTEXT_HOOK_TIMEOUT_MS=20_000)
+    output = "".join(f"line {i} of the long build log 构建日志\n" for i in range(300_000))    # ~9.6 MB
+    event = claude("PostToolUse", "huge", "/w", **claude_tool(output))
+    rv = run_hook("claude-code", "PostToolUse", event, env)
+    assert (rv.status, rv.stderr) == (0, "")
+    parts = [u for u in units(server, key_of("misc"), types="tool_output")
+             if u["metadata"]["session_id"] == "huge"]
+    text = "".join(u["content"] for u in sorted(parts, key=lambda u: u["metadata"].get("part", 1)))
+    assert text.startswith("line 0 of the long build log 构建日志") and "line 1000 of" in text
+    assert all(u["metadata"]["truncated"] is True and "total_chars" not in u["metadata"] for u in parts)
+    assert "stored its head" in log_lines(tmp_path / "state")[0]
+
+
+def test_the_head_of_a_cut_event_is_only_ever_an_object_of_complete_members():
+    """Every prefix of an event (escapes, surrogates, numbers, nested objects) gives a dict or None, never an
+    exception and never a member whose key or non-string value was cut."""
+    from context_mode_client.hook import json_head
+    event = {"session_id": "s1", "n": 12345, "ok": True, "none": None, "tool_input": {"command": "ls -la"},
+             "tool_response": {"stdout": 'héllo \\ "q" 中文 \U0001F600 \\u12 tail', "stderr": ""}}
+    for ascii_only in (False, True):
+        doc = json.dumps(event, ensure_ascii=ascii_only)
+        for i in range(1, len(doc) + 1):
+            head = json_head(doc[:i])
+            assert head is not None and isinstance(head, dict), doc[:i]
+            for key, value in head.items():
+                assert key in event
+                if not isinstance(event[key], (str, dict)):
+                    assert value == event[key]                  # 1234 of 12345 never appears
+                elif isinstance(value, str):
+                    assert event[key].startswith(value)
+        assert json_head(doc) == event
+    assert json_head('{"a": "x\\') == {"a": "x"} and json_head('{"a": "x\\u12') == {"a": "x"}
+    assert json_head("[1, 2") is None and json_head("not json") is None and json_head("}") is None
 
 
 def test_each_text_is_cut_to_its_cap_before_it_is_masked(server, tmp_path):

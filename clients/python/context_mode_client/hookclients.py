@@ -31,7 +31,7 @@ KINDS = ("session-start", "prompt", "pre-tool", "post-tool", "stop", "pre-compac
 class Event:
     """One hook call, in the same terms for every agent."""
     __slots__ = ("kind", "name", "session_id", "cwd", "tool_name", "tool_input", "tool_output", "prompt", "answer",
-                 "source")
+                 "source", "cut")
 
     def __init__(self, kind: str, name: str, session_id: str = "", cwd: str = "", tool_name: str = "",
                  tool_input=None, tool_output: str = "", prompt: str = "", answer: str = "", source: str = ""):
@@ -40,6 +40,7 @@ class Event:
         self.prompt = prompt
         self.answer = answer          # the agent's final message of a turn (stop)
         self.source = source          # session start: startup / resume / clear / compact; pre-compact: its trigger
+        self.cut = False              # the event was larger than CONTEXT_HOOK_MAX_EVENT_BYTES: its head only
 
 
 def as_text(value) -> str:

@@ -221,7 +221,8 @@ class HookStore:
         if not text.strip():
             return None
         root = self.root()
-        unit = self._unit(text, "user_input", f"{self.client}_prompt", self._meta(), root["cid"])
+        unit = self._unit(text, "user_input", f"{self.client}_prompt", self._meta(truncated=self.event.cut or None),
+                          root["cid"])
         self.state.data["prompt"] = unit["cid"]
         self._remember("user_input", unit["cid"], text)
         self.state.save()                   # before the push: a slow service must not lose the lineage
@@ -238,8 +239,9 @@ class HookStore:
         parent = self.state.data.get("prompt")
         units = [] if parent else [self.root()]
         cut = total > self.settings.max_chars
+        # (an event cut at CONTEXT_HOOK_MAX_EVENT_BYTES: its output's whole length is not known)
         meta = self._meta(tool=e.tool_name, input=self._mask(short_input(e.tool_input)),
-                          truncated=cut or None, total_chars=total if cut else None)
+                          truncated=cut or e.cut or None, total_chars=total if cut and not e.cut else None)
         source = f"{self.client}_{e.tool_name or 'tool'}"
         for i, part in enumerate(parts, start=1):
             extra = {"part": i, "parts": len(parts)} if len(parts) > 1 else {}
@@ -261,7 +263,8 @@ class HookStore:
             return
         root = self.root()
         unit = self._unit(text, "model_thinking", f"{self.client}_answer",
-                          self._meta(prompt_cid=self.state.data.get("prompt")), root["cid"])
+                          self._meta(prompt_cid=self.state.data.get("prompt"), truncated=self.event.cut or None),
+                          root["cid"])
         self._remember("model_thinking", unit["cid"], text)
         self.state.save()
         self._push([root, unit])
