@@ -22,7 +22,7 @@ from context_mode_client import hookfence
 from service.packing import PREAMBLE, estimate_tokens
 
 TENANTS = ("flow", "claude-code", "gemini-cli", "vscode-copilot", "cursor", "routing", "fence", "misc", "scopes",
-           "echo", "history", "floor", "compact")
+           "echo", "history", "floor", "compact", "remotes")
 KEYS = {f"hook-{t}-0123456789abcdef": (t.replace("-", "_"), ["push", "search"]) for t in TENANTS}
 KEYS[KEY] = ("hooks", ["push", "search"])
 FORGER = "hook-forger-0123456789abcdef"          # another key of the "history" tenant
@@ -478,6 +478,59 @@ def test_two_projects_on_one_tenant_see_only_their_own_work(server, tmp_path):
     wide = context_of("claude-code", run_hook("claude-code", "UserPromptSubmit", ask,
                                               {**env, "CONTEXT_HOOK_SCOPE": "global"}).answer)
     assert f"[tool_output {unit['cid']}]" in wide
+
+
+def _git(*args, cwd):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, timeout=60,
+                   env={**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"})
+
+
+def test_a_repository_is_one_project_wherever_it_is_cloned_with_the_remote_key(server, tmp_path):
+    """Issue 50, I4: the project key was the bare path, so /app on two machines was one scope. With
+    CONTEXT_HOOK_PROJECT_KEY=remote a repository is named by its origin (credentials, scheme, port and .git
+    left out, so its ssh and https URLs agree): two clones at different paths share their memory, and two
+    repositories never do. The default stays the path (existing units keep their scope)."""
+    from context_mode_client.hookstore import project_of
+    first, second, other, worktree = (tmp_path / n for n in ("first", "second", "other", "tree"))
+    for folder, url in ((first, "git@github.com:Acme/shop.git"),
+                        (second, "https://ci-bot:s3cret@GitHub.com:443/Acme/shop"),
+                        (other, "ssh://git@github.com/acme/infra.git")):
+        folder.mkdir()
+        _git("init", "-q", cwd=folder)
+        _git("remote", "add", "origin", url, cwd=folder)
+    _git("-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "--allow-empty", "-m", "x", cwd=first)
+    _git("worktree", "add", "-q", str(worktree), cwd=first)
+    (first / "src").mkdir()
+    assert project_of(str(first / "src"), "remote") == "git:github.com/Acme/shop"
+    assert project_of(str(second), "remote") == "git:github.com/Acme/shop"          # no s3cret, no port
+    assert project_of(str(worktree), "remote") == "git:github.com/Acme/shop"        # a .git file: its common config
+    assert project_of(str(other), "remote") == "git:github.com/acme/infra"
+    assert project_of(str(first / "src"), "path") == str(first)                   # the default: today's key
+    local = tmp_path / "local"
+    local.mkdir()
+    _git("init", "-q", cwd=local)
+    _git("remote", "add", "origin", str(first), cwd=local)                          # a path names no repository
+    assert project_of(str(local), "remote") == str(local)
+    env = hook_env(server.url, tmp_path / "state", key_of("remotes"), CONTEXT_HOOK_PROJECT_KEY="remote")
+    run_hook("claude-code", "PostToolUse", claude("PostToolUse", "r1", str(first / "src"),
+                                                  **claude_tool("flaky test: test_checkout_retries times out")), env)
+    [unit] = units(server, key_of("remotes"), types="tool_output")
+    assert unit["metadata"]["project"] == "git:github.com/Acme/shop"
+    time.sleep(1.1)
+    ask = "the checkout test is flaky, retry it?"
+    seen = context_of("claude-code", run_hook("claude-code", "UserPromptSubmit",
+                                              claude("UserPromptSubmit", "r2", str(second), prompt=ask), env).answer)
+    assert f"[tool_output {unit['cid']}]" in (seen or "")
+    elsewhere = context_of("claude-code", run_hook("claude-code", "UserPromptSubmit",
+                                                   claude("UserPromptSubmit", "r3", str(other), prompt=ask), env).answer)
+    assert f"[tool_output {unit['cid']}]" not in (elsewhere or "")
+    by_path = context_of("claude-code", run_hook("claude-code", "UserPromptSubmit",
+                                                 claude("UserPromptSubmit", "r4", str(second), prompt=ask),
+                                                 {**env, "CONTEXT_HOOK_PROJECT_KEY": "path"}).answer)
+    assert f"[tool_output {unit['cid']}]" not in (by_path or "")
+    bad = run_hook("claude-code", "UserPromptSubmit", claude("UserPromptSubmit", "r5", str(second), prompt=ask),
+                   {**env, "CONTEXT_HOOK_PROJECT_KEY": "url"})
+    assert bad.status == 0 and "CONTEXT_HOOK_PROJECT_KEY='url'" in log_lines(tmp_path / "state")[-1]
 
 
 def test_nothing_is_injected_below_the_relevance_floor(server, tmp_path):

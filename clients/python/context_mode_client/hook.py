@@ -104,6 +104,7 @@ class Settings:
         self.max_chars = _int(env, "CONTEXT_HOOK_MAX_CHARS", 200_000, 100, 10_000_000)  # of one text, before masking
         self.max_event_bytes = _int(env, "CONTEXT_HOOK_MAX_EVENT_BYTES", 8 << 20, 1024, 1 << 30)
         self.scope = _choice(env, "CONTEXT_HOOK_SCOPE", ("project", "global"))
+        self.project_key = _choice(env, "CONTEXT_HOOK_PROJECT_KEY", ("path", "remote"))
         self.min_score = _score(env, "CONTEXT_HOOK_MIN_SCORE", 0.5)
         routing = env.get("CONTEXT_HOOK_ROUTING", "off").strip().lower()
         if routing not in ("off", "on", "0", "1", "false", "true", ""):

@@ -74,25 +74,86 @@ def short_input(tool_input) -> str:
     return clip(" ".join(text.split()), MAX_INPUT_CHARS)
 
 
-def project_of(cwd: str) -> str | None:
+def project_of(cwd: str, key: str = "path") -> str | None:
     """The project a working directory belongs to: its git root (a ``.git`` folder or file, so worktrees and
-    submodules count), else the directory itself; None without one. A path the service could not take as a key
-    (too long, a control character) is named by its digest instead."""
+    submodules count), else the directory itself; None without one. With ``key`` "remote"
+    (``CONTEXT_HOOK_PROJECT_KEY``), a repository whose ``origin`` has a network URL is named by that instead
+    (``git:host/owner/repo``), so one repository cloned at ``/app`` on two machines is one project, and two
+    repositories at ``/app`` are two. A path the service could not take as a key (too long, a control character)
+    is named by its digest instead."""
     if not cwd:
         return None
     path = os.path.abspath(cwd)
-    here = path
+    here, root = path, None
     for _ in range(64):
         if os.path.exists(os.path.join(here, ".git")):
-            path = here
+            path = root = here
             break
         parent = os.path.dirname(here)
         if parent == here:
             break
         here = parent
+    if key == "remote" and root is not None:
+        remote = repository_of(root)
+        if remote is not None:
+            path = remote
     if len(path) > MAX_PROJECT_CHARS or CONTROL.search(path):
         return "path-sha256:" + sha256(path.encode("utf-8", "surrogatepass")).hexdigest()
     return path
+
+
+_SECTION = re.compile(r'^\s*\[\s*remote\s+"origin"\s*\]\s*$')
+_URL = re.compile(r"^\s*url\s*=\s*(.*?)\s*$")
+_SCP = re.compile(r"^(?:[^@/]+@)?([^:/]+):(?!//)(.+)$")          # git@host:owner/repo (scp-like)
+_NETWORK = re.compile(r"^(?:ssh|git|https?|git\+ssh|ssh\+git)://(?:[^@/]*@)?([^/:]+)(?::\d*)?/(.+)$", re.I)
+
+
+def repository_of(root: str) -> str | None:
+    """``git:host/path`` of the repository at ``root``: its ``origin`` URL read from its config file (a worktree's
+    or submodule's ``.git`` file leads to it), without credentials, port, scheme or ``.git``, so the ssh and
+    https URLs of one repository agree; None without a config, an origin, or a network URL (a local path names
+    no repository beyond this machine). Only reads files: no git process, nothing of them run."""
+    config = _git_config(os.path.join(root, ".git"))
+    if config is None:
+        return None
+    url, inside = None, False
+    for line in config.splitlines():
+        if line.lstrip().startswith("["):
+            inside = bool(_SECTION.match(line))
+        elif inside and url is None:
+            m = _URL.match(line)
+            if m:
+                url = m.group(1).strip('"')
+    if not url:
+        return None
+    m = _NETWORK.match(url) or (None if "://" in url or url.startswith(("/", ".", "~")) else _SCP.match(url))
+    if m is None:
+        return None
+    host, rest = m.group(1).lower(), m.group(2).strip("/")
+    if rest.endswith(".git"):
+        rest = rest[:-4]
+    return f"git:{host}/{rest}" if rest else None
+
+
+def _git_config(dot_git: str) -> str | None:
+    """The text of a repository's config: ``.git/config``, or for a ``.git`` file (``gitdir: …``) the config of
+    the folder it names, or of that folder's ``commondir`` (a worktree's)."""
+    try:
+        folder = dot_git
+        if os.path.isfile(dot_git):
+            with open(dot_git, encoding="utf-8", errors="replace") as fh:
+                line = fh.read(4096).strip()
+            if not line.startswith("gitdir:"):
+                return None
+            folder = os.path.join(os.path.dirname(dot_git), line[len("gitdir:"):].strip())
+            common = os.path.join(folder, "commondir")
+            if os.path.isfile(common):
+                with open(common, encoding="utf-8", errors="replace") as fh:
+                    folder = os.path.join(folder, fh.read(4096).strip())
+        with open(os.path.join(folder, "config"), encoding="utf-8", errors="replace") as fh:
+            return fh.read(1 << 20)
+    except OSError:
+        return None
 
 
 class State:
@@ -143,7 +204,7 @@ class HookStore:
         self.now = int(time.time())
         self.started = int(self.state.data.setdefault("started", self.now))
         self.literals = (settings.api_key,) if settings.api_key else ()
-        self.project = project_of(event.cwd)
+        self.project = project_of(event.cwd, settings.project_key)
         self._prompt: str | None = None
         legacy = self.state.data.pop("prompts", None)      # (an earlier version's list of the last prompts)
         if isinstance(legacy, list) and legacy and isinstance(legacy[-1], dict):
