@@ -1,4 +1,5 @@
 """The JavaScript client (clients/js) under `node --test` against a real gunicorn."""
+import json
 import os
 import shutil
 import subprocess
@@ -41,3 +42,45 @@ def test_js_readme_example_runs_and_finds_what_it_pushed(live_server_factory, tm
     assert out["results"] and "ORD-7890" in out["results"][0]["content"]
     assert "ORD-7890" in out["context"]
     assert out["hits"] and "ORD-7890" in out["hits"][0]["text"]
+
+
+TS = ROOT / ".ci" / "node_modules_ts"
+
+
+@pytest.fixture(scope="module")
+def tsc():
+    """TypeScript's compiler and Node's types (.ci/setup.d/typescript.sh installs them for CI; installed here
+    the same way when missing); skips without npm or the registry."""
+    binary = TS / "node_modules" / ".bin" / "tsc"
+    if not binary.exists() and shutil.which("npm"):
+        subprocess.run(["npm", "install", "--prefix", str(TS), "--no-audit", "--no-fund", "--loglevel=error",
+                        "typescript@5.9.3", "@types/node@20.19.43"], capture_output=True, timeout=300)
+    if not binary.exists():
+        pytest.skip("TypeScript could not be installed (npm typescript@5): the declarations were not checked")
+    return binary
+
+
+def test_the_typescript_declarations_type_the_readme_and_catch_misuse(tsc, tmp_path):
+    """clients/js ships context-mode.d.mts (package.json "types"): the README's example type-checks under
+    --strict against it, and a wrong use (a CID taken as a number, a push without its options' `source`) does not."""
+    import re
+    for name in ("context-mode.mjs", "context-mode.d.mts"):
+        shutil.copy(ROOT / "clients" / "js" / name, tmp_path / name)
+    [code] = re.findall(r"```js\n(.*?)```", (ROOT / "clients" / "js" / "README.md").read_text(), flags=re.S)
+    (tmp_path / "readme.mts").write_text(code + "\nexport {};\n")
+    (tmp_path / "wrong.mts").write_text(
+        'import { ContextModeClient, makeUnit } from "./context-mode.mjs";\n'
+        'const cm = new ContextModeClient();\n'
+        'const n: number = (await cm.push("x", { source: "s" })).cid;\n'
+        'await makeUnit("x", { type: "tool_output" });\n'
+        'export {};\n')
+    args = [str(tsc), "--noEmit", "--strict", "--module", "nodenext", "--target", "es2022",
+            "--typeRoots", str(TS / "node_modules" / "@types"), "--types", "node"]
+
+    def check(name):
+        return subprocess.run([*args, name], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    good = check("readme.mts")
+    assert good.returncode == 0, good.stdout
+    bad = check("wrong.mts")
+    assert "wrong.mts(3," in bad.stdout and "wrong.mts(4," in bad.stdout, bad.stdout
+    assert json.loads((ROOT / "clients" / "js" / "package.json").read_text())["types"] == "./context-mode.d.mts"
