@@ -18,6 +18,7 @@ NO_NGINX = "nginx is not installed (run .ci/setup.d/nginx.sh): the attacks throu
 CONF = ROOT / "tools" / "nginx" / "nginx.conf"
 NODES = ROOT / "tools" / "nginx" / "nodes.conf"
 NODES_POSTGRES = ROOT / "tools" / "nginx" / "nodes-postgres.conf"
+TLS = ROOT / "tools" / "nginx" / "tls.conf"
 
 
 def _replace(text: str, old: str, new: str) -> str:
@@ -26,13 +27,21 @@ def _replace(text: str, old: str, new: str) -> str:
 
 
 def render(directory: Path, port: int, node_ports: list[int], *, nodes: Path = NODES,
-           settings: dict[str, str] | None = None) -> Path:
+           settings: dict[str, str] | None = None, tls: tuple[int, Path] | None = None) -> Path:
     """nginx.conf as compose runs it, but listening on 127.0.0.1:``port``, its nodes on ``node_ports`` of
-    loopback (in ``nodes``' order), its files under ``directory``, and ``settings`` (e.g. shorter timeouts)."""
+    loopback (in ``nodes``' order), its files under ``directory``, and ``settings`` (e.g. shorter timeouts).
+    ``tls``: (port, folder of fullchain.pem and privkey.pem): tls.conf mounted as docker-compose.tls.yml does."""
     directory.mkdir(parents=True, exist_ok=True)
     text = _replace(CONF.read_text(), "listen 5000;", f"listen 127.0.0.1:{port};")
     text = _replace(text, "/tmp/", f"{directory}/")
     text = _replace(text, "include /etc/nginx/context-mode-nodes.conf;", f"include {directory}/nodes.conf;")
+    tls_text = ""
+    if tls is not None:
+        tls_text = _replace(TLS.read_text(), "listen 5443 ssl;", f"listen 127.0.0.1:{tls[0]} ssl;")
+        tls_text = _replace(tls_text, "/etc/nginx/tls/", f"{tls[1]}/")
+    (directory / "tls").mkdir(exist_ok=True)
+    (directory / "tls" / "context-mode-tls.conf").write_text(tls_text)
+    text = _replace(text, "include /etc/nginx/context-mode-tls*.conf;", f"include {directory}/tls/context-mode-tls*.conf;")
     for name, value in (settings or {}).items():
         text, n = re.subn(rf"(?m)^(\s*){name} \S+;", rf"\g<1>{name} {value};", text)
         assert n == 1, f"tools/nginx/nginx.conf sets {name} once"
@@ -52,11 +61,14 @@ def render(directory: Path, port: int, node_ports: list[int], *, nodes: Path = N
 class Nginx:
     """nginx with tools/nginx/nginx.conf in front of gunicorns on loopback (``url`` is where it listens)."""
 
-    def __init__(self, directory: Path, node_ports: list[int], **kw):
+    def __init__(self, directory: Path, node_ports: list[int], *, tls_dir: Path | None = None, **kw):
         self.directory = Path(directory)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.conf = render(self.directory, self.port, node_ports, **kw)
+        self.tls_port = free_port() if tls_dir is not None else None
+        self.tls_url = f"https://127.0.0.1:{self.tls_port}" if tls_dir is not None else None
+        tls = (self.tls_port, Path(tls_dir)) if tls_dir is not None else None
+        self.conf = render(self.directory, self.port, node_ports, tls=tls, **kw)
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 20.0) -> "Nginx":

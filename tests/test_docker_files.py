@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ DIFY_OVERRIDE_PATH = ROOT / "docker-compose.dify.yml"
 DIFY_OVERRIDE = yaml.safe_load(DIFY_OVERRIDE_PATH.read_text())
 PG_OVERRIDE_PATH = ROOT / "docker-compose.postgres.yml"
 PG_OVERRIDE = yaml.safe_load(PG_OVERRIDE_PATH.read_text())
+TLS_OVERRIDE_PATH = ROOT / "docker-compose.tls.yml"
 HADOLINT = shutil.which("hadolint")
 DOCKER_COMPOSE = shutil.which("docker-compose")
 VENV_BIN = str(Path(sys.executable).parent)
@@ -63,7 +65,7 @@ def test_hadolint_passes(dockerfile):
     assert rv.returncode == 0, rv.stdout + rv.stderr
 
 
-def compose(*args, env=None, env_file=None, dify=False, postgres=False):
+def compose(*args, env=None, env_file=None, dify=False, postgres=False, tls=False):
     environ = {k: v for k, v in os.environ.items()
                if not k.startswith(("CONTEXT_", "DIFY_", "COMPOSE_", "POSTGRES_"))}
     environ.update(env or {})
@@ -72,6 +74,8 @@ def compose(*args, env=None, env_file=None, dify=False, postgres=False):
         cmd += ["-f", str(DIFY_OVERRIDE_PATH)]
     if postgres:
         cmd += ["-f", str(PG_OVERRIDE_PATH)]
+    if tls:
+        cmd += ["-f", str(TLS_OVERRIDE_PATH)]
     if env_file:
         cmd += ["--env-file", str(env_file)]
     return subprocess.run(cmd + list(args), cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60)
@@ -341,7 +345,8 @@ def test_the_proxy_fronts_gunicorn_with_the_services_limits():
     assert nginx_seconds(d["keepalive_timeout"][0]) == setting["keepalive"]
     assert nginx_seconds(d["proxy_read_timeout"][0]) > setting["timeout"]
     assert d["proxy_set_header"][:2] == ['Connection ""', "Host $http_host"]
-    assert d["include"] == ["/etc/nginx/context-mode-nodes.conf"] and d["daemon"] == ["off"]
+    assert d["include"] == ["/etc/nginx/context-mode-nodes.conf", "/etc/nginx/context-mode-tls*.conf"]
+    assert d["daemon"] == ["off"]
     for nodes, names in ((NODES, ["context-mode:5000"]), (NODES_POSTGRES, ["context-mode:5000", "context-mode-2:5000"])):
         upstream = nginx_directives(nodes.read_text())
         assert upstream["server"] == names                   # the balancer lists every node of its compose file
@@ -398,6 +403,70 @@ def test_the_postgres_override_balances_two_nodes_on_one_store(tmp_path, pg_urls
 
 
 # --- the image's commands, run here for real -----------------------------------------------------
+@needs_compose
+def test_the_tls_override_adds_a_tls_server_to_the_proxy(tmp_path):
+    """docker-compose.tls.yml (docs/tls.md): the proxy publishes its TLS server too, with tls.conf and the
+    certificate folder mounted read-only; nothing else changes."""
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    rv = compose("config", env={"CONTEXT_API_KEY": "k_test", "CONTEXT_TLS_DIR": str(tmp_path / "certs")},
+                 env_file=empty, tls=True)
+    assert rv.returncode == 0, rv.stderr
+    services = yaml.safe_load(rv.stdout)["services"]
+    proxy = services["proxy"]
+    published = [(str(p.get("published")), str(p.get("target"))) if isinstance(p, dict) else tuple(p.split(":")[-2:])
+                 for p in proxy["ports"]]
+    published = [(host, target.split("/")[0]) for host, target in published]         # (compose 1.x: "5443/tcp")
+    assert ("443", "5443") in published and ("5000", "5000") in published
+    mounts = {(v["target"], v.get("read_only")) if isinstance(v, dict) else (v.split(":")[1], v.endswith(":ro"))
+              for v in proxy["volumes"]}
+    assert mounts == {("/etc/nginx/context-mode-tls.conf", True), ("/etc/nginx/tls", True)}
+    assert services["context-mode"] == yaml.safe_load(compose("config", env={"CONTEXT_API_KEY": "k_test"},
+                                                               env_file=empty).stdout)["services"]["context-mode"]
+
+
+def _self_signed(folder: Path) -> Path:
+    """A certificate for 127.0.0.1 and localhost, and its key, as docs/tls.md names them."""
+    folder.mkdir(parents=True)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", str(folder / "privkey.pem"), "-out", str(folder / "fullchain.pem")],
+                   check=True, capture_output=True, timeout=60)
+    return folder / "fullchain.pem"
+
+
+@pytest.mark.skipif(NGINX is None or shutil.which("openssl") is None, reason=NO_NGINX + " (or openssl)")
+def test_the_tls_server_serves_the_service_with_the_plain_servers_limits(tmp_path):
+    """tools/nginx/tls.conf beside nginx.conf, as the override mounts them, in front of a real gunicorn: a push
+    and a search over TLS (the certificate checked), HSTS on the answers, and the same body limit as the plain
+    server (its settings are the http block's)."""
+    import ssl
+    cert = _self_signed(tmp_path / "certs")
+    server = LiveServer(tmp_path / "data", workers=1).start()
+    proxy = Nginx(tmp_path / "nginx", [server.port], tls_dir=tmp_path / "certs").start()
+    try:
+        rv = requests.post(proxy.tls_url + "/mcp/push", json={"type": "tool_output", "source": "tls_check",
+                                                              "content": "shipped over TLS 经由 TLS"},
+                           verify=str(cert), timeout=30)
+        assert rv.status_code == 200, rv.text
+        assert rv.headers["Strict-Transport-Security"] == "max-age=31536000"
+        found = requests.get(proxy.tls_url + "/mcp/search?q=TLS&consistency=strong", verify=str(cert), timeout=30)
+        assert [r["source"] for r in found.json()["results"]] == ["tls_check"]
+        assert requests.get(proxy.url + "/healthz", timeout=30).status_code == 200       # the plain server stays
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.get(proxy.tls_url + "/healthz", timeout=30)                          # an unknown CA: refused
+        context = ssl.create_default_context(cafile=str(cert))
+        with socket.create_connection(("127.0.0.1", proxy.tls_port), timeout=10) as raw, \
+                context.wrap_socket(raw, server_hostname="localhost") as tls:
+            assert tls.version() in ("TLSv1.2", "TLSv1.3")
+        big = requests.post(proxy.tls_url + "/mcp/push", data=b"x" * (33 << 20), verify=str(cert), timeout=60,
+                            headers={"Content-Type": "application/json"})
+        assert big.status_code == 413                                   # client_max_body_size, as on port 5000
+    finally:
+        proxy.stop()
+        server.stop()
+
+
 def test_cmd_execs_gunicorn_and_healthcheck_works(tmp_path):
     """Run the Dockerfile's CMD (sh -c '... && exec gunicorn ...') and HEALTHCHECK outside Docker."""
     port = free_port()
