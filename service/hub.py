@@ -310,6 +310,13 @@ class Hub:
             return cfg.stream_cap, cfg.stream_cap
         return shares(cfg.stream_cap, cfg.stream_share, cfg.stream_key_share)
 
+    def streams(self, tenant: str) -> dict:
+        """What /mcp/stats says of a tenant's live streams: open now over every worker (and node), the most it may
+        hold over them (CONTEXT_MAX_LISTENERS_PER_TENANT), and one worker's stream slots and the tenant's share."""
+        cfg = self.config
+        return {"open": self.slots.count(tenant), "tenant_limit": cfg.max_listeners_per_tenant,
+                "per_worker": cfg.stream_cap, "tenant_share_per_worker": self.shares()[0]}
+
     def _count(self, lst: Listener, step: int) -> None:
         """Count a listener in (+1) or out (-1) of this worker's totals (hub lock held)."""
         self.count += step

@@ -32,6 +32,9 @@ DELETE FROM listeners WHERE seen_ms < :before;
 SELECT (SELECT count(*) FROM listeners WHERE tenant = :tenant),
        (SELECT count(*) FROM listeners WHERE key_id = :key_id);
 
+-- name: listeners_open
+SELECT count(*) FROM listeners WHERE tenant = :tenant AND seen_ms >= :after;
+
 -- name: listeners_insert
 INSERT INTO listeners(id, tenant, key_id, owner, kind, seen_ms)
 VALUES (:id, :tenant, :key_id, :owner, :kind, :now);

@@ -312,6 +312,8 @@ def test_timeline_chart_and_stats(ui):
     ui.find("#chart")
     stats = requests.get(ui.server.url + "/mcp/stats", headers=ui.server.headers(ADMIN), timeout=30).json()
     assert ui.text("#stat-units") == str(stats["units"])
+    # the live streams the tenant holds over every worker, of the most it may (issue 51)
+    assert ui.text("#stat-streams") == f"{stats['streams']['open']} / {stats['streams']['tenant_limit']}"
     bars = ui.all("#chart rect")
     assert len(bars) == sum(len(d["types"]) for d in stats["days"])
     assert {b.get_attribute("data-type") for b in bars} == set(stats["types"])

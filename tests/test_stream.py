@@ -211,3 +211,29 @@ def test_python_client_readme_live_example_runs(server, tmp_path):
         scope["later"].close()
     finally:
         admin.stop()
+
+
+def test_stats_count_the_tenants_open_streams_over_every_worker(server):
+    """Issue 51 (streams that tell): /mcp/stats says how many live streams the tenant holds open over every
+    worker, beside the bounds they meet; a closed stream stops counting, another tenant's never counts."""
+    def streams(key=KEY):
+        rv = requests.get(server.url + "/mcp/stats", headers=server.headers(key), timeout=10)
+        assert rv.status_code == 200, rv.text
+        return rv.json()["streams"]
+    before = streams()
+    assert before["tenant_limit"] == 64 and before["per_worker"] >= 1 and 1 <= before["tenant_share_per_worker"]
+    opened = [stream(server, f"query=statcount{i}", key=KEY) for i in range(3)]
+    try:
+        assert all(s.status == 200 for s in opened)
+        deadline = time.monotonic() + 10
+        while streams()["open"] != before["open"] + 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert streams()["open"] == before["open"] + 3          # whichever worker answers the stats
+        assert streams(OTHER)["open"] == 0
+    finally:
+        for s in opened:
+            s.close()
+    deadline = time.monotonic() + 10                           # (a closed client is noticed within a second)
+    while streams()["open"] != before["open"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert streams()["open"] == before["open"]

@@ -46,7 +46,13 @@ def paths(config) -> dict:
         "read_index": {"type": "object"}, "replica_lag_ms": {"type": "integer"},
         "day_files": {"type": "object", "description": "Days stored (SQLite: its day files; PostgreSQL: days "
                                                        "holding rows): count, bytes on disk, first, last."},
-        "generated_at": {"type": "integer"}}}
+        "generated_at": {"type": "integer"},
+        "streams": _nullable({"type": "object", "properties": {
+            "open": {"type": "integer", "description": "The tenant's live streams open now, over every worker."},
+            "tenant_limit": {"type": "integer", "description": "The most it may hold (CONTEXT_MAX_LISTENERS_PER_TENANT)."},
+            "per_worker": {"type": "integer", "description": "One worker's stream slots."},
+            "tenant_share_per_worker": {"type": "integer", "description": "The tenant's share of them."}}},
+            "Live streams (null where the live hub is off).")}}
     forget_body = {"type": "object", "properties": {
         **{k: props[k] for k in ("types", "source", "since", "until", "parent_cid")},
         "query": {"type": "string", "description": "Only units holding these words (plain text, never syntax)."},

@@ -7,7 +7,7 @@ import json
 import time
 from collections.abc import Iterator
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 
 from .. import tokens
 from ..auth import require
@@ -84,9 +84,12 @@ def list_units(tenant):
 @bp.get("/mcp/stats")
 @require("search")
 def stats(tenant):
-    """Units and bytes per type and per day, oldest and newest, index backlog, replica lag, days stored."""
+    """Units and bytes per type and per day, oldest and newest, index backlog, replica lag, days stored, and the
+    tenant's live streams (open over every worker, and the bounds they meet)."""
     _query_args(())
-    return jsonify({"tenant": tenant, **store().stats(tenant)})
+    hub = current_app.extensions.get("context_hub")
+    streams = hub.streams(tenant) if hub is not None else None
+    return jsonify({"tenant": tenant, **store().stats(tenant), "streams": streams})
 
 
 @bp.get("/mcp/export")

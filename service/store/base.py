@@ -311,6 +311,9 @@ class SlotsApi(Protocol):
 
     def release(self, slot: str) -> None: ...
 
+    def count(self, tenant: str) -> int:
+        """The tenant's open streams now, over every worker (and node): what /mcp/stats reports."""
+
     def touch(self) -> None:
         """Refresh this worker's slots (a dead worker's stop counting after ``STALE_MS``)."""
 

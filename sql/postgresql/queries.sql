@@ -462,6 +462,9 @@ DELETE FROM live_listeners WHERE tenant = %(tenant)s AND seen_ms < %(before)s;
 SELECT count(*) AS tenant_n, count(*) FILTER (WHERE key_id = %(key_id)s) AS key_n
 FROM live_listeners WHERE tenant = %(tenant)s;
 
+-- name: live_listeners_open
+SELECT count(*) AS n FROM live_listeners WHERE tenant = %(tenant)s AND seen_ms >= %(after)s;
+
 -- name: live_listeners_insert
 INSERT INTO live_listeners(tenant, id, key_id, owner, kind, seen_ms)
 VALUES (%(tenant)s, %(id)s, %(key_id)s, %(owner)s, %(kind)s, %(now)s);

@@ -39,7 +39,7 @@
         "A dry run counts the matching units first; forgetting needs its confirmation and never removes more.",
       queryOpt: "Query (optional; units holding these words)", stats: "Stats", totalUnits: "Live units",
       totalBytes: "Content", oldest: "Oldest", newest: "Newest", pending: "Waiting for indexing",
-      lag: "Read index lag", dayFiles: "Days stored", perType: "By type", perDay: "Units per day and type",
+      lag: "Read index lag", dayFiles: "Days stored", streams: "Live streams", perType: "By type", perDay: "Units per day and type",
       day: "Day", count: "Units", bytes: "Bytes", noData: "No live units yet.", truncated:
         "Lineage truncated (too much content); omitted: {n}.", adminOnly: "Needs an admin key.",
       language: "Language", switchTo: "中文", back: "Back", chart: "Units per day, stacked by type",
@@ -63,7 +63,7 @@
       dryRun: "统计匹配的单元", forgetN: "遗忘 {n} 个单元", dryRunResult: "{n} 个单元匹配。", sample: "前几条匹配",
       forgetHelp: "先试运行统计匹配数；遗忘需要它的确认码，且不会删除更多。", queryOpt: "查询（可选；包含这些词的单元）",
       stats: "统计", totalUnits: "有效单元", totalBytes: "内容", oldest: "最早", newest: "最新", pending: "等待索引",
-      lag: "读索引延迟", dayFiles: "存储天数", perType: "按类型", perDay: "每日单元（按类型）", day: "日期",
+      lag: "读索引延迟", dayFiles: "存储天数", streams: "实时订阅", perType: "按类型", perDay: "每日单元（按类型）", day: "日期",
       count: "单元数", bytes: "字节", noData: "还没有有效单元。", truncated: "血缘已截断（内容过多）；省略 {n} 个。",
       adminOnly: "需要管理员密钥。", language: "语言", switchTo: "English", back: "返回", chart: "每日单元数，按类型堆叠",
       help: "快捷键：/ 搜索 · g s 搜索 · g u 单元 · g t 时间线",
@@ -511,7 +511,8 @@
       kpi(t("totalUnits"), String(s.units), "stat-units"), kpi(t("totalBytes"), bytes(s.bytes), "stat-bytes"),
       kpi(t("oldest"), shortWhen(s.oldest)), kpi(t("newest"), shortWhen(s.newest)),
       kpi(t("pending"), String(s.index_pending)), kpi(t("lag"), s.replica_lag_ms + " ms"),
-      kpi(t("dayFiles"), s.day_files.count + " · " + bytes(s.day_files.bytes)))]);
+      kpi(t("dayFiles"), s.day_files.count + " · " + bytes(s.day_files.bytes)),
+      s.streams ? kpi(t("streams"), s.streams.open + " / " + s.streams.tenant_limit, "stat-streams") : null)]);
     main.appendChild(h("h2", {}, t("perDay")));
     if (!s.days.length) { main.appendChild(h("p", {}, t("noData"))); return; }
     const types = Object.keys(s.types);

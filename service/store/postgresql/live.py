@@ -115,6 +115,11 @@ class Slots:
         if tenant is not None:
             self.store.db.write(lambda c: c.execute(sql("live_listeners_delete"), {"tenant": tenant, "id": slot}))
 
+    def count(self, tenant: str) -> int:
+        """The tenant's open streams over every worker of every node (a dead worker's past STALE_MS not counted)."""
+        return self.store.db.read(lambda c: c.execute(sql("live_listeners_open"), {
+            "tenant": tenant, "after": now_ms() - STALE_MS}).fetchone()["n"])
+
     def touch(self) -> None:
         self.store.db.write(lambda c: c.execute(sql("live_listeners_touch"), {"now": now_ms(), "owner": self.owner}))
 

@@ -166,6 +166,11 @@ class Slots:
     def release(self, slot: str) -> None:
         self.db.write(lambda c: c.execute(sql("listeners_delete"), {"id": slot}))
 
+    def count(self, tenant: str) -> int:
+        """The tenant's open streams over every worker (a dead worker's past STALE_MS not counted)."""
+        after = int(time.time() * 1000) - STALE_MS
+        return self.db.read(lambda c: c.execute(sql("listeners_open"), {"tenant": tenant, "after": after}).fetchone()[0])
+
     def touch(self) -> None:
         self.db.write(lambda c: c.execute(sql("listeners_touch"), {"now": int(time.time() * 1000),
                                                                    "owner": self.owner}))
