@@ -109,3 +109,73 @@ def test_the_installed_hook_command_stores_a_session(project, live_server, monke
     found = requests.post(live_server.url + "/mcp/search", json={"query": "installed hooks prompt",
                                                                  "consistency": "strong"}, timeout=10).json()
     assert [r["source"] for r in found["results"]][:1] == ["claude-code_prompt"]
+
+
+def _ours(entries):
+    """(event's hook, its matcher, its timeout) of our entries in a flat hooks file (Cursor, VS Code)."""
+    return {event: [(h["command"].split()[-2:], h.get("matcher"), h["timeout"]) for h in hooks
+                    if "context-mode-hook" in h["command"]] for event, hooks in entries.items()}
+
+
+def test_cursor_hooks_and_mcp_merge_match_the_shipped_files_and_uninstall_restores(project):
+    """Cursor (issue 51): its hooks.json (flat entries, ``version``) and mcp.json, merged with another tool's,
+    the events those of clients/.cursor/hooks.json, the MCP entry that of clients/.cursor/mcp.json."""
+    hooks, mcp = project / ".cursor" / "hooks.json", project / ".cursor" / "mcp.json"
+    hooks.parent.mkdir()
+    other = {"command": "/usr/local/bin/audit", "timeout": 2}
+    hooks.write_text(json.dumps({"version": 1, "hooks": {"postToolUse": [other]}}))
+    mcp.write_text(json.dumps({"mcpServers": {"other": {"command": "other-mcp"}}}))
+    before = (read(hooks), read(mcp))
+    run("install", "cursor", "--project", project)
+    got = read(hooks)
+    assert got["version"] == 1 and other in got["hooks"]["postToolUse"]
+    assert _ours(got["hooks"]) == _ours(read(ROOT / "clients" / ".cursor" / "hooks.json")["hooks"])
+    assert all(shlex.split(h["command"])[0].startswith("/") for hs in got["hooks"].values() for h in hs)
+    shipped = read(ROOT / "clients" / ".cursor" / "mcp.json")["mcpServers"]["context-mode"]
+    assert read(mcp)["mcpServers"] == {"other": {"command": "other-mcp"}, "context-mode": shipped}
+    assert "nothing to install" in run("install", "cursor", "--project", project)
+    run("uninstall", "cursor", "--project", project)
+    assert (read(hooks), read(mcp)) == before
+
+
+def test_vscode_hooks_are_a_file_of_their_own_and_the_key_is_asked_once(project):
+    """VS Code Copilot: .github/hooks/context-mode.json (ours alone: uninstall removes it) and .vscode/mcp.json's
+    ``servers`` with the ``inputs`` prompt for the key, as clients/.vscode/mcp.json; user scope is refused."""
+    hooks, mcp = project / ".github" / "hooks" / "context-mode.json", project / ".vscode" / "mcp.json"
+    mcp.parent.mkdir()
+    mcp.write_text(json.dumps({"servers": {"other": {"type": "stdio", "command": "x"}}}))
+    out = run("install", "vscode-copilot", "--project", project)
+    assert f"wrote {hooks}" in out
+    assert _ours(read(hooks)["hooks"]) == _ours(read(ROOT / "clients" / ".github" / "hooks" / "context-mode.json")["hooks"])
+    shipped = read(ROOT / "clients" / ".vscode" / "mcp.json")
+    got = read(mcp)
+    assert got["servers"]["context-mode"] == shipped["servers"]["context-mode"] and "other" in got["servers"]
+    assert [i["id"] for i in got["inputs"]] == [i["id"] for i in shipped["inputs"]]
+    run("install", "vscode-copilot", "--project", project)
+    assert len(read(mcp)["inputs"]) == 1                                # twice is once
+    run("uninstall", "vscode-copilot", "--project", project)
+    assert not hooks.exists() and read(mcp) == {"servers": {"other": {"type": "stdio", "command": "x"}}}
+    rv = CliRunner().invoke(main, ["install", "vscode-copilot", "--scope", "user"])
+    assert rv.exit_code == 1 and "--scope project" in rv.output
+
+
+def test_codex_gets_the_mcp_entry_in_its_toml_with_its_comments_kept(project, tmp_path):
+    """Codex runs no hooks: install writes [mcp_servers.context-mode] into ~/.codex/config.toml (or a project's),
+    as clients/codex/config.toml has it, keeping the file's other tables and comments; uninstall takes it out."""
+    import tomllib
+    config = tmp_path / "home" / ".codex" / "config.toml"
+    config.parent.mkdir(parents=True)
+    original = '# my Codex settings\nmodel = "gpt-5"\n\n[mcp_servers.other]\ncommand = "other-mcp"  # keep me\n'
+    config.write_text(original)
+    out = run("install", "codex", "--scope", "user")
+    assert f"wrote {config}" in out and "runs no hooks" in out
+    got = tomllib.loads(config.read_text())
+    shipped = tomllib.loads((ROOT / "clients" / "codex" / "config.toml").read_text())["mcp_servers"]["context-mode"]
+    assert got["mcp_servers"]["context-mode"] == shipped and got["mcp_servers"]["other"] == {"command": "other-mcp"}
+    assert got["model"] == "gpt-5" and "# my Codex settings" in config.read_text() and "# keep me" in config.read_text()
+    assert "nothing to install" in run("install", "codex", "--scope", "user")
+    run("uninstall", "codex", "--scope", "user")
+    assert tomllib.loads(config.read_text()) == tomllib.loads(original) and "# keep me" in config.read_text()
+    run("install", "codex", "--project", project, "--url", "http://10.0.0.5:5000")
+    assert tomllib.loads((project / ".codex" / "config.toml").read_text())["mcp_servers"]["context-mode"]["url"] == \
+        "http://10.0.0.5:5000/mcp"

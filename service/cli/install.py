@@ -6,7 +6,8 @@ changes nothing and uninstalling takes out only what install wrote.
 The hook command is an absolute path (``context-mode-hook`` beside this interpreter, else ``python -m
 context_mode_client.hook``), so it works whatever the agent's PATH is; a bare ``context-mode-hook`` that is not on
 PATH exits 127, which the agents treat as non-blocking, and nothing would be stored. The events and matchers are
-those of ``clients/<agent>/settings.json`` (tests/test_install.py holds them to it).
+those of the shipped files in ``clients/`` (tests/test_install.py holds them to it). Codex runs no hooks: it gets
+the MCP entry alone, in its TOML (tomlkit keeps the file's comments and layout).
 """
 from __future__ import annotations
 
@@ -27,21 +28,46 @@ SERVER_NAME = "context-mode"
 @dataclass(frozen=True)
 class Agent:
     name: str                          # as the hook knows it (``context-mode-hook <name> <event>``)
-    events: tuple                      # (event, matcher or None)
-    timeout: int                       # in the agent's unit (Claude Code: seconds; Gemini CLI: milliseconds)
+    events: tuple                      # (event, matcher or None); none: the agent takes no hooks (Codex)
+    timeout: int                       # in the agent's unit (seconds; Gemini CLI: milliseconds)
     folder: str                        # of its settings, under the project or the home folder
     named: bool = False                # Gemini CLI names each hook
+    flat: bool = False                 # hooks listed per event (Cursor, VS Code), not in matcher groups
+    user_scope: bool = True            # VS Code keeps its user settings in a profile folder: project only
 
-    def settings(self, scope: str, project: Path) -> Path:
-        return (project if scope == "project" else Path.home()) / self.folder / "settings.json"
+    def settings(self, scope: str, project: Path) -> Path | None:
+        """The file of its hooks (None: no hooks)."""
+        base = project if scope == "project" else Path.home()
+        if not self.events:
+            return None
+        if self.name == "cursor":
+            return base / ".cursor" / "hooks.json"
+        if self.name == "vscode-copilot":
+            return project / ".github" / "hooks" / "context-mode.json"      # a file of ours alone
+        return base / self.folder / "settings.json"
 
     def mcp_file(self, scope: str, project: Path) -> Path:
-        """The file whose ``mcpServers`` holds the MCP entry."""
+        """The file whose MCP servers (``mcp_key``) holds the MCP entry."""
+        base = project if scope == "project" else Path.home()
         if self.name == "claude-code":
             return project / ".mcp.json" if scope == "project" else Path.home() / ".claude.json"
-        return self.settings(scope, project)
+        if self.name in ("cursor", "vscode-copilot"):
+            return base / self.folder / "mcp.json"
+        if self.name == "codex":
+            return base / ".codex" / "config.toml"
+        return base / self.folder / "settings.json"
+
+    @property
+    def mcp_key(self) -> str:
+        return {"vscode-copilot": "servers", "codex": "mcp_servers"}.get(self.name, "mcpServers")
 
     def server(self, url: str) -> dict:
+        if self.name == "codex":                 # (Codex expands no variables: it reads the key's variable itself)
+            return {"url": f"{url}/mcp", "bearer_token_env_var": "CONTEXT_API_KEY"}
+        if self.name == "vscode-copilot":
+            return {"type": "http", "url": f"{url}/mcp", "headers": {"Authorization": f"Bearer ${{input:{KEY_INPUT}}}"}}
+        if self.name == "cursor":
+            return {"url": f"{url}/mcp", "headers": {"Authorization": "Bearer ${env:CONTEXT_API_KEY}"}}
         auth = {"Authorization": "Bearer ${CONTEXT_API_KEY:-}"}
         if self.name == "claude-code":
             return {"type": "http", "url": f"{url}/mcp", "headers": auth}
@@ -54,9 +80,12 @@ class Agent:
                      "env": {"CONTEXT_URL": url, "CONTEXT_API_KEY": "${CONTEXT_API_KEY:-}"}}
         elif url != DEFAULT_URL:
             entry["command"] = f"CONTEXT_URL={shlex.quote(url)} {entry['command']}"
+        if self.name == "cursor":
+            del entry["type"]
         return entry
 
 
+KEY_INPUT = "context-mode-api-key"          # VS Code asks for the key once and keeps it (its ``inputs``)
 AGENTS = {
     "claude-code": Agent("claude-code", (("SessionStart", None), ("UserPromptSubmit", None),
                                          ("PreToolUse", "WebFetch|WebSearch"), ("PostToolUse", "*"),
@@ -64,6 +93,12 @@ AGENTS = {
     "gemini-cli": Agent("gemini-cli", (("SessionStart", None), ("BeforeAgent", None),
                                        ("BeforeTool", "web_fetch|google_web_search"), ("AfterTool", None),
                                        ("AfterAgent", None), ("PreCompress", "manual")), 5000, ".gemini", named=True),
+    "cursor": Agent("cursor", (("sessionStart", None), ("beforeSubmitPrompt", None), ("preToolUse", "WebFetch"),
+                               ("postToolUse", None), ("afterAgentResponse", None)), 5, ".cursor", flat=True),
+    "vscode-copilot": Agent("vscode-copilot", (("SessionStart", None), ("UserPromptSubmit", None),
+                                               ("PostToolUse", None), ("PreCompact", None)), 5, ".vscode", flat=True,
+                            user_scope=False),
+    "codex": Agent("codex", (), 0, ".codex"),
 }
 
 
@@ -91,6 +126,8 @@ def without_ours(hooks: dict) -> dict:
                 if not rest:
                     continue
                 group = {**group, "hooks": rest}
+            elif isinstance(group, dict) and ours(group):          # (a flat list's entry: Cursor, VS Code)
+                continue
             kept.append(group)
         if kept:
             out[event] = kept
@@ -100,9 +137,13 @@ def without_ours(hooks: dict) -> dict:
 def with_ours(hooks: dict, agent: Agent, command: str, url: str) -> dict:
     out = without_ours(hooks)
     for event, matcher in agent.events:
-        group = {"hooks": [agent.hook(command, event, url)]}
-        if matcher:
-            group = {"matcher": matcher, **group}
+        hook = agent.hook(command, event, url)
+        if agent.flat:
+            group = {**hook, "matcher": matcher} if matcher else hook
+        else:
+            group = {"hooks": [hook]}
+            if matcher:
+                group = {"matcher": matcher, **group}
         out.setdefault(event, []).append(group)
     return out
 
@@ -110,17 +151,28 @@ def with_ours(hooks: dict, agent: Agent, command: str, url: str) -> dict:
 def read_json(path: Path) -> dict:
     if not path.exists():
         return {}
+    text = path.read_text(encoding="utf-8")
     try:
-        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+        if path.suffix == ".toml":
+            import tomlkit
+            return tomlkit.parse(text)              # (its comments and layout kept when written back)
+        data = json.loads(text or "{}")
     except ValueError as e:
-        raise click.ClickException(f"{path} is not JSON ({e}); fix it or move it away, nothing was written") from None
+        raise click.ClickException(f"{path} is not {path.suffix[1:].upper()} ({e}); fix it or move it away, "
+                                   "nothing was written") from None
     if not isinstance(data, dict):
         raise click.ClickException(f"{path} does not hold a JSON object; nothing was written")
     return data
 
 
+def _plain(data) -> dict:
+    """A settings file's content as plain values, to compare before and after."""
+    return json.loads(json.dumps(data, default=str))
+
+
 def planned(agent: Agent, scope: str, project: Path, url: str, install: bool) -> dict[Path, dict]:
-    """Every file's new content (only those that change; each file read once: Gemini CLI keeps both in one)."""
+    """Every file's new content (only those that change; each file read once: Gemini CLI keeps both in one).
+    An empty one is removed."""
     before: dict[Path, dict] = {}
     after: dict[Path, dict] = {}
 
@@ -130,25 +182,65 @@ def planned(agent: Agent, scope: str, project: Path, url: str, install: bool) ->
         return after.get(path, before[path])
 
     settings = agent.settings(scope, project)
-    data = current(settings)
-    hooks = data.get("hooks") if isinstance(data.get("hooks"), dict) else {}
-    hooks = with_ours(hooks, agent, hook_command(), url) if install else without_ours(hooks)
-    after[settings] = {k: v for k, v in data.items() if k != "hooks"} | ({"hooks": hooks} if hooks else {})
+    if settings is not None:
+        data = current(settings)
+        hooks = data.get("hooks") if isinstance(data.get("hooks"), dict) else {}
+        hooks = with_ours(hooks, agent, hook_command(), url) if install else without_ours(hooks)
+        rest = {k: v for k, v in data.items() if k != "hooks"}
+        if agent.name == "cursor":                          # (Cursor's hooks.json names its format)
+            if hooks:
+                rest.setdefault("version", 1)
+            elif rest == {"version": 1}:
+                rest = {}
+        after[settings] = rest | ({"hooks": hooks} if hooks else {})
     mcp_path = agent.mcp_file(scope, project)
-    mcp = current(mcp_path)
-    servers = dict(mcp.get("mcpServers") or {})
+    after[mcp_path] = _with_server(current(mcp_path), agent, url, install)
+    return {path: data for path, data in after.items() if _plain(data) != _plain(before[path])}
+
+
+def _with_server(mcp: dict, agent: Agent, url: str, install: bool) -> dict:
+    """``mcp`` with our MCP entry put in (install) or taken out; VS Code's key prompt with it."""
+    key = agent.mcp_key
+    if agent.name == "codex":
+        import tomlkit
+        doc = tomlkit.parse(tomlkit.dumps(mcp))            # (a copy, layout kept)
+        servers = doc.get(key)
+        if install:
+            if servers is None:
+                servers = doc[key] = tomlkit.table(is_super_table=True)
+            servers[SERVER_NAME] = agent.server(url)
+        elif servers is not None:
+            servers.pop(SERVER_NAME, None)
+            if not servers:
+                del doc[key]
+        return doc
+    servers = dict(mcp.get(key) or {})
+    inputs = [i for i in mcp.get("inputs") or [] if not (isinstance(i, dict) and i.get("id") == KEY_INPUT)]
     if install:
         servers[SERVER_NAME] = agent.server(url)
+        if agent.name == "vscode-copilot":
+            inputs.append({"type": "promptString", "id": KEY_INPUT, "password": True,
+                           "description": "Context Mode API key (leave empty when the service runs without keys)"})
     else:
         servers.pop(SERVER_NAME, None)
-    after[mcp_path] = {k: v for k, v in mcp.items() if k != "mcpServers"} | ({"mcpServers": servers} if servers else {})
-    return {path: data for path, data in after.items() if data != before[path]}
+    out = {k: v for k, v in mcp.items() if k not in (key, "inputs")}
+    return out | ({"inputs": inputs} if inputs else {}) | ({key: servers} if servers else {})
 
 
 def write(path: Path, data: dict) -> None:
+    """Write a settings file whole (a temporary file renamed over it, its mode kept); one left with nothing in it
+    (VS Code's hooks file is ours alone) is removed."""
+    if not _plain(data):
+        path.unlink(missing_ok=True)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".context-mode-tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    if path.suffix == ".toml":
+        import tomlkit
+        text = tomlkit.dumps(data)
+        tmp.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    else:
+        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     if path.exists():
         os.chmod(tmp, path.stat().st_mode & 0o777)
     os.replace(tmp, path)
@@ -166,21 +258,27 @@ def service_answers(url: str) -> str | None:
 def _run(agent_name: str, scope: str, project: str, url: str, dry_run: bool, install: bool) -> None:
     agent = AGENTS[agent_name]
     url = url.rstrip("/")
+    if scope == "user" and not agent.user_scope:
+        raise click.ClickException(f"{agent_name} keeps its user settings in its profile folder: install it per "
+                                   "project (--scope project), or add the MCP entry of clients/MCP.md in VS Code")
     changes = planned(agent, scope, Path(project).resolve(), url, install)
     verb = "install" if install else "uninstall"
     for path, data in changes.items():
         click.echo(f"{'would write' if dry_run else 'wrote'} {path}")
         if dry_run:
-            click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+            click.echo(json.dumps(_plain(data), indent=2, ensure_ascii=False))
         else:
             write(path, data)
     if not changes:
         click.echo(f"{agent_name}: nothing to {verb}, its settings already say so")
+    if install and not agent.events:
+        click.echo(f"{agent_name} runs no hooks: its sessions reach the memory through the MCP entry alone")
     if install:
         problem = service_answers(url)
+        what = "the hooks store nothing" if agent.events else "the MCP entry answers nothing"
         click.echo(f"the service at {url} answers" if problem is None else
                    f"warning: the service at {url} does not answer ({problem}): start it (`context-mode run`); "
-                   "the hooks store nothing until it does", err=problem is not None)
+                   f"{what} until it does", err=problem is not None)
 
 
 def register_cli(main: click.Group) -> None:
