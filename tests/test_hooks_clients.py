@@ -291,6 +291,35 @@ def test_two_sessions_in_the_real_cli_store_the_work_and_bring_it_back(agents, s
 
 @needs_agents
 @pytest.mark.parametrize("agent", ["claude-code", "gemini-cli"])
+def test_after_context_mode_install_a_session_stores_its_work_and_the_next_gets_it_back(agents, server, model,
+                                                                                        tmp_path, agent):
+    """Issue 51: `context-mode install <agent>` (not a copied file) into a fresh project, the agent run with a PATH
+    that has no context-mode-hook on it: the first session stores its prompt and tool output through the installed
+    hooks' absolute command, and the next session's request to the model carries them back."""
+    home, repo = tmp_path / "home", tmp_path / "installed-repo"
+    install(agent, home, repo)                             # (the trust the agent asks for, and the shipped file...)
+    settings = repo / (".claude" if agent == "claude-code" else ".gemini") / "settings.json"
+    settings.unlink()                                      # (... which the installer replaces)
+    out = run([os.path.join(VENV_BIN, "context-mode"), "install", agent, "--project", str(repo), "--url", server.url],
+              repo, {**os.environ, "HOME": str(home)})
+    assert f"wrote {settings}" in out and f"the service at {server.url} answers" in out, out
+    env = model_env(agent, home, server.url, model, agent_key(agent), PATH="/usr/local/bin:/usr/bin:/bin")
+    env.pop("CONTEXT_URL")                                 # (the installed hooks carry the URL themselves)
+    ask(agents, agent, repo, env, FIRST, model)
+    mine = [u for u in units(server, agent_key(agent)) if u["metadata"].get("project") == str(repo)]
+    assert [u["content"] for u in mine if u["type"] == "user_input"] == [FIRST]
+    [output] = [u for u in mine if u["type"] == "tool_output"]
+    assert STORED_OUTPUT.fullmatch(output["content"]), output
+    time.sleep(1.1)
+    _, bodies = ask(agents, agent, repo, env, SECOND, model)
+    log = hook_files(home)[1]
+    blocks = {b for b in injected(bodies) if "Earlier work" in b}
+    assert len(blocks) == 1, log.read_text() if log.exists() else "(no hook log)"
+    assert f"[tool_output {output['cid']}]" in blocks.pop()
+
+
+@needs_agents
+@pytest.mark.parametrize("agent", ["claude-code", "gemini-cli"])
 def test_a_service_that_never_answers_costs_each_hook_its_bound_and_no_more(agents, model, tmp_path, agent):
     """Against a service that accepts connections and never answers, every hook the CLI runs ends within
     CONTEXT_HOOK_TIMEOUT_MS (1.5 s) + 100 ms as the CLI itself measures it, exits 0, and the session goes on."""
