@@ -24,7 +24,10 @@ from model_api import ScriptedModel
 
 BIN = ROOT / ".ci" / "node_modules_agents" / "node_modules" / ".bin"
 KEY = "hook-agents-0123456789abcdef"
-AGENT_KEYS = {f"hook-{a}-0123456789abcdef": (a.replace("-", "_"), ["push", "search"]) for a in ("claude-code", "gemini-cli")}
+# (a tenant per agent and per test that remembers: a tenant's statistics move with every session stored in it, and
+# the hooks' relevance floor is a score against them)
+AGENT_KEYS = {f"hook-{a}-0123456789abcdef": (a.replace("-", "_"), ["push", "search"])
+              for a in ("claude-code", "gemini-cli", "installed-claude-code", "installed-gemini-cli", "plugin")}
 HOOK_CONFIGS = {"claude-code": ROOT / "clients" / "claude-code" / "settings.json",
                 "gemini-cli": ROOT / "clients" / "gemini-cli" / "settings.json",
                 "cursor": ROOT / "clients" / ".cursor" / "hooks.json",
@@ -58,6 +61,26 @@ def test_every_shipped_hook_names_the_command_and_a_known_event(name):
                                 "CONTEXT_API_KEY": "${CONTEXT_API_KEY:-}"} for h in hooks)
         # PreCompress fires before every model call with history (upstream #18083): only /compress reaches us
         assert [g.get("matcher") for g in config["hooks"]["PreCompress"]] == ["manual"]
+
+
+def test_the_claude_code_plugin_is_the_shipped_settings_with_its_own_copy_of_the_hook():
+    """The plugin (clients/python/.claude-plugin, hooks/hooks.json) has the shipped settings' events, matchers and
+    timeouts, its command the module in the plugin's own folder (no install on PATH), and the shipped MCP entry."""
+    plugin = ROOT / "clients" / "python"
+    hooks = json.loads((plugin / "hooks" / "hooks.json").read_text())
+    shipped = json.loads(HOOK_CONFIGS["claude-code"].read_text())
+    prefix = 'PYTHONPATH="${CLAUDE_PLUGIN_ROOT}" python3 -m context_mode_client.hook'
+    assert [(e, c.replace(prefix, "context-mode-hook", 1)) for e, c in commands(hooks)] == list(commands(shipped))
+    assert json.loads(json.dumps(hooks["hooks"]).replace(json.dumps(prefix)[1:-1], "context-mode-hook")) == \
+        shipped["hooks"]                                # (matchers and timeouts too)
+    manifest = json.loads((plugin / ".claude-plugin" / "plugin.json").read_text())
+    mcp = json.loads((ROOT / "clients" / "claude-code" / ".mcp.json").read_text())["mcpServers"]
+    assert manifest["mcpServers"] == {"context-mode": mcp["context-mode"]} and manifest["license"] == "Apache-2.0"
+    import tomllib
+    version = tomllib.loads((plugin / "pyproject.toml").read_text())["project"]["version"]
+    assert manifest["version"] == version               # (Claude Code updates a plugin when its version moves)
+    [listed] = json.loads((ROOT / ".claude-plugin" / "marketplace.json").read_text())["plugins"]
+    assert (listed["name"], listed["source"]) == (manifest["name"], "./clients/python")
 
 
 def test_codex_config_points_at_the_endpoint_and_the_bridge():
@@ -303,10 +326,11 @@ def test_after_context_mode_install_a_session_stores_its_work_and_the_next_gets_
     out = run([os.path.join(VENV_BIN, "context-mode"), "install", agent, "--project", str(repo), "--url", server.url],
               repo, {**os.environ, "HOME": str(home)})
     assert f"wrote {settings}" in out and f"the service at {server.url} answers" in out, out
-    env = model_env(agent, home, server.url, model, agent_key(agent), PATH="/usr/local/bin:/usr/bin:/bin")
+    key = agent_key(f"installed-{agent}")
+    env = model_env(agent, home, server.url, model, key, PATH="/usr/local/bin:/usr/bin:/bin")
     env.pop("CONTEXT_URL")                                 # (the installed hooks carry the URL themselves)
     ask(agents, agent, repo, env, FIRST, model)
-    mine = [u for u in units(server, agent_key(agent)) if u["metadata"].get("project") == str(repo)]
+    mine = [u for u in units(server, key) if u["metadata"].get("project") == str(repo)]
     assert [u["content"] for u in mine if u["type"] == "user_input"] == [FIRST]
     [output] = [u for u in mine if u["type"] == "tool_output"]
     assert STORED_OUTPUT.fullmatch(output["content"]), output
@@ -316,6 +340,36 @@ def test_after_context_mode_install_a_session_stores_its_work_and_the_next_gets_
     blocks = {b for b in injected(bodies) if "Earlier work" in b}
     assert len(blocks) == 1, log.read_text() if log.exists() else "(no hook log)"
     assert f"[tool_output {output['cid']}]" in blocks.pop()
+
+
+@needs_agents
+def test_the_claude_code_plugin_installs_from_the_repository_and_its_hooks_remember(agents, server, model,
+                                                                                    tmp_path):
+    """Issue 51: the repository is a Claude Code marketplace (.claude-plugin/marketplace.json) whose plugin
+    (clients/python: its manifest, hooks/hooks.json and the stdlib-only hook module) `claude plugin marketplace
+    add` and `claude plugin install` accept; with it alone (no project settings, no context-mode-hook on PATH), a
+    session's prompt and tool output are stored and the next session is given them back."""
+    home, repo = tmp_path / "home", tmp_path / "plugin-repo"
+    install("claude-code", home, repo)                     # (the folder's trust...)
+    (repo / ".claude" / "settings.json").unlink()          # (... and no hooks but the plugin's)
+    env = model_env("claude-code", home, server.url, model, agent_key("plugin"), PATH="/usr/local/bin:/usr/bin:/bin")
+    claude = str(agents / "claude")
+    for validate in (ROOT, ROOT / "clients" / "python"):
+        out = run([claude, "plugin", "validate", str(validate)], repo, env)
+        assert "Validation passed" in out, out
+    out = run([claude, "plugin", "marketplace", "add", str(ROOT)], repo, env)
+    assert "Successfully added marketplace: context-mode" in out, out
+    out = run([claude, "plugin", "install", "context-mode@context-mode"], repo, env)
+    assert "Successfully installed plugin: context-mode@context-mode" in out, out
+    ask(agents, "claude-code", repo, env, FIRST, model)
+    mine = [u for u in units(server, agent_key("plugin")) if u["metadata"].get("project") == str(repo)]
+    assert [u["content"] for u in mine if u["type"] == "user_input"] == [FIRST]
+    [output] = [u for u in mine if u["type"] == "tool_output"]
+    assert STORED_OUTPUT.fullmatch(output["content"]), output
+    time.sleep(1.1)
+    _, bodies = ask(agents, "claude-code", repo, env, SECOND, model)
+    blocks = {b for b in injected(bodies) if "Earlier work" in b}
+    assert len(blocks) == 1 and f"[tool_output {output['cid']}]" in blocks.pop()
 
 
 @needs_agents
