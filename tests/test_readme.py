@@ -52,7 +52,8 @@ NOT_RUN = {
     "pip": ("pip install", "installs into the reader's own environment; `make` installed it into the "
                            "virtualenv these tests run in"),
     "package": ("context-mode run", "installs the package into the reader's own environment (pipx, uv); "
-                "tests/test_wheel.py builds the wheels, installs them into a fresh venv and runs the server"),
+                "tests/test_wheel.py builds the wheels, installs them into a fresh venv, runs the server and "
+                "`context-mode install claude-code`, whose hooks then store a session and give it back"),
     "dataset": ("make memory", "needs LoCoMo's locomo10.json, which the reader fetches (CC BY-NC 4.0, never "
                                "shipped here), and the bench tools; bench/README.md has the runs' figures"),
 }

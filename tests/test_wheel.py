@@ -47,6 +47,7 @@ def test_an_installed_wheel_runs_the_real_server(tmp_path):
         assert oct(data.stat().st_mode & 0o777) == "0o700"
         gunicorn = Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         assert "gunicorn" in gunicorn and "gunicorn_conf.py" in gunicorn     # the shipped configuration
+        remembered(venv, url, tmp_path / "my-project", env)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         out = proc.communicate(timeout=60)[0].decode(errors="replace")
@@ -54,3 +55,33 @@ def test_an_installed_wheel_runs_the_real_server(tmp_path):
     assert f"context-mode: data in {home}/.local/share/context-mode" in out
     time.sleep(0.5)
     assert subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True).stdout == b""
+
+
+def remembered(venv: Path, url: str, project: Path, env: dict) -> None:
+    """The README's third command, from the installed package: `context-mode install claude-code` in a project;
+    its hooks, run as Claude Code runs them (a shell, no PATH to the venv, the event on stdin), store a session's
+    prompt, and the next session's prompt is given it back as context."""
+    import json
+    (project / ".git").mkdir(parents=True)
+    out = subprocess.run([str(venv / "bin" / "context-mode"), "install", "claude-code", "--url", url], cwd=project,
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "answers" in out.stdout, out.stdout + out.stderr
+    hooks = json.loads((project / ".claude" / "settings.json").read_text())["hooks"]
+    shell = {"PATH": "/usr/bin:/bin", "HOME": env["HOME"]}
+
+    def hook(event, session, **fields):
+        command = hooks[event][0]["hooks"][0]["command"]
+        assert f" {venv}/bin/context-mode-hook " in command             # the installed package's own hook
+        event_json = json.dumps({"session_id": session, "cwd": str(project), "hook_event_name": event, **fields})
+        rv = subprocess.run(command, shell=True, input=event_json, capture_output=True, text=True, env=shell,
+                            timeout=30)
+        assert rv.returncode == 0, rv.stderr
+        return rv.stdout
+    hook("SessionStart", "wheel-1", source="startup")
+    hook("UserPromptSubmit", "wheel-1", prompt="the invoice export times out after 30 seconds on large months")
+    time.sleep(1.1)                                                     # (earlier sessions: an earlier second)
+    hook("SessionStart", "wheel-2", source="startup")
+    answer = json.loads(hook("UserPromptSubmit", "wheel-2", prompt="why does the invoice export time out?"))
+    context = answer["hookSpecificOutput"]["additionalContext"]
+    assert "the invoice export times out after 30 seconds" in context
+
