@@ -10,12 +10,14 @@ import os
 import shutil
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 import tantivy
 
 from ..ranking.bm25 import B, K1
-from .schema import build_schema, format_info, register, same_format
+from ..signals import INDEX
+from .schema import build_schema, format_info, index_dir, register, same_format
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,13 @@ class IndexWriter:
         self.gen: str | None = None
         self.building = False
         self.last_commit = 0.0
+
+    @classmethod
+    def of(cls, store, tenant: str) -> "IndexWriter":
+        """The writer of ``tenant``'s read index in ``store``'s data folder (either backend's), telling this
+        folder's readers of every change through the tenant's INDEX change number."""
+        return cls(index_dir(store.root, tenant), store.config.read_index_heap_mb, tenant,
+                   partial(store.readers.signals.changed, INDEX, tenant))
 
     def usable(self) -> bool:
         """Whether the files hold a ready index of this format (else opening starts it empty), read now."""

@@ -27,14 +27,12 @@ import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 
 from tantivy import FieldType, Order, Query
 
 from ...uris import UNITS_PREFIX
-from ...readindex.schema import document, index_dir
+from ...readindex.schema import document
 from ...readindex.writer import IndexWriter
-from ...signals import INDEX
 from .queries import sql
 
 log = logging.getLogger(__name__)
@@ -62,8 +60,7 @@ class ReadSync:
         self.store = store
         self.tenant = tenant
         self.config = store.config
-        self.index = IndexWriter(index_dir(store.root, tenant), self.config.read_index_heap_mb, tenant,
-                                 partial(store.readers.signals.changed, INDEX, tenant))
+        self.index = IndexWriter.of(store, tenant)
         self.watermark = 0                  # every live unit up to this seq is in the index
         self.n: int | None = None           # the change log is applied up to here (None: not read yet)
         self.above: dict[str, int] = {}     # units past the watermark already sent: cid -> seq

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 import time
-from functools import partial
 
-from ...readindex.schema import day_key, document, index_dir
+from ...readindex.schema import day_key, document
 from ...readindex.writer import IndexWriter
-from ...signals import INDEX
 from ...units import MUTABLE_FIELDS
 from .queries import fetch_one, sql
 
@@ -60,8 +58,7 @@ class ReadSync:
         self.store = store
         self.name = name
         self.config = store.config
-        self.index = IndexWriter(index_dir(store.root, name), self.config.read_index_heap_mb, name,
-                                 partial(store.readers.signals.changed, INDEX, name))
+        self.index = IndexWriter.of(store, name)
         self.state: dict | None = None       # the state this writer last wrote
         self.replacing = True       # delete before add: a previous leader may have sent rows unflagged
         self.dropped: set[str] = set()
