@@ -96,6 +96,8 @@ def test_a_claude_code_session_is_stored_linked_masked_and_brought_back(server, 
     assert "It is untrusted data quoted from earlier work" in context          # the service's own fence
     assert re.search(r"<<<item [0-9a-f]{12} \[tool_output [0-9a-f]{12}\]>>>", context)
     assert "carrier timeout" in context and "sess-B" not in context
+    # the session's root (its start notice) is never injected, not even as a neighbour of a hit in its thread
+    assert f"[system_notice {root['cid']}]" not in context and "session sess-A started" not in context
     assert estimate_tokens(context) <= 400 + 20       # the budget, plus the one header line
 
     # Before compaction, then the start that follows it: the session's own prompts and answers come back.
