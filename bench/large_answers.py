@@ -13,6 +13,11 @@ one top_k=100 search answer.
 
     .venv/bin/python bench/large_answers.py                  # before = 14e547d, this worktree's HEAD after
     .venv/bin/python bench/large_answers.py --rounds 2 --attack 40
+    .venv/bin/python bench/large_answers.py --cap --exports 64 --path '/mcp/units?limit=7' --name slow-readers-cap
+
+``--cap``: one build, the slow readers' cap (CONTEXT_SLOW_READER_BYTES, _KEY_BYTES) as shipped against turned
+off, alternating; each run also reports the peak of what the workers held for the readers (the unlinked
+temporary files of answers spooled past memory, and their RSS).
 
 Writes bench/results/large-answers.json. Loopback only, bounded in time and count.
 """
@@ -55,7 +60,7 @@ def unit(content: str, source: str) -> dict:
             "content": content}
 
 
-def start(src: Path, name: str) -> tuple[subprocess.Popen, str, Path]:
+def start(src: Path, name: str, extra_env: dict | None = None) -> tuple[subprocess.Popen, str, Path]:
     port = free_port()
     data = TMP / f"large-answers-{os.getpid()}-{name}"
     shutil.rmtree(data, ignore_errors=True)
@@ -63,7 +68,7 @@ def start(src: Path, name: str) -> tuple[subprocess.Popen, str, Path]:
     (data.parent / f"{data.name}-keys.json").write_text(json.dumps(KEYS))
     env = dict(os.environ, CONTEXT_BIND=f"127.0.0.1:{port}", CONTEXT_DATA_DIR=str(data), PYTHONPATH=str(src),
                CONTEXT_API_KEYS_FILE=str(data.parent / f"{data.name}-keys.json"), CONTEXT_ACCESS_LOG="0",
-               CONTEXT_RATE_LIMIT="off")
+               CONTEXT_RATE_LIMIT="off", **(extra_env or {}))
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     log = open(TMP / f"large-answers-{name}.log", "wb")
     proc = subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-c", "service/gunicorn_conf.py",
@@ -191,22 +196,57 @@ class SlowReader(threading.Thread):
             return type(e).__name__
 
 
-def attack(port: int, seconds: float, tally: dict) -> list:
+class Held(threading.Thread):
+    """What the workers keep for their slow readers, every 0.5 s: the bytes of the unlinked temporary files each
+    holds open (answers spooled past memory, issue 50 M3) and its RSS; the peaks of each and of their sum."""
+
+    def __init__(self, root_pid: int):
+        super().__init__(daemon=True)
+        self.root_pid, self.stopping = root_pid, False
+        self.peak = {"spooled_mb_total": 0.0, "spooled_mb_worker": 0.0, "rss_mb_worker": 0.0}
+
+    def run(self) -> None:
+        import psutil
+        while not self.stopping:
+            try:
+                workers = psutil.Process(self.root_pid).children(recursive=True)
+            except psutil.Error:
+                return
+            total = 0
+            for w in workers:
+                spooled = 0
+                try:
+                    for fd in os.listdir(f"/proc/{w.pid}/fd"):
+                        path = f"/proc/{w.pid}/fd/{fd}"
+                        if os.readlink(path).endswith("(deleted)"):
+                            spooled += os.stat(path).st_size
+                    rss = w.memory_info().rss
+                except (OSError, psutil.Error):
+                    continue
+                total += spooled
+                self.peak["spooled_mb_worker"] = max(self.peak["spooled_mb_worker"], round(spooled / MB, 1))
+                self.peak["rss_mb_worker"] = max(self.peak["rss_mb_worker"], round(rss / MB, 1))
+            self.peak["spooled_mb_total"] = max(self.peak["spooled_mb_total"], round(total / MB, 1))
+            time.sleep(0.5)
+
+
+def attack(port: int, seconds: float, tally: dict, exports: int = 16, path: str = "/mcp/export") -> list:
     until = time.monotonic() + seconds
     head = f"Host: 127.0.0.1:{port}\r\nAuthorization: Bearer {ALPHA}\r\n"
-    export = f"GET /mcp/export HTTP/1.1\r\n{head}\r\n".encode()
+    export = f"GET {path} HTTP/1.1\r\n{head}\r\n".encode()
     body = json.dumps({"query": "big", "top_k": 100}).encode()
     search = (f"POST /mcp/search HTTP/1.1\r\n{head}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
               ).encode() + body
-    readers = [SlowReader(port, export, 20 * 1024, until, tally.setdefault("export", {})) for _ in range(16)]
+    readers = [SlowReader(port, export, 20 * 1024, until, tally.setdefault("export", {})) for _ in range(exports)]
     readers += [SlowReader(port, search, 20 * 1024, until, tally.setdefault("search_top_k_100", {})) for _ in range(4)]
     for r in readers:
         r.start()
     return readers
 
 
-def one_build(src: Path, name: str, units: int, quiet: float, seconds: float) -> dict:
-    proc, url, data = start(src, name)
+def one_build(src: Path, name: str, units: int, quiet: float, seconds: float, extra_env: dict | None = None,
+              exports: int = 16, path: str = "/mcp/export") -> dict:
+    proc, url, data = start(src, name, extra_env)
     try:
         load(url, units)
         rv = requests.post(url + "/mcp/search", json={"query": "big", "top_k": 100},
@@ -218,14 +258,17 @@ def one_build(src: Path, name: str, units: int, quiet: float, seconds: float) ->
         time.sleep(quiet)
         tally: dict = {}
         probes.phase = "attack"
-        readers = attack(int(url.rsplit(":", 1)[1]), seconds, tally)
+        held = Held(proc.pid)
+        held.start()
+        readers = attack(int(url.rsplit(":", 1)[1]), seconds, tally, exports, path)
         for r in readers:
             r.join(timeout=seconds + 60)
+        held.stopping = True
         probes.stopping = True
         for t in probes.threads:
             t.join(timeout=15)
-        return {"build": name, "service": service_rev(src), "top_k_100_search": answer, "probes": probes.report(),
-                "slow_readers": tally}
+        return {"build": name, "service": service_rev(src), "env": extra_env or {}, "top_k_100_search": answer,
+                "probes": probes.report(), "slow_readers": tally, "held": held.peak}
     finally:
         stop(proc, data)
 
@@ -238,16 +281,27 @@ def main(argv=None) -> None:
     ap.add_argument("--quiet", type=float, default=15.0)
     ap.add_argument("--attack", type=float, default=40.0)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--exports", type=int, default=16, help="slow readers of /mcp/export (one key)")
+    ap.add_argument("--cap", action="store_true", help="instead of two builds: the code under test with the slow "
+                    "readers' cap (issue 50 M3) as shipped and turned off, alternating")
+    ap.add_argument("--path", default="/mcp/export", help="what the slow readers read (M3: /mcp/units?limit=7, "
+                    "pages of 7 MB, under the large-answer bound, which the worker's poller writes)")
+    ap.add_argument("--name", default="large-answers")
     args = ap.parse_args(argv)
-    builds = {"before": service_src(args.before), "after": service_src(args.after)}
+    if args.cap:
+        after = service_src(args.after)
+        off = {"CONTEXT_SLOW_READER_BYTES": "0", "CONTEXT_SLOW_READER_KEY_BYTES": "0"}
+        builds = {"cap": (after, None), "no cap": (after, off)}
+    else:
+        builds = {"before": (service_src(args.before), None), "after": (service_src(args.after), None)}
     runs = []
     for _ in range(args.rounds):
-        for name, src in builds.items():
-            row = one_build(src, name, args.units, args.quiet, args.attack)
+        for name, (src, env) in builds.items():
+            row = one_build(src, name, args.units, args.quiet, args.attack, env, args.exports, args.path)
             print(json.dumps(row), flush=True)
             runs.append(row)
-    write_json("large-answers", {"machine": machine(), "units_mb": args.units, "quiet_s": args.quiet,
-                                 "attack_s": args.attack, "runs": runs})
+    write_json(args.name, {"machine": machine(), "units_mb": args.units, "quiet_s": args.quiet,
+                           "attack_s": args.attack, "exports": args.exports, "path": args.path, "runs": runs})
 
 
 if __name__ == "__main__":
