@@ -11,6 +11,10 @@ and how the relevance floor sorts a small probe of prompts.
      prompt        context-mode-hook claude-code UserPromptSubmit: the prompt stored, context asked for
                    (a push and a /mcp/context)
      module        python -m context_mode_client.hook ... PostToolUse (the same code, as a module)
+     big_event     post_tool with a 13 MB tool output: the event is over CONTEXT_HOOK_MAX_EVENT_BYTES (8 MiB), read
+                   no further, and keeps its head (issue 50 I3: 200,000 characters stored, 100 parts, one push)
+     remote_key    post_tool with CONTEXT_HOOK_PROJECT_KEY=remote: the project named by the origin in the
+                   repository's .git/config (issue 50 I4)
      service_cli   context-mode hook claude-code PostToolUse (through the service's CLI, which loads the service)
      before_cli    the same, with the service and the client of --before (default 97de0de, before issue 38):
                    what the shipped configs called then
@@ -48,6 +52,8 @@ from common import TMP, machine, service_rev, service_src, summary, write_json
 
 BIN = Path(sys.executable).parent
 OUTPUT = "\n".join(f"step {i}: compiled module_{i} in {i * 7} ms, 0 warnings" for i in range(40))   # ~2 KB
+BIG_OUTPUT = "".join(f"line {i:06d} of the nightly build: module_{i % 97} compiled, 0 warnings\n"
+                     for i in range(200_000))                                                    # ~13 MB
 
 
 def free_port() -> int:
@@ -102,6 +108,10 @@ def cases(cwd: str, before: Path) -> dict:
         return event("PostToolUse", "bench", cwd, tool_name="Bash", tool_input={"command": "make build"},
                      tool_response={"stdout": f"build {i}\n{OUTPUT}", "stderr": ""})
 
+    def big(i):
+        return event("PostToolUse", "bench", cwd, tool_name="Bash", tool_input={"command": "make build"},
+                     tool_response={"stdout": f"build {i}\n{BIG_OUTPUT}", "stderr": ""})
+
     def prompt(i):
         return event("UserPromptSubmit", "bench", cwd, prompt=f"why did module_12 take so long to compile in build {i}?")
     hook = [str(BIN / "context-mode-hook"), "claude-code"]
@@ -110,12 +120,15 @@ def cases(cwd: str, before: Path) -> dict:
             "post_tool": (hook + ["PostToolUse"], post, {}),
             "prompt": (hook + ["UserPromptSubmit"], prompt, {}),
             "module": ([sys.executable, "-m", "context_mode_client.hook", "claude-code", "PostToolUse"], post, {}),
+            "remote_key": (hook + ["PostToolUse"], post, {"CONTEXT_HOOK_PROJECT_KEY": "remote"}),
             "service_cli": ([str(BIN / "context-mode"), "hook", "claude-code", "PostToolUse"], post, {}),
             "before_cli": ([sys.executable, "-c", "import sys; from service.cli import main; sys.argv[0] = 'context-mode'; "
                             "main()", "hook", "claude-code", "PostToolUse"], post,
                            {"PYTHONPATH": f"{before}{os.pathsep}{before / 'clients' / 'python'}"}),
             "before_module": ([sys.executable, "-m", "context_mode_client.hook", "claude-code", "PostToolUse"], post,
-                              {"PYTHONPATH": str(before / "clients" / "python")})}
+                              {"PYTHONPATH": str(before / "clients" / "python")}),
+            # last in a round: the service indexes its 100 parts after it answers, which would slow the next case
+            "big_event": (hook + ["PostToolUse"], big, {})}
 
 
 def timed(cmd: list, stdin: bytes, env: dict) -> tuple[float, int]:
@@ -129,6 +142,8 @@ def cost(url: str, rounds: int, work: Path, before: Path) -> dict:
     env.update(CONTEXT_URL=url, CONTEXT_HOOK_STATE_DIR=str(work / "state"), HOME=str(work))
     project = work / "project"
     (project / ".git").mkdir(parents=True, exist_ok=True)
+    (project / ".git" / "config").write_text('[core]\n\tbare = false\n[remote "origin"]\n'
+                                             '\turl = git@github.com:acme/shop.git\n')   # (as git writes it)
     table = cases(str(project), before)
     calls = 0
     for cmd, stdin, extra in table.values():          # warm-up: bytecode caches written, the service warm
@@ -255,7 +270,8 @@ def main() -> None:
         proc.wait(timeout=30)
     c = result["cost"]
     print(f"{'case':12s} {'p50 ms':>8s} {'p95 ms':>8s} {'p50 - pass':>11s} {'paired':>8s}")
-    for name in ("pass", "disabled", "post_tool", "prompt", "module", "service_cli", "before_cli", "before_module"):
+    for name in ("pass", "disabled", "post_tool", "prompt", "module", "remote_key", "service_cli", "before_cli",
+                 "before_module", "big_event"):
         paired = c["paired_median_over_pass_ms"].get(name, 0.0)
         print(f"{name:12s} {c[name]['p50_ms']:8.1f} {c[name]['p95_ms']:8.1f} {c[name]['median_over_pass_ms']:11.1f} "
               f"{paired:8.1f}")

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import io
 import re
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -18,11 +20,11 @@ import pytest
 from conftest import VENV_BIN, LiveServer, free_port
 from hooks_support import (CLIENTS, KEY, SilentServer, claude, claude_tool, context_of, gemini, hook_env, lineage,
                            log_lines, run_hook, units)
-from context_mode_client import hookfence
+from context_mode_client import hookevent, hookfence
 from service.packing import PREAMBLE, estimate_tokens
 
 TENANTS = ("flow", "claude-code", "gemini-cli", "vscode-copilot", "cursor", "routing", "fence", "misc", "scopes",
-           "echo", "history", "floor", "compact", "remotes")
+           "echo", "history", "floor", "compact", "remotes", "cut")
 KEYS = {f"hook-{t}-0123456789abcdef": (t.replace("-", "_"), ["push", "search"]) for t in TENANTS}
 KEYS[KEY] = ("hooks", ["push", "search"])
 FORGER = "hook-forger-0123456789abcdef"          # another key of the "history" tenant
@@ -297,26 +299,62 @@ def test_a_tool_output_past_the_event_cap_keeps_its_first_part(server, tmp_path)
     assert "stored its head" in log_lines(tmp_path / "state")[0]
 
 
-def test_the_head_of_a_cut_event_is_only_ever_an_object_of_complete_members():
-    """Every prefix of an event (escapes, surrogates, numbers, nested objects) gives a dict or None, never an
-    exception and never a member whose key or non-string value was cut."""
-    from context_mode_client.hook import json_head
-    event = {"session_id": "s1", "n": 12345, "ok": True, "none": None, "tool_input": {"command": "ls -la"},
-             "tool_response": {"stdout": 'héllo \\ "q" 中文 \U0001F600 \\u12 tail', "stderr": ""}}
-    for ascii_only in (False, True):
-        doc = json.dumps(event, ensure_ascii=ascii_only)
-        for i in range(1, len(doc) + 1):
-            head = json_head(doc[:i])
-            assert head is not None and isinstance(head, dict), doc[:i]
-            for key, value in head.items():
-                assert key in event
-                if not isinstance(event[key], (str, dict)):
-                    assert value == event[key]                  # 1234 of 12345 never appears
-                elif isinstance(value, str):
-                    assert event[key].startswith(value)
-        assert json_head(doc) == event
-    assert json_head('{"a": "x\\') == {"a": "x"} and json_head('{"a": "x\\u12') == {"a": "x"}
-    assert json_head("[1, 2") is None and json_head("not json") is None and json_head("}") is None
+def _is_head(head, whole) -> bool:
+    """Whether ``head`` is what a cut of ``whole``'s JSON may keep: complete members, then one member's head."""
+    if isinstance(whole, str):
+        return isinstance(head, str) and whole.startswith(head)
+    if isinstance(whole, (dict, list)):
+        keys = list(head) if isinstance(head, dict) else list(range(len(head)))
+        if type(head) is not type(whole) or keys != (list(whole) if isinstance(whole, dict) else
+                                                     list(range(len(whole))))[:len(keys)]:
+            return False
+        return all(head[k] == whole[k] for k in keys[:-1]) and (not keys or _is_head(head[keys[-1]],
+                                                                                     whole[keys[-1]]))
+    return head == whole
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_the_head_of_an_event_cut_anywhere(indent):
+    """Every cut of an event (in an escape, a surrogate pair at any depth, a number, a name, between members)
+    gives its head: complete members, then the head of the one cut, never half a character (a lone surrogate
+    cannot be sent as UTF-8: the event was lost)."""
+    event = {"session_id": 's"1', "cwd": "/w/été", "n": -12.5e3, "ok": True, "none": None, "empty": {},
+             "tool_input": {"command": "cat a\\b", "list": [1, 22, [333, "x\ty"], {}, []]},
+             "tool_response": {"stdout": "emoji \U0001F600 back\\slash \\u0041 quote\" 中文 " * 2, "stderr": ""}}
+    for ascii_only in (True, False):
+        text = json.dumps(event, ensure_ascii=ascii_only, indent=indent)
+        assert hookevent.head_of(text) == event
+        for n in range(1, len(text)):
+            head = hookevent.head_of(text[:n])
+            assert _is_head(head, event), (n, text[:n][-20:], head)
+            json.dumps(head, ensure_ascii=False).encode("utf-8")
+    cap = 64
+    for doc in (b"[1, 2, " + b"3, " * 40, b"not json" * 20, b"}" * 100):
+        with pytest.raises(ValueError, match="head is no JSON object"):
+            hookevent.read_event(io.BytesIO(doc), cap)
+
+
+def test_a_cut_event_is_read_no_further_than_its_cap_and_needs_a_session(tmp_path):
+    """At most the cap is read from stdin (memory stays bounded), and a head that names no session or directory
+    (its large field came first) is stored nothing of, rather than under a made-up session."""
+    cap = 1 << 20
+    env = hook_env(f"http://127.0.0.1:{free_port()}", tmp_path / "state", CONTEXT_HOOK_MAX_EVENT_BYTES=cap)
+    payload = json.dumps(claude("PostToolUse", "bound", "/w", **claude_tool("x" * (16 << 20)))).encode()
+    proc = subprocess.Popen([sys.executable, "-m", "context_mode_client.hook", "claude-code", "PostToolUse"],
+                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    written = 0
+    try:
+        for i in range(0, len(payload), 65536):
+            written += proc.stdin.write(payload[i:i + 65536])
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass                                         # the hook took what it reads and exited
+    assert proc.communicate(timeout=60) == (b"", b"") and proc.returncode == 0
+    assert written < cap + (1 << 20)                 # the cap, and what the pipe held when the hook exited
+    first = {"prompt": "the prompt came first " * 100, **claude("UserPromptSubmit", "nameless", "/w")}
+    rv = run_hook("claude-code", "UserPromptSubmit", first, {**env, "CONTEXT_HOOK_MAX_EVENT_BYTES": "1024"})
+    assert (rv.status, rv.stdout) == (0, "")
+    assert "and its head names no session: stored nothing" in log_lines(tmp_path / "state")[-1]
 
 
 def test_each_text_is_cut_to_its_cap_before_it_is_masked(server, tmp_path):
@@ -533,6 +571,43 @@ def test_a_repository_is_one_project_wherever_it_is_cloned_with_the_remote_key(s
     bad = run_hook("claude-code", "UserPromptSubmit", claude("UserPromptSubmit", "r5", str(second), prompt=ask),
                    {**env, "CONTEXT_HOOK_PROJECT_KEY": "url"})
     assert bad.status == 0 and "CONTEXT_HOOK_PROJECT_KEY='url'" in log_lines(tmp_path / "state")[-1]
+
+
+@pytest.mark.parametrize("line", ["\turl = git@github.com:Acme/shop.git   ; moved from gitlab",
+                                  '\turl = "https://github.com/Acme/shop.git"  # the mirror',
+                                  "\tURL = ssh://git@github.com/Acme/shop",
+                                  "\turl = https://github.com/Acme//shop/"])
+def test_an_origin_written_by_hand_is_read_as_git_reads_it(tmp_path, line):
+    """A hand-edited config (a comment after the value, quotes, a key in capitals): the hook reads the URL git
+    reads, and names the repository by it."""
+    from context_mode_client import gitremote
+    from context_mode_client.hookstore import project_of
+    repo = tmp_path / "app"
+    repo.mkdir()
+    _git("init", "-q", cwd=repo)
+    with open(repo / ".git" / "config", "a") as fh:
+        fh.write(f'[remote "origin"]\n{line}\n')
+    git_reads = subprocess.run(["git", "config", "--get", "remote.origin.url"], cwd=repo, capture_output=True,
+                               text=True, check=True, env={**os.environ, "GIT_CONFIG_GLOBAL": os.devnull,
+                                                           "GIT_CONFIG_NOSYSTEM": "1"}).stdout.strip()
+    assert gitremote.origin_url(str(repo)) == git_reads
+    assert project_of(str(repo), "remote") == "git:github.com/Acme/shop"
+
+
+def test_a_config_that_is_no_file_is_never_waited_on(tmp_path):
+    """A repository whose .git/config is a FIFO (a hostile checkout) held every hook call until its watchdog
+    killed it; it is skipped, and the key is the path."""
+    from context_mode_client.hookstore import project_of
+    repo = tmp_path / "app"
+    repo.mkdir()
+    _git("init", "-q", cwd=repo)
+    os.unlink(repo / ".git" / "config")
+    os.mkfifo(repo / ".git" / "config")
+    found: dict = {}
+    worker = threading.Thread(target=lambda: found.setdefault("key", project_of(str(repo), "remote")), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert found == {"key": str(repo)}
 
 
 def test_nothing_is_injected_below_the_relevance_floor(server, tmp_path):

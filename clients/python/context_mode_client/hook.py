@@ -16,7 +16,6 @@ a hook's cost (clients/MCP.md, "Cost per call").
 """
 from __future__ import annotations
 
-import codecs
 import faulthandler
 import json
 import os
@@ -26,6 +25,7 @@ import threading
 import time
 
 from .hookclients import CLIENTS, Event, client_named
+from .hookevent import read_event
 from .hookhttp import HookError, HookHttp
 from .hookstore import HookStore, HookTimeout
 
@@ -153,90 +153,6 @@ class Deadline:
         return self.at - time.monotonic()
 
 
-def read_event(stdin, cap: int) -> tuple[dict, bool]:
-    """The event on stdin, and whether it was cut: at most ``cap`` bytes of it are read. A larger event keeps its
-    head (``json_head``): the fields it completes, and the string it was cut in up to the cut, so the first part
-    of a huge tool output is stored, marked truncated, rather than nothing."""
-    raw = stdin.read(cap + 1)
-    cut = len(raw) > cap
-    if not raw.strip():
-        return {}, False
-    if cut:
-        # (the whole characters of the first ``cap`` bytes: an incremental decoder holds back a cut one)
-        text = codecs.getincrementaldecoder("utf-8")("replace").decode(raw[:cap], final=False)
-        head = json_head(text)
-        if head is None:
-            raise ValueError(f"the hook event on stdin is larger than {cap} bytes (CONTEXT_HOOK_MAX_EVENT_BYTES) "
-                             "and its head is no JSON object: stored nothing")
-        return head, True
-    try:
-        payload = json.loads(raw.decode("utf-8", errors="replace"))
-    except ValueError as e:
-        raise ValueError(f"the hook event on stdin is not JSON: {e}") from None
-    if not isinstance(payload, dict):
-        raise ValueError("the hook event on stdin is not a JSON object")
-    return payload, False
-
-
-def json_head(text: str) -> dict | None:
-    """The JSON object a document cut short began: every member it completed, and the string value it was cut
-    in, closed at the cut (a half escape dropped). None when no object can be made of it. The document is
-    untrusted: this only scans it, in one pass, and hands what it keeps to ``json.loads``."""
-    closers: list[str] = []         # what closes each open container, innermost last
-    want_key: list[bool] = []       # per open container: an object expecting a key (not a value)
-    safe = None                     # (end, closers): a cut there leaves complete members only
-    in_string = is_key = escaped = False
-    escape_at = -1                  # where the last escape inside a string began
-    for i, ch in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped, escape_at = True, i
-            elif ch == '"':
-                in_string = False
-                if not is_key:
-                    safe = (i + 1, "".join(reversed(closers)))
-            continue
-        if ch == '"':
-            in_string, is_key = True, bool(want_key) and want_key[-1]
-        elif ch in "{[":
-            closers.append("}" if ch == "{" else "]")
-            want_key.append(ch == "{")
-            safe = (i + 1, "".join(reversed(closers)))
-        elif ch in "}]":
-            if not closers:
-                return None
-            closers.pop()
-            want_key.pop()
-            safe = (i + 1, "".join(reversed(closers)))
-        elif ch == ":" and want_key:
-            want_key[-1] = False
-        elif ch == "," and want_key:
-            safe = (i, "".join(reversed(closers)))
-            want_key[-1] = closers[-1] == "}"
-    tries = []
-    if in_string and not is_key:
-        end = len(text)
-        if escaped:                                                     # a lone backslash
-            end -= 1
-        elif escape_at >= 0 and text[escape_at + 1:escape_at + 2] == "u" and (
-                end - escape_at < 6 or (end - escape_at == 6 and text[escape_at + 2:end].lower() >= "d800"
-                                        and text[escape_at + 2:end].lower() < "dc00")):
-            end = escape_at             # \u and fewer than four digits, or a high surrogate its pair was cut from
-        tries.append(text[:end] + '"' + "".join(reversed(closers)))
-    if safe is not None:
-        tries.append(text[:safe[0]] + safe[1])
-    for doc in tries:
-        try:
-            value = json.loads(doc)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
-
-
 def handle(client, event: Event, settings: Settings, deadline: Deadline) -> dict | None:
     """Store what the event carries and work out the answer (None: say nothing)."""
     store = HookStore(client.name, event, settings, HookHttp(settings.url, settings.api_key, deadline), deadline)
@@ -263,6 +179,9 @@ def _work(client, kind: str, name: str, stdin, settings: Settings, deadline: Dea
         payload, cut = read_event(stdin, settings.max_event_bytes)
         event = client.parse(kind, name, payload)
         if cut:
+            if not (event.session_id or event.cwd):
+                raise ValueError(f"the hook event on stdin is larger than {settings.max_event_bytes} bytes "
+                                 "(CONTEXT_HOOK_MAX_EVENT_BYTES) and its head names no session: stored nothing")
             event.cut = True
             log_line(settings, f"{client.name} {name}: the hook event on stdin is larger than "
                                f"{settings.max_event_bytes} bytes (CONTEXT_HOOK_MAX_EVENT_BYTES): stored its head, "

@@ -23,6 +23,7 @@ import re
 import time
 
 from .cid import compute_cid, sha256
+from .gitremote import identity
 from .hookfence import fence, strip_injected
 from .masking import mask
 from .textsplit import split_text
@@ -78,7 +79,7 @@ def project_of(cwd: str, key: str = "path") -> str | None:
     """The project a working directory belongs to: its git root (a ``.git`` folder or file, so worktrees and
     submodules count), else the directory itself; None without one. With ``key`` "remote"
     (``CONTEXT_HOOK_PROJECT_KEY``), a repository whose ``origin`` has a network URL is named by that instead
-    (``git:host/owner/repo``), so one repository cloned at ``/app`` on two machines is one project, and two
+    (``git:host/owner/repo``, gitremote.py), so one repository cloned at ``/app`` on two machines is one project, and two
     repositories at ``/app`` are two. A path the service could not take as a key (too long, a control character)
     is named by its digest instead."""
     if not cwd:
@@ -94,66 +95,12 @@ def project_of(cwd: str, key: str = "path") -> str | None:
             break
         here = parent
     if key == "remote" and root is not None:
-        remote = repository_of(root)
-        if remote is not None:
-            path = remote
+        repository = identity(root)
+        if repository is not None:
+            path = f"git:{repository}"
     if len(path) > MAX_PROJECT_CHARS or CONTROL.search(path):
         return "path-sha256:" + sha256(path.encode("utf-8", "surrogatepass")).hexdigest()
     return path
-
-
-_SECTION = re.compile(r'^\s*\[\s*remote\s+"origin"\s*\]\s*$')
-_URL = re.compile(r"^\s*url\s*=\s*(.*?)\s*$")
-_SCP = re.compile(r"^(?:[^@/]+@)?([^:/]+):(?!//)(.+)$")          # git@host:owner/repo (scp-like)
-_NETWORK = re.compile(r"^(?:ssh|git|https?|git\+ssh|ssh\+git)://(?:[^@/]*@)?([^/:]+)(?::\d*)?/(.+)$", re.I)
-
-
-def repository_of(root: str) -> str | None:
-    """``git:host/path`` of the repository at ``root``: its ``origin`` URL read from its config file (a worktree's
-    or submodule's ``.git`` file leads to it), without credentials, port, scheme or ``.git``, so the ssh and
-    https URLs of one repository agree; None without a config, an origin, or a network URL (a local path names
-    no repository beyond this machine). Only reads files: no git process, nothing of them run."""
-    config = _git_config(os.path.join(root, ".git"))
-    if config is None:
-        return None
-    url, inside = None, False
-    for line in config.splitlines():
-        if line.lstrip().startswith("["):
-            inside = bool(_SECTION.match(line))
-        elif inside and url is None:
-            m = _URL.match(line)
-            if m:
-                url = m.group(1).strip('"')
-    if not url:
-        return None
-    m = _NETWORK.match(url) or (None if "://" in url or url.startswith(("/", ".", "~")) else _SCP.match(url))
-    if m is None:
-        return None
-    host, rest = m.group(1).lower(), m.group(2).strip("/")
-    if rest.endswith(".git"):
-        rest = rest[:-4]
-    return f"git:{host}/{rest}" if rest else None
-
-
-def _git_config(dot_git: str) -> str | None:
-    """The text of a repository's config: ``.git/config``, or for a ``.git`` file (``gitdir: …``) the config of
-    the folder it names, or of that folder's ``commondir`` (a worktree's)."""
-    try:
-        folder = dot_git
-        if os.path.isfile(dot_git):
-            with open(dot_git, encoding="utf-8", errors="replace") as fh:
-                line = fh.read(4096).strip()
-            if not line.startswith("gitdir:"):
-                return None
-            folder = os.path.join(os.path.dirname(dot_git), line[len("gitdir:"):].strip())
-            common = os.path.join(folder, "commondir")
-            if os.path.isfile(common):
-                with open(common, encoding="utf-8", errors="replace") as fh:
-                    folder = os.path.join(folder, fh.read(4096).strip())
-        with open(os.path.join(folder, "config"), encoding="utf-8", errors="replace") as fh:
-            return fh.read(1 << 20)
-    except OSError:
-        return None
 
 
 class State:
@@ -219,6 +166,15 @@ class HookStore:
     def clean(self, text: str) -> str:
         return self._mask(strip_injected(text)[:self.settings.max_chars])
 
+    def cut(self, text: str) -> dict:
+        """The metadata of a text stored cut: ``truncated``, and ``total_chars`` unless the event itself was cut
+        at ``CONTEXT_HOOK_MAX_EVENT_BYTES`` (the rest was never read)."""
+        if self.event.cut:
+            return {"truncated": True}
+        if len(text) > self.settings.max_chars:
+            return {"truncated": True, "total_chars": len(text)}
+        return {}
+
     # --- units ----------------------------------------------------------------------------------
     def _unit(self, content: str, type_: str, source: str, metadata: dict, parent: str | None,
               timestamp: int | None = None) -> dict:
@@ -282,7 +238,7 @@ class HookStore:
         if not text.strip():
             return None
         root = self.root()
-        unit = self._unit(text, "user_input", f"{self.client}_prompt", self._meta(truncated=self.event.cut or None),
+        unit = self._unit(text, "user_input", f"{self.client}_prompt", self._meta(**self.cut(self.event.prompt)),
                           root["cid"])
         self.state.data["prompt"] = unit["cid"]
         self._remember("user_input", unit["cid"], text)
@@ -294,15 +250,11 @@ class HookStore:
         if not e.tool_output.strip() or OWN_TOOLS.search(e.tool_name) or \
                 (self.settings.skip_tools and self.settings.skip_tools.search(e.tool_name)):
             return
-        total = len(e.tool_output)
         text = self.clean(e.tool_output)
         parts = split_text(text, CHUNK_CHARS) or []
         parent = self.state.data.get("prompt")
         units = [] if parent else [self.root()]
-        cut = total > self.settings.max_chars
-        # (an event cut at CONTEXT_HOOK_MAX_EVENT_BYTES: its output's whole length is not known)
-        meta = self._meta(tool=e.tool_name, input=self._mask(short_input(e.tool_input)),
-                          truncated=cut or e.cut or None, total_chars=total if cut and not e.cut else None)
+        meta = self._meta(tool=e.tool_name, input=self._mask(short_input(e.tool_input)), **self.cut(e.tool_output))
         source = f"{self.client}_{e.tool_name or 'tool'}"
         for i, part in enumerate(parts, start=1):
             extra = {"part": i, "parts": len(parts)} if len(parts) > 1 else {}
@@ -324,7 +276,7 @@ class HookStore:
             return
         root = self.root()
         unit = self._unit(text, "model_thinking", f"{self.client}_answer",
-                          self._meta(prompt_cid=self.state.data.get("prompt"), truncated=self.event.cut or None),
+                          self._meta(prompt_cid=self.state.data.get("prompt"), **self.cut(self.event.answer)),
                           root["cid"])
         self._remember("model_thinking", unit["cid"], text)
         self.state.save()
