@@ -140,7 +140,7 @@ def test_cursor_hooks_and_mcp_merge_match_the_shipped_files_and_uninstall_restor
 
 def test_vscode_hooks_are_a_file_of_their_own_and_the_key_is_asked_once(project):
     """VS Code Copilot: .github/hooks/context-mode.json (ours alone: uninstall removes it) and .vscode/mcp.json's
-    ``servers`` with the ``inputs`` prompt for the key, as clients/.vscode/mcp.json; user scope is refused."""
+    ``servers`` with the ``inputs`` prompt for the key, as clients/.vscode/mcp.json."""
     hooks, mcp = project / ".github" / "hooks" / "context-mode.json", project / ".vscode" / "mcp.json"
     mcp.parent.mkdir()
     mcp.write_text(json.dumps({"servers": {"other": {"type": "stdio", "command": "x"}}}))
@@ -155,12 +155,31 @@ def test_vscode_hooks_are_a_file_of_their_own_and_the_key_is_asked_once(project)
     assert len(read(mcp)["inputs"]) == 1                                # twice is once
     run("uninstall", "vscode-copilot", "--project", project)
     assert not hooks.exists() and read(mcp) == {"servers": {"other": {"type": "stdio", "command": "x"}}}
-    rv = CliRunner().invoke(main, ["install", "vscode-copilot", "--scope", "user"])
-    assert rv.exit_code == 1 and "--scope project" in rv.output
+
+
+def test_vscode_user_scope_writes_the_user_hooks_folder_and_the_profiles_mcp_json(project, tmp_path):
+    """VS Code's user scope: ~/.copilot/hooks (a file of ours in it) and the user profile's mcp.json
+    (~/.config/Code/User on Linux), merged with the profile's other servers; the project is not touched, and
+    uninstall takes out what install wrote, removing the hooks file."""
+    home = tmp_path / "home"
+    hooks, mcp = home / ".copilot" / "hooks" / "context-mode.json", home / ".config" / "Code" / "User" / "mcp.json"
+    mcp.parent.mkdir(parents=True)
+    mcp.write_text(json.dumps({"servers": {"other": {"type": "stdio", "command": "x"}}}))
+    before = {p: p.read_text() for p in project.rglob("*") if p.is_file()}
+    out = run("install", "vscode-copilot", "--scope", "user", "--url", "http://10.0.0.5:5000")
+    assert f"wrote {hooks}" in out and f"wrote {mcp}" in out
+    assert _ours(read(hooks)["hooks"]) == _ours(read(ROOT / "clients" / ".github" / "hooks" / "context-mode.json")["hooks"])
+    got = read(mcp)
+    assert got["servers"]["context-mode"]["url"] == "http://10.0.0.5:5000/mcp" and "other" in got["servers"]
+    assert {p: p.read_text() for p in project.rglob("*") if p.is_file()} == before
+    assert f"would remove {hooks}" in run("uninstall", "vscode-copilot", "--scope", "user", "--dry-run")
+    assert hooks.exists()                                               # a dry run removes nothing either
+    assert f"removed {hooks}" in run("uninstall", "vscode-copilot", "--scope", "user")
+    assert not hooks.exists() and read(mcp) == {"servers": {"other": {"type": "stdio", "command": "x"}}}
 
 
 def test_codex_gets_the_mcp_entry_in_its_toml_with_its_comments_kept(project, tmp_path):
-    """Codex runs no hooks: install writes [mcp_servers.context-mode] into ~/.codex/config.toml (or a project's),
+    """Codex gets no hooks: install writes [mcp_servers.context-mode] into ~/.codex/config.toml (or a project's),
     as clients/codex/config.toml has it, keeping the file's other tables and comments; uninstall takes it out."""
     import tomllib
     config = tmp_path / "home" / ".codex" / "config.toml"
@@ -168,7 +187,7 @@ def test_codex_gets_the_mcp_entry_in_its_toml_with_its_comments_kept(project, tm
     original = '# my Codex settings\nmodel = "gpt-5"\n\n[mcp_servers.other]\ncommand = "other-mcp"  # keep me\n'
     config.write_text(original)
     out = run("install", "codex", "--scope", "user")
-    assert f"wrote {config}" in out and "runs no hooks" in out
+    assert f"wrote {config}" in out and "the MCP entry alone" in out
     got = tomllib.loads(config.read_text())
     shipped = tomllib.loads((ROOT / "clients" / "codex" / "config.toml").read_text())["mcp_servers"]["context-mode"]
     assert got["mcp_servers"]["context-mode"] == shipped and got["mcp_servers"]["other"] == {"command": "other-mcp"}
@@ -176,6 +195,18 @@ def test_codex_gets_the_mcp_entry_in_its_toml_with_its_comments_kept(project, tm
     assert "nothing to install" in run("install", "codex", "--scope", "user")
     run("uninstall", "codex", "--scope", "user")
     assert tomllib.loads(config.read_text()) == tomllib.loads(original) and "# keep me" in config.read_text()
+    dry = run("install", "codex", "--scope", "user", "--dry-run")       # what would be written, as TOML
+    assert "[mcp_servers.context-mode]" in dry and "# keep me" in dry and config.read_text() == original
     run("install", "codex", "--project", project, "--url", "http://10.0.0.5:5000")
     assert tomllib.loads((project / ".codex" / "config.toml").read_text())["mcp_servers"]["context-mode"]["url"] == \
         "http://10.0.0.5:5000/mcp"
+
+
+def test_codex_user_scope_follows_codex_home(project, tmp_path, monkeypatch):
+    """Codex keeps its folder where CODEX_HOME says (else ~/.codex): the user-scope entry goes there."""
+    import tomllib
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex-home"))
+    out = run("install", "codex", "--scope", "user")
+    config = tmp_path / "codex-home" / "config.toml"
+    assert f"wrote {config}" in out and "context-mode" in tomllib.loads(config.read_text())["mcp_servers"]
+    assert not (tmp_path / "home" / ".codex").exists()

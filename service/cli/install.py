@@ -6,8 +6,10 @@ changes nothing and uninstalling takes out only what install wrote.
 The hook command is an absolute path (``context-mode-hook`` beside this interpreter, else ``python -m
 context_mode_client.hook``), so it works whatever the agent's PATH is; a bare ``context-mode-hook`` that is not on
 PATH exits 127, which the agents treat as non-blocking, and nothing would be stored. The events and matchers are
-those of the shipped files in ``clients/`` (tests/test_install.py holds them to it). Codex runs no hooks: it gets
-the MCP entry alone, in its TOML (tomlkit keeps the file's comments and layout).
+those of the shipped files in ``clients/`` (tests/test_install.py holds them to it). Codex gets the MCP entry alone,
+in its TOML (tomlkit keeps the file's comments and layout): its hooks (experimental, behind its ``codex_hooks``
+feature flag) are not a protocol ``context-mode-hook`` speaks. User scope: Cursor ``~/.cursor``, VS Code
+``~/.copilot/hooks`` and its user profile's ``mcp.json``, Codex ``$CODEX_HOME`` (else ``~/.codex``).
 """
 from __future__ import annotations
 
@@ -33,7 +35,6 @@ class Agent:
     folder: str                        # of its settings, under the project or the home folder
     named: bool = False                # Gemini CLI names each hook
     flat: bool = False                 # hooks listed per event (Cursor, VS Code), not in matcher groups
-    user_scope: bool = True            # VS Code keeps its user settings in a profile folder: project only
 
     def settings(self, scope: str, project: Path) -> Path | None:
         """The file of its hooks (None: no hooks)."""
@@ -42,8 +43,8 @@ class Agent:
             return None
         if self.name == "cursor":
             return base / ".cursor" / "hooks.json"
-        if self.name == "vscode-copilot":
-            return project / ".github" / "hooks" / "context-mode.json"      # a file of ours alone
+        if self.name == "vscode-copilot":                                    # a file of ours alone
+            return (project / ".github" if scope == "project" else base / ".copilot") / "hooks" / "context-mode.json"
         return base / self.folder / "settings.json"
 
     def mcp_file(self, scope: str, project: Path) -> Path:
@@ -51,10 +52,12 @@ class Agent:
         base = project if scope == "project" else Path.home()
         if self.name == "claude-code":
             return project / ".mcp.json" if scope == "project" else Path.home() / ".claude.json"
+        if self.name == "vscode-copilot" and scope == "user":
+            return vscode_user_dir() / "mcp.json"
         if self.name in ("cursor", "vscode-copilot"):
             return base / self.folder / "mcp.json"
         if self.name == "codex":
-            return base / ".codex" / "config.toml"
+            return (project / ".codex" if scope == "project" else codex_home()) / "config.toml"
         return base / self.folder / "settings.json"
 
     @property
@@ -85,6 +88,21 @@ class Agent:
         return entry
 
 
+def vscode_user_dir() -> Path:
+    """VS Code's user settings folder, which holds the user profile's ``mcp.json`` (VS Code's docs: the user
+    settings file's location per platform)."""
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "Code" / "User"
+    if os.name == "nt":
+        return Path(os.environ.get("APPDATA") or Path.home() / "AppData" / "Roaming") / "Code" / "User"
+    return Path.home() / ".config" / "Code" / "User"
+
+
+def codex_home() -> Path:
+    """Codex's own folder: ``CODEX_HOME``, else ``~/.codex``."""
+    return Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
+
+
 KEY_INPUT = "context-mode-api-key"          # VS Code asks for the key once and keeps it (its ``inputs``)
 AGENTS = {
     "claude-code": Agent("claude-code", (("SessionStart", None), ("UserPromptSubmit", None),
@@ -96,8 +114,7 @@ AGENTS = {
     "cursor": Agent("cursor", (("sessionStart", None), ("beforeSubmitPrompt", None), ("preToolUse", "WebFetch"),
                                ("postToolUse", None), ("afterAgentResponse", None)), 5, ".cursor", flat=True),
     "vscode-copilot": Agent("vscode-copilot", (("SessionStart", None), ("UserPromptSubmit", None),
-                                               ("PostToolUse", None), ("PreCompact", None)), 5, ".vscode", flat=True,
-                            user_scope=False),
+                                               ("PostToolUse", None), ("PreCompact", None)), 5, ".vscode", flat=True),
     "codex": Agent("codex", (), 0, ".codex"),
 }
 
@@ -227,6 +244,14 @@ def _with_server(mcp: dict, agent: Agent, url: str, install: bool) -> dict:
     return out | ({"inputs": inputs} if inputs else {}) | ({key: servers} if servers else {})
 
 
+def text_of(path: Path, data: dict) -> str:
+    """A settings file's text as written: TOML for Codex (its layout kept), else indented JSON."""
+    if path.suffix == ".toml":
+        import tomlkit
+        return tomlkit.dumps(data).rstrip("\n") + "\n"       # (a table taken out leaves its blank line)
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
 def write(path: Path, data: dict) -> None:
     """Write a settings file whole (a temporary file renamed over it, its mode kept); one left with nothing in it
     (VS Code's hooks file is ours alone) is removed."""
@@ -235,12 +260,7 @@ def write(path: Path, data: dict) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".context-mode-tmp")
-    if path.suffix == ".toml":
-        import tomlkit
-        text = tomlkit.dumps(data)
-        tmp.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-    else:
-        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.write_text(text_of(path, data), encoding="utf-8")
     if path.exists():
         os.chmod(tmp, path.stat().st_mode & 0o777)
     os.replace(tmp, path)
@@ -258,21 +278,21 @@ def service_answers(url: str) -> str | None:
 def _run(agent_name: str, scope: str, project: str, url: str, dry_run: bool, install: bool) -> None:
     agent = AGENTS[agent_name]
     url = url.rstrip("/")
-    if scope == "user" and not agent.user_scope:
-        raise click.ClickException(f"{agent_name} keeps its user settings in its profile folder: install it per "
-                                   "project (--scope project), or add the MCP entry of clients/MCP.md in VS Code")
     changes = planned(agent, scope, Path(project).resolve(), url, install)
     verb = "install" if install else "uninstall"
     for path, data in changes.items():
-        click.echo(f"{'would write' if dry_run else 'wrote'} {path}")
+        gone = not _plain(data)                         # (a file left with nothing in it is removed)
+        done = ("would remove" if gone else "would write") if dry_run else ("removed" if gone else "wrote")
+        click.echo(f"{done} {path}")
         if dry_run:
-            click.echo(json.dumps(_plain(data), indent=2, ensure_ascii=False))
+            click.echo("" if gone else text_of(path, data), nl=False)
         else:
             write(path, data)
     if not changes:
         click.echo(f"{agent_name}: nothing to {verb}, its settings already say so")
     if install and not agent.events:
-        click.echo(f"{agent_name} runs no hooks: its sessions reach the memory through the MCP entry alone")
+        click.echo(f"{agent_name}: the MCP entry alone (context-mode-hook does not speak its hooks, which it runs "
+                   "only behind its codex_hooks feature flag): its sessions reach the memory through the MCP tools")
     if install:
         problem = service_answers(url)
         what = "the hooks store nothing" if agent.events else "the MCP entry answers nothing"
