@@ -150,16 +150,23 @@ def stream(server, params: str = "", *, key: str | None = None, last_event_id=No
 
 
 def push_via(server, unit: dict, *, worker: int | None = None, avoid: int | None = None, key: str | None = None,
-             tries: int = 100) -> tuple[dict, int | None]:
+             within: float = 30.0) -> tuple[dict, int | None]:
     """Push one unit over a fresh connection held by ``worker`` (or by any worker but ``avoid``):
-    connections are retried until the kernel hands one to such a worker. Returns (ack, worker)."""
+    connections are retried until the kernel hands one to such a worker. Returns (ack, worker).
+
+    Which worker accepts is up to the scheduler: on a loaded machine one worker can win a hundred times in a
+    row (CI saw it), so tries go on for ``within`` seconds, with a growing pause between them that lets the
+    other worker come back to its accept."""
     workers = workers_of(server)
-    for _ in range(tries):
+    deadline, pause = time.monotonic() + within, 0.0
+    while time.monotonic() < deadline:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
         conn.connect()
         held = worker_holding(conn.sock, workers)
         if (worker is not None and held != worker) or (avoid is not None and held == avoid):
             conn.close()
+            time.sleep(pause)
+            pause = min(0.2, pause + 0.005)
             continue
         headers = {"Content-Type": "application/json"}
         if key:
