@@ -16,13 +16,14 @@ search. Tenants share slots by a hash of their name: a tenant's change then also
 others in its slot, which costs them one read more, never a missed change.
 
 The file is checked, not trusted (issue 50, M1). Its first word is its identity (a random number); each process
-looks at the path's inode, the file's size and that identity before a read or a write when it last looked more
-than ``CHECK_S`` ago, and every ``CHECK_S`` while a number it set is not yet known to be in the file others read
-(a timer thread). A file removed, replaced, truncated or zeroed is taken up again, made or filled anew when it
-must be, with a log line; the process then sets again, in the new file, every number it set since it last found
-the file unchanged (those may have gone to the old file, unseen by the processes that had moved already), and for
-``DISTRUST_S`` every read answers a new number, so each of its searches takes the slow path (reads the files)
-until every process has moved. A short file is read with ``pread``, which returns fewer
+looks at the path's inode, the file's size and that identity before every write, before a read when it last
+looked more than ``CHECK_S`` ago, and every ``CHECK_S`` while a number it set is not yet known to be in the file
+others read (a timer thread). A file removed, replaced, truncated or zeroed is taken up again, made or filled anew
+when it must be, with a log line; the process then sets again, in the new file, every number it set since it last
+found the file unchanged (those may have gone to the old file, unseen by the processes that had moved already);
+for ``DISTRUST_S`` it also sets its new numbers in the file it left, where a process that has not looked yet
+reads them; and for ``DISTRUST_S`` every read answers a new number, so each of its searches takes the slow path
+(reads the files) until every process has moved. A short file is read with ``pread``, which returns fewer
 bytes where a mapping would fault (SIGBUS); a path that cannot be opened leaves every read on the slow path, with
 a log line, never an error.
 """
@@ -124,14 +125,22 @@ class Signals:
         return random.getrandbits(64)
 
     def changed(self, kind: int, name: str) -> None:
-        """Tell every process that ``name``'s ``kind`` has changed (after the change is visible to them)."""
-        self._usable()
+        """Tell every process that ``name``'s ``kind`` has changed (after the change is visible to them).
+
+        A change looks at the file first, whenever it last looked (a stat: changes are commits, far rarer
+        than reads), so it lands in the file the path names now; and for ``DISTRUST_S`` after this process
+        moved off a file, in that one too: a process that has not looked since the move reads it there (else
+        it would trust its old numbers for up to ``CHECK_S`` and miss the change)."""
+        now = time.monotonic()
+        self._check(now, always=True)
         offset = self._offset(kind, name)
         with self._lock:
             self._written.add(offset)                      # (before the write: a move meanwhile sets it again)
-            fd = self._fd
+            fds = [fd for fd, when in self._retired if now - when < DISTRUST_S]
+            if self._fd is not None:
+                fds.append(self._fd)
             self._start_timer()
-        if fd is not None:
+        for fd in fds:
             try:
                 os.pwrite(fd, _WORD.pack(random.getrandbits(64)), offset)
             except OSError:
@@ -145,9 +154,9 @@ class Signals:
             self._check(now)
         return self._fd if now >= self._distrust_until else None
 
-    def _check(self, now: float) -> None:
+    def _check(self, now: float, always: bool = False) -> None:
         with self._lock:
-            if now - self._checked < CHECK_S:
+            if now - self._checked < CHECK_S and not always:
                 return                                     # (another thread just looked)
             self._checked = now
             self._close_retired(now)

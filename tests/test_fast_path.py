@@ -37,22 +37,63 @@ def _look_now(signals) -> None:
 
 def test_a_change_set_in_a_removed_file_is_set_again_in_the_new_one(tmp_path, caplog):
     """Two processes (two views of one folder): the file is removed; a process started since makes a new file
-    and reads from it, while the older one sets a change before it has looked (into the removed file). Once it
-    looks (at least every CHECK_S), it moves to the new file, sets its change again there, and distrusts the
-    numbers for DISTRUST_S (its reads differ each time: the slow path)."""
-    from service.signals import CATALOG, Signals
+    and reads from it. The older one, which set a change into the file before it was removed, looks before its
+    next write: it moves to the new file, sets its change again there, and distrusts the numbers for DISTRUST_S
+    (its reads differ each time: the slow path)."""
+    from service.signals import CATALOG, INDEX, Signals
     older = Signals(tmp_path)
     older.changed(CATALOG, "acme")
     (tmp_path / "signals").unlink()
     newer = Signals(tmp_path)
     seen = newer.read(CATALOG, "acme")                      # a new file, made by the newer process
     assert seen == newer.read(CATALOG, "acme")
-    older.changed(CATALOG, "acme")                          # (not looked yet: into the removed file)
-    assert newer.read(CATALOG, "acme") == seen
-    _look_now(older)
+    older.changed(INDEX, "acme")                            # (a write looks first)
+    assert newer.read(CATALOG, "acme") != seen              # the change before the removal set again
     assert older.read(CATALOG, "acme") != older.read(CATALOG, "acme")    # distrusted for a while
-    assert newer.read(CATALOG, "acme") != seen                            # its change set again in the new file
     assert "not the file this process read" in caplog.text
+
+
+@pytest.mark.parametrize("damage", ["unlink", "replace", "unopenable"])
+def test_a_change_after_a_move_reaches_a_process_that_has_not_looked_yet(tmp_path, damage):
+    """A process looks at the file at most every CHECK_S before a read, but before every write: a writer moves at
+    once and, for DISTRUST_S, sets its changes in the file it left too, where a reader that looked just before the
+    damage still reads (CI saw that reader answer from a view the leader had replaced, its number unchanged)."""
+    from service.signals import INDEX, Signals
+    writer, reader = Signals(tmp_path), Signals(tmp_path)
+    seen = reader.read(INDEX, "acme")                       # (both looked just now)
+    writer.read(INDEX, "acme")
+    path = tmp_path / "signals"
+    if damage == "replace":
+        path.with_name("signals.new").write_bytes(os.urandom(path.stat().st_size))
+        os.replace(path.with_name("signals.new"), path)
+    else:
+        path.unlink()
+        if damage == "unopenable":
+            path.mkdir()
+    _look_now(writer)
+    writer.read(INDEX, "acme")                              # the writer has moved (or found no file to use)
+    writer.changed(INDEX, "acme")
+    assert reader._checked > float("-inf") and reader.read(INDEX, "acme") != seen     # (it has not looked yet)
+    if damage != "unopenable":
+        newer = Signals(tmp_path)                           # a process started since: the file the path names
+        number = newer.read(INDEX, "acme")
+        writer.changed(INDEX, "acme")
+        assert newer.read(INDEX, "acme") != number
+
+
+def test_a_write_looks_at_the_file_first(tmp_path):
+    """A writer that looked just before the file was replaced sets its change in the new file, where a process
+    started since reads (before: into the old file, unseen there for up to CHECK_S)."""
+    from service.signals import INDEX, Signals
+    writer = Signals(tmp_path)
+    writer.read(INDEX, "acme")
+    path = tmp_path / "signals"
+    path.with_name("signals.new").write_bytes(os.urandom(path.stat().st_size))
+    os.replace(path.with_name("signals.new"), path)
+    newer = Signals(tmp_path)
+    number = newer.read(INDEX, "acme")
+    writer.changed(INDEX, "acme")
+    assert newer.read(INDEX, "acme") != number
 
 
 @pytest.mark.parametrize("damage", ["truncate", "zero"])
