@@ -65,8 +65,7 @@ def test_the_events_are_the_shipped_files(agent, project):
     """One truth: the installer's events, matchers and timeouts are clients/<agent>/settings.json's."""
     shipped = read(ROOT / "clients" / agent / "settings.json")["hooks"]
     run("install", agent, "--project", project)
-    folder = AGENTS[agent].folder
-    installed = read(project / folder / "settings.json")["hooks"]
+    installed = read(AGENTS[agent].settings("project", project))["hooks"]
 
     def shape(hooks):
         return {event: [(g.get("matcher"), [(h["command"].split()[-2:], h["timeout"], h.get("name")) for h in g["hooks"]
