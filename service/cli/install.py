@@ -1,7 +1,9 @@
 """`context-mode install <agent>` and `uninstall <agent>`: the agent hooks and the MCP entry written into the
 agent's own settings (issue 51), merged with what is there: another tool's hooks and servers, and every other
 setting, stay as they were; ours are recognised by the hook command and the entry's name, so installing twice
-changes nothing and uninstalling takes out only what install wrote.
+changes nothing and uninstalling takes out only what install wrote: a file install created and uninstall leaves
+empty is removed (install notes the files it creates, ``install_record``), one that was there before stays, an
+empty ``{}`` too.
 
 The hook command is an absolute path (``context-mode-hook`` beside this interpreter, else ``python -m
 context_mode_client.hook``), so it works whatever the agent's PATH is; a bare ``context-mode-hook`` that is not on
@@ -210,7 +212,7 @@ def _plain(data) -> dict:
 
 def planned(agent: Agent, scope: str, project: Path, url: str, install: bool) -> dict[Path, dict]:
     """Every file's new content (only those that change; each file read once: Gemini CLI keeps both in one).
-    An empty one is removed."""
+    An empty one install created is removed (``removable``)."""
     before: dict[Path, dict] = {}
     after: dict[Path, dict] = {}
 
@@ -274,18 +276,60 @@ def text_of(path: Path, data: dict) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
+def install_record() -> Path:
+    """Where install notes the settings files it created, the only ones uninstall may remove: the user's state
+    folder (``XDG_STATE_HOME``, else ``~/.local/state``; on Windows ``LOCALAPPDATA``)."""
+    if os.name == "nt":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    else:
+        base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "context-mode" / "installed-files.json"
+
+
+def created_files() -> set[str]:
+    """The settings files install created (none if the record is gone: then every file is kept)."""
+    try:
+        created = json.loads(install_record().read_text(encoding="utf-8")).get("created")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {p for p in created if isinstance(p, str)} if isinstance(created, list) else set()
+
+
+def _note_created(path: Path, created: bool) -> None:
+    files = created_files()
+    files = files | {str(path)} if created else files - {str(path)}
+    record = install_record()
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_name(record.name + ".tmp")
+        tmp.write_text(json.dumps({"created": sorted(files)}, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, record)
+    except OSError:
+        pass                            # (unrecorded, the file is kept when emptied: never a user's file lost)
+
+
+def removable(path: Path, data) -> bool:
+    """Whether a file left with ``data`` goes: only when nothing is left and install created it (or its name is
+    ours: VS Code's hooks file); a file that was there before, an empty ``{}`` too, is kept."""
+    return not _plain(data) and (path.name == f"{SERVER_NAME}.json" or str(path) in created_files())
+
+
 def write(path: Path, data: dict) -> None:
-    """Write a settings file whole (a temporary file renamed over it, its mode kept); one left with nothing in it
-    (VS Code's hooks file is ours alone) is removed."""
-    if not _plain(data):
+    """Write a settings file whole (a temporary file renamed over it, its mode kept), or remove it when it is
+    ``removable``; a file this writes first is noted as install's."""
+    if removable(path, data):
         path.unlink(missing_ok=True)
+        _note_created(path, False)
         return
+    existed = path.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".context-mode-tmp")
     tmp.write_text(text_of(path, data), encoding="utf-8")
-    if path.exists():
+    if existed:
         os.chmod(tmp, path.stat().st_mode & 0o777)
     os.replace(tmp, path)
+    if not existed:
+        _note_created(path, True)
 
 
 def service_answers(url: str) -> str | None:
@@ -303,7 +347,7 @@ def _run(agent_name: str, scope: str, project: str, url: str, dry_run: bool, ins
     changes = planned(agent, scope, Path(project).resolve(), url, install)
     verb = "install" if install else "uninstall"
     for path, data in changes.items():
-        gone = not _plain(data)                         # (a file left with nothing in it is removed)
+        gone = removable(path, data)                    # (a file install created, left with nothing in it)
         done = ("would remove" if gone else "would write") if dry_run else ("removed" if gone else "wrote")
         click.echo(f"{done} {path}")
         if dry_run:
