@@ -622,7 +622,7 @@ def test_nothing_is_injected_below_the_relevance_floor_and_the_log_says_why(serv
     weak = claude("UserPromptSubmit", "f9", "/w/shop", prompt="rename the variable foo to bar in utils.py")
     assert run_hook("claude-code", "UserPromptSubmit", weak, env).stdout == ""
     [line] = log_lines(tmp_path / "state")
-    found = re.search(r"claude-code UserPromptSubmit: no context given: the best of \d+ matches scores (0\.\d+), "
+    found = re.search(r"claude-code UserPromptSubmit: no context given: the best match scores (0\.\d+), "
                       r"under the floor CONTEXT_HOOK_MIN_SCORE=0\.5$", line)
     assert found and float(found.group(1)) < 0.5, line
     assert run_hook("claude-code", "UserPromptSubmit", weak, {**env, "CONTEXT_HOOK_MIN_SCORE": "0"}).answer

@@ -320,7 +320,7 @@ class HookStore:
         # all); the items with it are the service's own choice (near the best one, within the budget).
         best = max(i.get("score") or 0 for i in items)
         if best < self.settings.min_score:
-            return "", 0, (f"the best of {len(items)} matches scores {best:.3f}, under the floor "
+            return "", 0, (f"the best match scores {best:.3f}, under the floor "
                            f"CONTEXT_HOOK_MIN_SCORE={self.settings.min_score:g}")
         if not rv.get("context"):
             return "", 0, "the service packed no context of its matches"
