@@ -274,8 +274,9 @@ def test_an_event_past_its_cap_keeps_its_head(server, tmp_path):
     [unit] = [u for u in units(server, key_of("misc"), types="user_input") if u["metadata"]["session_id"] == "cap"]
     assert unit["content"].startswith("huge prompt huge prompt") and 3000 < len(unit["content"]) < 4096
     assert unit["metadata"]["truncated"] is True and unit["metadata"]["cwd"] == "/w"
-    [line] = log_lines(tmp_path / "state")
-    assert "larger than 4096 bytes" in line and "stored its head" in line
+    cut, why = log_lines(tmp_path / "state")
+    assert "larger than 4096 bytes" in cut and "stored its head" in cut
+    assert "claude-code UserPromptSubmit: no context given: " in why
     small = claude("UserPromptSubmit", "cap", "/w", prompt="a small prompt about caps")
     assert run_hook("claude-code", "UserPromptSubmit", small, env).status == 0
     [unit] = [u for u in units(server, key_of("misc"), types="user_input")
@@ -610,7 +611,9 @@ def test_a_config_that_is_no_file_is_never_waited_on(tmp_path):
     assert found == {"key": str(repo)}
 
 
-def test_nothing_is_injected_below_the_relevance_floor(server, tmp_path):
+def test_nothing_is_injected_below_the_relevance_floor_and_the_log_says_why(server, tmp_path):
+    """Each start or prompt given no context says why in the log, in one line: the best match under the floor
+    (its score), nothing matching, too little time left; a context given, or a floor lowered, writes nothing."""
     env = hook_env(server.url, tmp_path / "state", key_of("floor"))
     for i, text in enumerate(["pytest -q tests/test_orders.py: 12 passed, 1 failed (test_refund_idempotent)",
                               "Traceback: KeyError 'currency' in billing/invoice.py line 88"]):
@@ -618,6 +621,41 @@ def test_nothing_is_injected_below_the_relevance_floor(server, tmp_path):
     time.sleep(1.1)
     weak = claude("UserPromptSubmit", "f9", "/w/shop", prompt="rename the variable foo to bar in utils.py")
     assert run_hook("claude-code", "UserPromptSubmit", weak, env).stdout == ""
+    [line] = log_lines(tmp_path / "state")
+    found = re.search(r"claude-code UserPromptSubmit: no context given: the best match scores (0\.\d+), "
+                      r"under the floor CONTEXT_HOOK_MIN_SCORE=0\.5$", line)
+    assert found and float(found.group(1)) < 0.5, line
     assert run_hook("claude-code", "UserPromptSubmit", weak, {**env, "CONTEXT_HOOK_MIN_SCORE": "0"}).answer
     strong = claude("UserPromptSubmit", "f9", "/w/shop", prompt="fix the KeyError currency in invoice.py")
     assert "KeyError" in context_of("claude-code", run_hook("claude-code", "UserPromptSubmit", strong, env).answer)
+    assert log_lines(tmp_path / "state") == [line]
+    elsewhere = claude("UserPromptSubmit", "f8", "/w/blog", prompt="fix the KeyError currency in invoice.py")
+    assert run_hook("claude-code", "UserPromptSubmit", elsewhere, env).stdout == ""
+    assert log_lines(tmp_path / "state")[-1].endswith(
+        "claude-code UserPromptSubmit: no context given: nothing in this project's and the global units from earlier "
+        "sessions matches")
+    stored_only = {**env, "CONTEXT_HOOK_BUDGET_TOKENS": "0"}             # (the user's choice: nothing to say)
+    assert run_hook("claude-code", "UserPromptSubmit", elsewhere, stored_only).stdout == ""
+    assert len(log_lines(tmp_path / "state")) == 2
+
+
+def test_a_prompt_with_too_little_time_left_does_not_ask_and_says_why(server, tmp_path):
+    """With 50 ms or less of the hook's deadline left (a process slow to start), the memory is not asked, and
+    ``why`` (the line the hook logs) names the time left."""
+    from context_mode_client.hook import Deadline, Settings
+    from context_mode_client.hookclients import client_named
+    from context_mode_client.hookhttp import HookHttp
+    from context_mode_client.hookstore import HookStore
+    env = hook_env(server.url, tmp_path / "state", key_of("floor"))
+    settings = Settings(env).read(env)
+    event = client_named("claude-code").parse("prompt", "UserPromptSubmit", claude(
+        "UserPromptSubmit", "late", "/w/shop", prompt="fix the KeyError currency in invoice.py"))
+    for left, asked in ((0.04, False), (1.0, True)):
+        deadline = Deadline(left, time.monotonic())
+        store = HookStore("claude-code", event, settings, HookHttp(settings.url, settings.api_key, deadline), deadline)
+        context = store.prompt_context()
+        if asked:
+            assert "KeyError" in context and store.why is None
+        else:
+            assert context is None and re.fullmatch(r"[0-4]?\d ms of the 1500 ms deadline \(CONTEXT_HOOK_TIMEOUT_MS\) "
+                                                    r"were left, too few to ask the memory", store.why), store.why

@@ -192,7 +192,12 @@ COMMAND = f"echo 'ORD-7731 refund stuck: carrier timeout; OPENAI_API_KEY={SECRET
 # the secret's tag names the detector's rule, whichever that is
 STORED_OUTPUT = re.compile(r"ORD-7731 refund stuck: carrier timeout; OPENAI_API_KEY=\[REDACTED:[\w-]+\]")
 FIRST = f"check the ORD-7731 refund {TRIGGER}"
-SECOND = "what did we find about ORD-7731 last time?"
+# (a question the memory answers by the order and its subject: "what did we find about ORD-7731 last time?", whose
+# only match is the order number, scored 0.40-0.58 against the floor of 0.5 as the tenant's statistics stood at
+# the moment of the ask: with or without the question itself, pushed side by side, and the other session's last
+# units; Gemini CLI's second session was given nothing about one run in four)
+SECOND = "what was wrong with the ORD-7731 refund?"
+NO_CONTEXT = re.compile(r"\S+ (claude-code|gemini-cli) (\w+): no context given: (.*)")
 
 
 @pytest.fixture(scope="module")
@@ -309,13 +314,14 @@ def test_two_sessions_in_the_real_cli_store_the_work_and_bring_it_back(agents, s
     assert bodies and not any("refund stuck" in json.dumps(b) for b in bodies)      # the other project's memory
     states, log = hook_files(home)
     assert len(states) == 3 and not any("compacted" in json.loads(p.read_text()) for p in states)
-    assert not log.exists() or log.read_text() == "", log.read_text()
+    # no hook failed: the log holds only why a start or prompt was given no context, the last the other project's
+    lines = [NO_CONTEXT.fullmatch(line) for line in log.read_text().splitlines()]
+    assert lines and all(lines), log.read_text()
+    assert lines[-1].group(3) == "nothing in this project's and the global units from earlier sessions matches"
 
 
 @needs_agents
-# (Gemini CLI: its second session is given nothing about one run in four on a loaded machine, with the shipped file
-# as with the installed one and an empty hook log; until that is understood only Claude Code runs this)
-@pytest.mark.parametrize("agent", ["claude-code"])
+@pytest.mark.parametrize("agent", ["claude-code", "gemini-cli"])
 def test_after_context_mode_install_a_session_stores_its_work_and_the_next_gets_it_back(agents, server, model,
                                                                                         tmp_path, agent):
     """Issue 51: `context-mode install <agent>` (not a copied file) into a fresh project, the agent run with a PATH
@@ -340,7 +346,7 @@ def test_after_context_mode_install_a_session_stores_its_work_and_the_next_gets_
     _, bodies = ask(agents, agent, repo, env, SECOND, model)
     log = hook_files(home)[1]
     blocks = {b for b in injected(bodies) if "Earlier work" in b}
-    assert len(blocks) == 1, log.read_text() if log.exists() else "(no hook log)"
+    assert len(blocks) == 1, log.read_text() if log.exists() else "(no hook log)"     # (it says why)
     assert f"[tool_output {output['cid']}]" in blocks.pop()
 
 

@@ -30,6 +30,7 @@ def read(path):
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)                # (install's record of the files it made)
     monkeypatch.delenv("CONTEXT_URL", raising=False)
     (tmp_path / "proj" / ".claude").mkdir(parents=True)
     (tmp_path / "proj" / ".claude" / "settings.json").write_text(json.dumps(
@@ -65,8 +66,7 @@ def test_the_events_are_the_shipped_files(agent, project):
     """One truth: the installer's events, matchers and timeouts are clients/<agent>/settings.json's."""
     shipped = read(ROOT / "clients" / agent / "settings.json")["hooks"]
     run("install", agent, "--project", project)
-    folder = AGENTS[agent].folder
-    installed = read(project / folder / "settings.json")["hooks"]
+    installed = read(AGENTS[agent].settings("project", project))["hooks"]
 
     def shape(hooks):
         return {event: [(g.get("matcher"), [(h["command"].split()[-2:], h["timeout"], h.get("name")) for h in g["hooks"]
@@ -86,6 +86,31 @@ def test_user_scope_keeps_the_rest_of_claudes_own_file(project, tmp_path):
     assert state["mcpServers"]["context-mode"]["url"] == "http://10.0.0.5:5000/mcp"
     hook = read(home / ".claude" / "settings.json")["hooks"]["SessionStart"][0]["hooks"][0]["command"]
     assert hook.startswith("CONTEXT_URL=http://10.0.0.5:5000 /")
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "gemini-cli", "codex"])
+def test_uninstall_removes_a_file_only_if_install_created_it(agent, tmp_path, project):
+    """Review of issue 51: uninstall removed every settings file it left empty, a user's own ``{}`` too. Only a
+    file install created goes; one that was there before, empty, is written back empty and kept."""
+    fresh, home = tmp_path / "fresh", tmp_path / "home"
+    fresh.mkdir()
+    mcp = AGENTS[agent].mcp_file("project", fresh)
+    hooks = AGENTS[agent].settings("project", fresh)
+    mcp.parent.mkdir(exist_ok=True)
+    mcp.write_text("\n" if mcp.suffix == ".toml" else "{}")                     # the user's, before install
+    made = {hooks} - {None, mcp}                                                # (Gemini CLI: one file for both)
+    out = run("install", agent, "--project", fresh)
+    assert all(f"wrote {p}" in out and p.exists() for p in {mcp} | made), out
+    record = home / ".local" / "state" / "context-mode" / "installed-files.json"
+    assert (read(record)["created"] if record.exists() else []) == sorted(map(str, made))
+    dry = run("uninstall", agent, "--project", fresh, "--dry-run")
+    assert f"would write {mcp}" in dry and all(f"would remove {p}" in dry for p in made), dry
+    out = run("uninstall", agent, "--project", fresh)
+    assert f"wrote {mcp}" in out and all(f"removed {p}" in out and not p.exists() for p in made), out
+    assert mcp.read_text().strip() in ("{}", "")                                # kept, as empty as it was
+    run("install", agent, "--project", fresh)
+    run("uninstall", agent, "--project", fresh)
+    assert mcp.exists() and not any(p.exists() for p in made)
 
 
 def test_a_settings_file_that_is_not_json_is_left_alone(project):

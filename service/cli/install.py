@@ -1,7 +1,9 @@
 """`context-mode install <agent>` and `uninstall <agent>`: the agent hooks and the MCP entry written into the
 agent's own settings (issue 51), merged with what is there: another tool's hooks and servers, and every other
 setting, stay as they were; ours are recognised by the hook command and the entry's name, so installing twice
-changes nothing and uninstalling takes out only what install wrote.
+changes nothing and uninstalling takes out only what install wrote: a file install created and uninstall leaves
+empty is removed (install notes the files it creates, ``install_record``), one that was there before stays, an
+empty ``{}`` too.
 
 The hook command is an absolute path (``context-mode-hook`` beside this interpreter, else ``python -m
 context_mode_client.hook``), so it works whatever the agent's PATH is; a bare ``context-mode-hook`` that is not on
@@ -17,7 +19,7 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
@@ -27,54 +29,58 @@ HOOK_MODULE = "context_mode_client.hook"
 SERVER_NAME = "context-mode"
 
 
+def _roots(project: Path) -> dict[str, Path]:
+    """The folders an agent's settings files are named under."""
+    return {"project": project, "home": Path.home(), "vscode-user": vscode_user_dir(), "codex-home": codex_home()}
+
+
+def _both(relative: str) -> dict:
+    """The same file under the project (project scope) and the home folder (user scope)."""
+    return {"project": ("project", relative), "user": ("home", relative)}
+
+
+def _filled(value, url: str):
+    """An MCP entry's template with ``{url}`` replaced by the service's URL."""
+    if isinstance(value, dict):
+        return {k: _filled(v, url) for k, v in value.items()}
+    return value.replace("{url}", url) if isinstance(value, str) else value
+
+
+KEY_INPUT = "context-mode-api-key"          # VS Code asks for the key once and keeps it (its ``inputs``)
+AUTH = {"Authorization": "Bearer ${CONTEXT_API_KEY:-}"}
+
+
 @dataclass(frozen=True)
 class Agent:
     name: str                          # as the hook knows it (``context-mode-hook <name> <event>``)
     events: tuple                      # (event, matcher or None); none: the agent takes no hooks (Codex)
     timeout: int                       # in the agent's unit (seconds; Gemini CLI: milliseconds)
-    folder: str                        # of its settings, under the project or the home folder
+    # per scope ("project", "user"): (root, path under it) of the hooks' file and of the MCP entry's; a root is
+    # one of _roots' (the project, the home folder, VS Code's user folder, CODEX_HOME)
+    hooks_at: dict = field(default_factory=dict, hash=False)
+    mcp_at: dict = field(default_factory=dict, hash=False)
+    mcp_entry: dict = field(default_factory=dict, hash=False)      # ``{url}``: the service's
+    mcp_key: str = "mcpServers"        # the MCP file's object of servers
     named: bool = False                # Gemini CLI names each hook
+    typed: bool = True                 # a hook says ``"type": "command"`` (Cursor's do not)
     flat: bool = False                 # hooks listed per event (Cursor, VS Code), not in matcher groups
+    version: int | None = None         # the hooks file names its format (Cursor's ``version``)
+    key_input: bool = False            # the MCP file asks for the key once (VS Code's ``inputs``)
 
     def settings(self, scope: str, project: Path) -> Path | None:
         """The file of its hooks (None: no hooks)."""
-        base = project if scope == "project" else Path.home()
         if not self.events:
             return None
-        if self.name == "cursor":
-            return base / ".cursor" / "hooks.json"
-        if self.name == "vscode-copilot":                                    # a file of ours alone
-            return (project / ".github" if scope == "project" else base / ".copilot") / "hooks" / "context-mode.json"
-        return base / self.folder / "settings.json"
+        root, relative = self.hooks_at[scope]
+        return _roots(project)[root] / relative
 
     def mcp_file(self, scope: str, project: Path) -> Path:
         """The file whose MCP servers (``mcp_key``) holds the MCP entry."""
-        base = project if scope == "project" else Path.home()
-        if self.name == "claude-code":
-            return project / ".mcp.json" if scope == "project" else Path.home() / ".claude.json"
-        if self.name == "vscode-copilot" and scope == "user":
-            return vscode_user_dir() / "mcp.json"
-        if self.name in ("cursor", "vscode-copilot"):
-            return base / self.folder / "mcp.json"
-        if self.name == "codex":
-            return (project / ".codex" if scope == "project" else codex_home()) / "config.toml"
-        return base / self.folder / "settings.json"
-
-    @property
-    def mcp_key(self) -> str:
-        return {"vscode-copilot": "servers", "codex": "mcp_servers"}.get(self.name, "mcpServers")
+        root, relative = self.mcp_at[scope]
+        return _roots(project)[root] / relative
 
     def server(self, url: str) -> dict:
-        if self.name == "codex":                 # (Codex expands no variables: it reads the key's variable itself)
-            return {"url": f"{url}/mcp", "bearer_token_env_var": "CONTEXT_API_KEY"}
-        if self.name == "vscode-copilot":
-            return {"type": "http", "url": f"{url}/mcp", "headers": {"Authorization": f"Bearer ${{input:{KEY_INPUT}}}"}}
-        if self.name == "cursor":
-            return {"url": f"{url}/mcp", "headers": {"Authorization": "Bearer ${env:CONTEXT_API_KEY}"}}
-        auth = {"Authorization": "Bearer ${CONTEXT_API_KEY:-}"}
-        if self.name == "claude-code":
-            return {"type": "http", "url": f"{url}/mcp", "headers": auth}
-        return {"httpUrl": f"{url}/mcp", "headers": auth}
+        return _filled(self.mcp_entry, url)
 
     def hook(self, command: str, event: str, url: str) -> dict:
         entry = {"type": "command", "command": f"{command} {self.name} {event}", "timeout": self.timeout}
@@ -83,7 +89,7 @@ class Agent:
                      "env": {"CONTEXT_URL": url, "CONTEXT_API_KEY": "${CONTEXT_API_KEY:-}"}}
         elif url != DEFAULT_URL:
             entry["command"] = f"CONTEXT_URL={shlex.quote(url)} {entry['command']}"
-        if self.name == "cursor":
+        if not self.typed:
             del entry["type"]
         return entry
 
@@ -103,19 +109,36 @@ def codex_home() -> Path:
     return Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
 
 
-KEY_INPUT = "context-mode-api-key"          # VS Code asks for the key once and keeps it (its ``inputs``)
 AGENTS = {
-    "claude-code": Agent("claude-code", (("SessionStart", None), ("UserPromptSubmit", None),
-                                         ("PreToolUse", "WebFetch|WebSearch"), ("PostToolUse", "*"),
-                                         ("PreCompact", None), ("Stop", None)), 5, ".claude"),
-    "gemini-cli": Agent("gemini-cli", (("SessionStart", None), ("BeforeAgent", None),
-                                       ("BeforeTool", "web_fetch|google_web_search"), ("AfterTool", None),
-                                       ("AfterAgent", None), ("PreCompress", "manual")), 5000, ".gemini", named=True),
-    "cursor": Agent("cursor", (("sessionStart", None), ("beforeSubmitPrompt", None), ("preToolUse", "WebFetch"),
-                               ("postToolUse", None), ("afterAgentResponse", None)), 5, ".cursor", flat=True),
-    "vscode-copilot": Agent("vscode-copilot", (("SessionStart", None), ("UserPromptSubmit", None),
-                                               ("PostToolUse", None), ("PreCompact", None)), 5, ".vscode", flat=True),
-    "codex": Agent("codex", (), 0, ".codex"),
+    "claude-code": Agent(
+        "claude-code", (("SessionStart", None), ("UserPromptSubmit", None), ("PreToolUse", "WebFetch|WebSearch"),
+                        ("PostToolUse", "*"), ("PreCompact", None), ("Stop", None)), 5,
+        hooks_at=_both(".claude/settings.json"),
+        mcp_at={"project": ("project", ".mcp.json"), "user": ("home", ".claude.json")},
+        mcp_entry={"type": "http", "url": "{url}/mcp", "headers": AUTH}),
+    "gemini-cli": Agent(
+        "gemini-cli", (("SessionStart", None), ("BeforeAgent", None), ("BeforeTool", "web_fetch|google_web_search"),
+                       ("AfterTool", None), ("AfterAgent", None), ("PreCompress", "manual")), 5000,
+        hooks_at=_both(".gemini/settings.json"), mcp_at=_both(".gemini/settings.json"),
+        mcp_entry={"httpUrl": "{url}/mcp", "headers": AUTH}, named=True),
+    "cursor": Agent(
+        "cursor", (("sessionStart", None), ("beforeSubmitPrompt", None), ("preToolUse", "WebFetch"),
+                   ("postToolUse", None), ("afterAgentResponse", None)), 5,
+        hooks_at=_both(".cursor/hooks.json"), mcp_at=_both(".cursor/mcp.json"),
+        mcp_entry={"url": "{url}/mcp", "headers": {"Authorization": "Bearer ${env:CONTEXT_API_KEY}"}},
+        typed=False, flat=True, version=1),
+    "vscode-copilot": Agent(                                          # (its hooks file is ours alone)
+        "vscode-copilot", (("SessionStart", None), ("UserPromptSubmit", None), ("PostToolUse", None),
+                           ("PreCompact", None)), 5,
+        hooks_at={"project": ("project", ".github/hooks/context-mode.json"),
+                  "user": ("home", ".copilot/hooks/context-mode.json")},
+        mcp_at={"project": ("project", ".vscode/mcp.json"), "user": ("vscode-user", "mcp.json")},
+        mcp_entry={"type": "http", "url": "{url}/mcp",
+                   "headers": {"Authorization": f"Bearer ${{input:{KEY_INPUT}}}"}},
+        mcp_key="servers", flat=True, key_input=True),
+    "codex": Agent(                   # (Codex expands no variables: it reads the key's variable itself)
+        "codex", (), 0, mcp_at={"project": ("project", ".codex/config.toml"), "user": ("codex-home", "config.toml")},
+        mcp_entry={"url": "{url}/mcp", "bearer_token_env_var": "CONTEXT_API_KEY"}, mcp_key="mcp_servers"),
 }
 
 
@@ -189,7 +212,7 @@ def _plain(data) -> dict:
 
 def planned(agent: Agent, scope: str, project: Path, url: str, install: bool) -> dict[Path, dict]:
     """Every file's new content (only those that change; each file read once: Gemini CLI keeps both in one).
-    An empty one is removed."""
+    An empty one install created is removed (``removable``)."""
     before: dict[Path, dict] = {}
     after: dict[Path, dict] = {}
 
@@ -204,21 +227,22 @@ def planned(agent: Agent, scope: str, project: Path, url: str, install: bool) ->
         hooks = data.get("hooks") if isinstance(data.get("hooks"), dict) else {}
         hooks = with_ours(hooks, agent, hook_command(), url) if install else without_ours(hooks)
         rest = {k: v for k, v in data.items() if k != "hooks"}
-        if agent.name == "cursor":                          # (Cursor's hooks.json names its format)
+        if agent.version is not None:                       # (Cursor's hooks.json names its format)
             if hooks:
-                rest.setdefault("version", 1)
-            elif rest == {"version": 1}:
+                rest.setdefault("version", agent.version)
+            elif rest == {"version": agent.version}:
                 rest = {}
         after[settings] = rest | ({"hooks": hooks} if hooks else {})
     mcp_path = agent.mcp_file(scope, project)
-    after[mcp_path] = _with_server(current(mcp_path), agent, url, install)
+    after[mcp_path] = _with_server(current(mcp_path), mcp_path, agent, url, install)
     return {path: data for path, data in after.items() if _plain(data) != _plain(before[path])}
 
 
-def _with_server(mcp: dict, agent: Agent, url: str, install: bool) -> dict:
-    """``mcp`` with our MCP entry put in (install) or taken out; VS Code's key prompt with it."""
+def _with_server(mcp: dict, path: Path, agent: Agent, url: str, install: bool) -> dict:
+    """``mcp`` (the file at ``path``) with our MCP entry put in (install) or taken out; VS Code's key prompt with
+    it."""
     key = agent.mcp_key
-    if agent.name == "codex":
+    if path.suffix == ".toml":
         import tomlkit
         doc = tomlkit.parse(tomlkit.dumps(mcp))            # (a copy, layout kept)
         servers = doc.get(key)
@@ -235,7 +259,7 @@ def _with_server(mcp: dict, agent: Agent, url: str, install: bool) -> dict:
     inputs = [i for i in mcp.get("inputs") or [] if not (isinstance(i, dict) and i.get("id") == KEY_INPUT)]
     if install:
         servers[SERVER_NAME] = agent.server(url)
-        if agent.name == "vscode-copilot":
+        if agent.key_input:
             inputs.append({"type": "promptString", "id": KEY_INPUT, "password": True,
                            "description": "Context Mode API key (leave empty when the service runs without keys)"})
     else:
@@ -252,18 +276,60 @@ def text_of(path: Path, data: dict) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
+def install_record() -> Path:
+    """Where install notes the settings files it created, the only ones uninstall may remove: the user's state
+    folder (``XDG_STATE_HOME``, else ``~/.local/state``; on Windows ``LOCALAPPDATA``)."""
+    if os.name == "nt":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    else:
+        base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "context-mode" / "installed-files.json"
+
+
+def created_files() -> set[str]:
+    """The settings files install created (none if the record is gone: then every file is kept)."""
+    try:
+        created = json.loads(install_record().read_text(encoding="utf-8")).get("created")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {p for p in created if isinstance(p, str)} if isinstance(created, list) else set()
+
+
+def _note_created(path: Path, created: bool) -> None:
+    files = created_files()
+    files = files | {str(path)} if created else files - {str(path)}
+    record = install_record()
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_name(record.name + ".tmp")
+        tmp.write_text(json.dumps({"created": sorted(files)}, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, record)
+    except OSError:
+        pass                            # (unrecorded, the file is kept when emptied: never a user's file lost)
+
+
+def removable(path: Path, data) -> bool:
+    """Whether a file left with ``data`` goes: only when nothing is left and install created it (or its name is
+    ours: VS Code's hooks file); a file that was there before, an empty ``{}`` too, is kept."""
+    return not _plain(data) and (path.name == f"{SERVER_NAME}.json" or str(path) in created_files())
+
+
 def write(path: Path, data: dict) -> None:
-    """Write a settings file whole (a temporary file renamed over it, its mode kept); one left with nothing in it
-    (VS Code's hooks file is ours alone) is removed."""
-    if not _plain(data):
+    """Write a settings file whole (a temporary file renamed over it, its mode kept), or remove it when it is
+    ``removable``; a file this writes first is noted as install's."""
+    if removable(path, data):
         path.unlink(missing_ok=True)
+        _note_created(path, False)
         return
+    existed = path.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".context-mode-tmp")
     tmp.write_text(text_of(path, data), encoding="utf-8")
-    if path.exists():
+    if existed:
         os.chmod(tmp, path.stat().st_mode & 0o777)
     os.replace(tmp, path)
+    if not existed:
+        _note_created(path, True)
 
 
 def service_answers(url: str) -> str | None:
@@ -281,7 +347,7 @@ def _run(agent_name: str, scope: str, project: str, url: str, dry_run: bool, ins
     changes = planned(agent, scope, Path(project).resolve(), url, install)
     verb = "install" if install else "uninstall"
     for path, data in changes.items():
-        gone = not _plain(data)                         # (a file left with nothing in it is removed)
+        gone = removable(path, data)                    # (a file install created, left with nothing in it)
         done = ("would remove" if gone else "would write") if dry_run else ("removed" if gone else "wrote")
         click.echo(f"{done} {path}")
         if dry_run:

@@ -8,7 +8,8 @@ Never in the agent's way: the whole call, from the process's start to its exit, 
 deadline (then: nothing answered, exit 0, one line in the log); a watchdog outside the interpreter
 (``faulthandler``) ends the process shortly after the deadline even if Python code holds the interpreter (a
 regular expression over a hostile tool output), with exit status 1, which every agent treats as a non-blocking
-error. Any failure answers nothing and writes one line to the log, never to stdout or stderr, which agents read.
+error. Any failure answers nothing and writes one line to the log, never to stdout or stderr, which agents read;
+so does a session start or prompt given no context, with the reason (``HookStore.why``).
 Only a wrong command line (a config typo) prints to stderr and exits 1.
 
 Imports are what a hook needs and no more (no ``requests``, no service module): the process's start is most of
@@ -163,6 +164,8 @@ def handle(client, event: Event, settings: Settings, deadline: Deadline) -> dict
         context = store.session_context(history=True) if event.kind == "session-start" else store.prompt_context()
         if pending is not None:
             pending.result()
+        if context is None and store.why:
+            log_line(settings, f"{client.name} {event.name}: no context given: {store.why}")
     elif event.kind == "post-tool":
         store.push_tool_output()
     elif event.kind == "pre-tool":

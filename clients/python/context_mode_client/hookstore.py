@@ -153,6 +153,7 @@ class HookStore:
         self.literals = (settings.api_key,) if settings.api_key else ()
         self.project = project_of(event.cwd, settings.project_key)
         self._prompt: str | None = None
+        self.why: str | None = None         # why the last ask for earlier work gave none
         legacy = self.state.data.pop("prompts", None)      # (an earlier version's list of the last prompts)
         if isinstance(legacy, list) and legacy and isinstance(legacy[-1], dict):
             self.state.data.setdefault("prompt", legacy[-1].get("cid"))
@@ -291,19 +292,39 @@ class HookStore:
     # --- context --------------------------------------------------------------------------------
     def _context(self, query: str, budget: int) -> tuple[str, int]:
         """Earlier work from the shared memory: this project's and the global units (unless the scope is
-        global), of sessions started before this one, above the relevance floor, fenced by the service."""
-        if budget < 50 or not query.strip() or self.deadline.left() <= 0.05:
-            return "", 0
+        global), of sessions started before this one, above the relevance floor, fenced by the service. When it
+        gives none, ``why`` says why (the hook logs it)."""
+        text, used, self.why = self._earlier(query, budget)
+        return text, used
+
+    def _earlier(self, query: str, budget: int) -> tuple[str, int, str | None]:
+        if budget < 50:                     # (0 is the user's "store only": nothing to say about it)
+            return "", 0, None if self.settings.budget_tokens == 0 else \
+                f"{budget} tokens of CONTEXT_HOOK_BUDGET_TOKENS left, under the 50 a context needs"
+        if not query.strip():
+            return "", 0, "no text to ask the memory with"
+        left = self.deadline.left()
+        if left <= 0.05:
+            return "", 0, (f"{max(0, round(left * 1000))} ms of the {round(self.settings.timeout_s * 1000)} ms "
+                           "deadline (CONTEXT_HOOK_TIMEOUT_MS) were left, too few to ask the memory")
         params = {"budget_tokens": budget, "max_chars_per_item": MAX_HISTORY_CHARS, "types": EARLIER_TYPES,
                   "until": max(0, self.started - 1)}
         if self.settings.scope == "project" and self.project:
             params["project"] = self._mask(self.project)
         rv = self.api.context(clip(query, MAX_QUERY_CHARS), **params)
+        items = rv.get("items") or ()
+        if not items:
+            where = "this project's and the global units" if "project" in params else "the memory"
+            return "", 0, f"nothing in {where} from earlier sessions matches"
         # The floor applies to the best match (its 0-1 score says how much of the query the memory answers at
         # all); the items with it are the service's own choice (near the best one, within the budget).
-        if max((i.get("score") or 0 for i in rv.get("items") or ()), default=0) < self.settings.min_score:
-            return "", 0
-        return rv.get("context") or "", int(rv.get("tokens") or 0)
+        best = max(i.get("score") or 0 for i in items)
+        if best < self.settings.min_score:
+            return "", 0, (f"the best match scores {best:.3f}, under the floor "
+                           f"CONTEXT_HOOK_MIN_SCORE={self.settings.min_score:g}")
+        if not rv.get("context"):
+            return "", 0, "the service packed no context of its matches"
+        return rv["context"], int(rv.get("tokens") or 0), None
 
     def _history(self, budget: int) -> tuple[str, int]:
         """The session's own prompts and answers, newest first within ``budget`` tokens, from the state file
