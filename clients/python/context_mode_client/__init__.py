@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 
 __all__ = ["ContextModeClient", "ContextModeError", "RETRY_STATUSES", "Stream", "compute_cid", "make_unit"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _WHERE = {"ContextModeClient": "client", "ContextModeError": "errors", "RETRY_STATUSES": "errors",
           "make_unit": "client", "compute_cid": "cid", "Stream": "live"}
