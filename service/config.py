@@ -199,7 +199,7 @@ class Config:
     thread_wait_s: float = 10.0
     tool_search_bytes: int = 8 << 20  # token bytes one tool search scores at most (name, text, schema columns)
     # Large answers: one over large_answer_bytes (what the slow-client guard's poller keeps for a slow reader,
-    # service/guard/deadline.py) holds a thread while a slow client reads it, so a worker writes at most
+    # service/guard/responses.py) holds a thread while a slow client reads it, so a worker writes at most
     # large_answers of them at once (-1: half its threads), one tenant at most large_answer_share of those and
     # one key large_answer_key_share (-1: half / the tenant's); past them 429 (a key's or tenant's share) or 503
     # (the worker's), with Retry-After.

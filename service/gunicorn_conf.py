@@ -14,8 +14,6 @@ import sys
 
 from service import preflight
 from service.boot import freeze_heap, limit_malloc_arenas, make_metrics_dir
-from service.guard import Bounds
-from service.guard import install as install_guard
 
 
 def _say(line: str) -> None:
@@ -34,7 +32,10 @@ limit_malloc_arenas()   # in the master, before any thread: every forked worker 
 
 bind = _config.bind
 workers = _config.workers
-worker_class = "gthread"
+# gunicorn's gthread worker with the slow-client guard: requests (head and body) are buffered without a thread and
+# authenticated before their body, every request has a total deadline, a thread's waits on a client are paced and
+# every response has a write deadline, gunicorn's own errors are JSON (service/guard/).
+worker_class = "service.guard.worker.GuardedWorker"
 threads = _config.threads
 timeout = 60            # a worker silent this long is killed and replaced
 graceful_timeout = 20
@@ -49,12 +50,6 @@ preload_app = False     # each worker opens its own SQLite connections and threa
 # No shared ~/.gunicorn/gunicorn.ctl: every instance on a host would bind the same path.
 control_socket_disable = True
 
-
-# Slow clients: requests (head and body) are buffered without a thread and authenticated before their
-# body, every request has a total deadline, a thread's waits on a client are paced and every response
-# has a write deadline, gunicorn's own errors are JSON (service/guard/). In the master, so
-# every forked worker has it.
-install_guard(Bounds.from_config(_config))
 
 # Loaded once here in the master and shared by every forked worker (copy-on-write): the service's
 # modules and the segmenter with its dictionary (about 40 MiB less private memory per

@@ -523,7 +523,7 @@ def let_go() -> None:
 
 class AnswerSlots(FairShares):
     """The threads of a worker that write large answers (over ``threshold`` bytes: exports, big searches,
-    lineage, listing pages). A client may read an answer as slowly as the guard allows (service/guard/deadline.py:
+    lineage, listing pages). A client may read an answer as slowly as the guard allows (service/guard/responses.py:
     one over 8 MiB is written by its thread, paced), so 16 slow readers of exports once held every thread of
     both workers. A worker writes at most ``total`` such answers at once, one tenant ``per_tenant`` and one key
     ``per_key`` of them; past a share the answer is refused at once (waiting would hold a thread too)."""

@@ -324,7 +324,7 @@ def test_the_proxy_fronts_gunicorn_with_the_services_limits():
     """Only the proxy is published; it buffers requests and responses, and its limits are the service's
     defaults (service/config.py, service/gunicorn_conf.py, the guard's memory buffer)."""
     from service.config import Config
-    from service.guard.deadline import PREBUFFER_BYTES
+    from service.guard.responses import PREBUFFER_BYTES
     services = COMPOSE["services"]
     assert "ports" not in services["context-mode"] and services["context-mode"]["expose"] == ["5000"]
     proxy = services["proxy"]

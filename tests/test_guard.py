@@ -39,7 +39,7 @@ def test_a_response_is_sent_without_switching_the_sockets_mode():
     mode switch is a system call that lets go of the interpreter); one with a timeout set for this request's
     reads is made non-blocking, as before; a client that reads nothing gets the rest kept for the poller."""
     import socket
-    from service.guard.deadline import Bounds, DeadlineSocket
+    from service.guard.responses import Bounds, DeadlineSocket
     bounds = Bounds(read_timeout_s=5, request_deadline_s=5, grace_s=5, min_receive_rate=1, min_send_rate=1,
                     write_deadline_s=5, max_body_bytes=1 << 20)
     ours, theirs = socket.socketpair()

@@ -276,7 +276,7 @@ def test_a_stream_is_no_slow_client(server):
 def test_a_thread_reading_a_trickled_body_waits_only_its_grace():
     from gunicorn.http.errors import NoMoreData
 
-    from service.guard.deadline import Bounds, DeadlineSocket
+    from service.guard.responses import Bounds, DeadlineSocket
     a, b = socket.socketpair()
     sock = DeadlineSocket(a, Bounds.from_config(read_timeout_s=10, grace_s=1, min_receive_rate=16384))
     sock.begin(None, None)
@@ -291,13 +291,13 @@ def test_a_thread_reading_a_trickled_body_waits_only_its_grace():
 
 
 def test_a_thread_writing_a_large_response_to_a_stalled_reader_is_freed(monkeypatch):
-    from service.guard import deadline
-    monkeypatch.setattr(deadline, "RESPONSE_SPOOL_BYTES", 256 * 1024)
+    from service.guard import responses
+    monkeypatch.setattr(responses, "RESPONSE_SPOOL_BYTES", 256 * 1024)
     a, b = socket.socketpair()
-    sock = deadline.DeadlineSocket(a, deadline.Bounds.from_config(grace_s=1))
+    sock = responses.DeadlineSocket(a, responses.Bounds.from_config(grace_s=1))
     sock.begin(None, None)
     started = time.monotonic()
-    with pytest.raises(deadline.Dropped):
+    with pytest.raises(responses.Dropped):
         for _ in range(64):
             sock.sendall(b"x" * 65536)     # kept up to the cap, then this thread writes, paced: dropped
     assert sock.dropped and time.monotonic() - started < 3
@@ -306,7 +306,7 @@ def test_a_thread_writing_a_large_response_to_a_stalled_reader_is_freed(monkeypa
 
 
 def test_a_client_that_keeps_up_is_never_dropped():
-    from service.guard.deadline import Bounds, DeadlineSocket, Flush
+    from service.guard.responses import Bounds, DeadlineSocket, Flush
     a, b = socket.socketpair()
     sock = DeadlineSocket(a, Bounds.from_config(grace_s=0.5, min_send_rate=1_000_000))
     sock.begin(None, None)

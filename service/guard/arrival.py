@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..doors import body_limit
-from .deadline import PREBUFFER_BYTES, Bounds, no_wait
+from .responses import PREBUFFER_BYTES, Bounds, no_wait
 
 _CHUNK_LINE_MAX = 8192            # gunicorn's own bound on a chunk-size line (limit_request_field_size)
 _TRAILER_MAX = 8190 * 32          # ... and on a trailer section

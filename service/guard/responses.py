@@ -1,5 +1,6 @@
-"""The socket a gunicorn worker thread sees while it handles a request (service/guard/):
-reads and writes bounded so that a slow client cannot hold the thread.
+"""The responses (service/guard/): the socket a gunicorn worker thread sees while it handles a request, its
+reads and writes bounded so that a slow client cannot hold the thread, the rest of a response the worker's poller
+writes for a slow reader (``Flush``), and the guard's settings (``Bounds``).
 
 - Reads come first from the temporary file of a large body the guard buffered, then from the socket,
   under the request's deadline, ``read_timeout_s`` of silence and a ``Pace``.
