@@ -7,7 +7,7 @@ connections on the service with and without keys (authentication) and the rate l
 The layers (bench/layers_app.py and bench/layers_conf.py take them out; nothing of it is a setting of the
 service): the slow-client guard (service/guard/), the access line (CONTEXT_ACCESS_LOG=0), the
 request histogram with it (service/metrics.py), the door checks and CORS (service/doors.py), the rate
-limiter (service/limits.py: off without keys by default, so it is measured added, with a limit no cell
+limiter (service/ratelimit.py: off without keys by default, so it is measured added, with a limit no cell
 reaches), and keys (service/auth.py: the same, added).
 
     python bench/layers.py --rounds 3 --duration 10 --name layers

@@ -23,8 +23,9 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     # Imported here, not at the top: every ``service.*`` import runs this file first (gunicorn's
     # master reads service.config, the CLI's client commands service.cli), and only an app
     # needs the store, Flask blueprints and jieba. No cycle depends on it (tests/test_code_shape.py).
-    from . import adapters, doors, errors, limits, mcp, metrics
+    from . import adapters, doors, errors, mcp, metrics, ratelimit
     from .api import health, search, units
+    from .shares import admission, answers
     from .auth import KeyRing
     from .doors import refuse_open_bind, refuse_shared_origins
     from .store import check_backend, open_backend
@@ -71,8 +72,8 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     errors.init_app(app)
     metrics.init_app(app)     # first: times and logs every request, also those the doors refuse
     doors.init_app(app)
-    limits.init_answers(app)  # after the doors: its 429 gets their CORS headers, and the access log sees it
-    limits.init_admission(app)
+    answers.init_app(app)     # after the doors: its 429 gets their CORS headers, and the access log sees it
+    admission.init_app(app)
     app.register_blueprint(units.bp)
     app.register_blueprint(search.bp)
     app.register_blueprint(health.bp)
@@ -80,7 +81,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     hub, registry = register_live(app, backend)
     mcp.init_app(app)
     adapters.init_app(app)
-    limits.init_app(app)
+    ratelimit.init_app(app)
 
     def shutdown():
         hub.stop()

@@ -193,7 +193,7 @@ class Config:
     stream_key_share: int = -1
     shard_share: int = -1             # of max_open_shards: day files one tenant keeps open in a process
     # Of a worker's threads (with keys), what one tenant and one key hold at once, -1: half / the tenant's; a request
-    # past it waits without a thread (service/limits.py Admission) up to thread_wait_s, then 429 too_many_requests.
+    # past it waits without a thread (service/shares/admission.py Admission) up to thread_wait_s, then 429 too_many_requests.
     thread_share: int = -1
     thread_key_share: int = -1
     thread_wait_s: float = 10.0

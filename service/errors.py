@@ -99,7 +99,7 @@ def retry_after(seconds: float) -> dict:
 
 class TooManySearches(ApiError):
     """This key's or tenant's share of a worker's searches (its slots, or its CPU while others search) is in use:
-    refused at once, never waited for in a thread (service/limits.py)."""
+    refused at once, never waited for in a thread (service/shares/searches.py)."""
     status, code = 429, "too_many_searches"
 
     def __init__(self, message: str, wait_s: float = 1.0, **kw):
@@ -109,7 +109,7 @@ class TooManySearches(ApiError):
 
 class ThreadsBusy(ApiError):
     """This key (or tenant) already has its share of a worker's threads busy, and its request waited for one
-    (without a thread) as long as it may (service/limits.py ``Admission``)."""
+    (without a thread) as long as it may (service/shares/admission.py ``Admission``)."""
     status, code = 429, "too_many_requests"
 
     def __init__(self, message: str, **kw):

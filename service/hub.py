@@ -29,7 +29,8 @@ import threading
 import time
 
 from .errors import ApiError
-from .limits import let_go, shares
+from .shares.admission import let_go
+from .shares.fair import shares
 from .live import FeedUnit, LimitReached
 from .params import parse_search
 from .uris import UNITS_PREFIX, search_uri

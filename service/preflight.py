@@ -14,7 +14,7 @@ from .auth import KeyRing
 from .budget import Budget
 from .config import Config
 from .doors import refuse_open_bind, refuse_shared_origins
-from .limits import rate_limits
+from .ratelimit import rate_limits
 from .store import check_backend, store_problem
 
 

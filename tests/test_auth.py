@@ -176,7 +176,7 @@ def test_two_limits_are_both_kept_and_a_bad_one_stops_the_start(make_app):
 
 
 def test_the_moving_window_counts_every_window_and_forgets_idle_keys():
-    from service.limits import MovingWindow
+    from service.ratelimit import MovingWindow
     w = MovingWindow(3, 10)
     assert [w.hit("a", t) for t in (0, 1, 2, 3)] == [True, True, True, False]
     assert w.stats("a", 3) == (10, 0)               # frees a hit at 0 + 10, none left

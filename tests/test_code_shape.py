@@ -130,7 +130,7 @@ LAYERS = (
                     "service.logs", "service.signals", "service.budget")),
     ("contracts", ("service.unitkeys", "service.units", "service.params", "service.schemarefs", "service.toolcheck",
                    "service.tokens", "service.tokenize", "service.uris", "service.live", "service.auth",
-                   "service.limits")),
+                   "service.ratelimit", "service.shares")),
     ("ranking", ("service.ranking", "service.packing", "service.readindex")),
     ("storage", ("service.store",)),
     ("live context", ("service.hub",)),
@@ -529,8 +529,8 @@ def test_the_contract_check_sees_what_a_class_sets(tmp_path):
 
 
 # The request path's checks, each with the test module named after it, which names it back.
-TESTED_BY_NAME = {"service/doors.py": "test_doors.py", "service/limits.py": "test_limits.py",
-                  "service/guard/": "test_guard.py"}
+TESTED_BY_NAME = {"service/doors.py": "test_doors.py", "service/ratelimit.py": "test_ratelimit.py",
+                  "service/shares/": "test_fair_shares.py", "service/guard/": "test_guard.py"}
 
 
 @pytest.mark.parametrize("module,tests", sorted(TESTED_BY_NAME.items()))

@@ -1,4 +1,4 @@
-"""Fair shares (issue 25, findings 3, 4, 5, 10): one tenant at its limit leaves room for the others.
+"""Fair shares (service/shares/; issue 25, findings 3, 4, 5, 10): one tenant at its limit leaves room for the others.
 
 - stream slots: one key (or tenant) holds at most its share of a worker's (half), refused with 429 +
   Retry-After, so the other tenant's stream still opens;
@@ -279,7 +279,7 @@ def _holder(slots, tenant, key, started, release, log, name):
 
 
 def test_search_slots_are_handed_over_in_arrival_order_within_the_shares():
-    from service.limits import SearchSlots
+    from service.shares.searches import SearchSlots
     slots = SearchSlots(total=2, per_tenant=1, per_key=1, wait_s=5)
     log, gates = [], {n: threading.Event() for n in ("a1", "a2", "a3", "b1")}
     threads = {n: _holder(slots, t, None, threading.Event(), gates[n], log, n)
@@ -304,7 +304,7 @@ def test_search_slots_are_handed_over_in_arrival_order_within_the_shares():
 
 def test_a_search_that_waits_past_its_time_is_busy_and_leaves_no_trace():
     from service.errors import Busy
-    from service.limits import SearchSlots
+    from service.shares.searches import SearchSlots
     slots = SearchSlots(total=2, per_tenant=1, per_key=1, wait_s=0.2)
     release, log = threading.Event(), []
     holder = _holder(slots, "acme", "k1", threading.Event(), release, log, "first")
@@ -326,7 +326,7 @@ def test_a_tenants_cpu_share_holds_it_only_while_another_tenant_searches():
     """CpuShares: what a tenant spent decays over the window; past share x window it waits the time the decay
     takes to bring it back, but only while a lighter tenant (within its share) has searched in the last three
     windows."""
-    from service.limits import CpuShares
+    from service.shares.cpu import CpuShares
     cpu = CpuShares(share=0.25, window_s=1.0)
     cpu.charge("acme", 1.0, now=100.0)
     assert cpu.wait_for("acme", now=100.0) == 0             # alone: the whole worker is acme's
@@ -346,7 +346,8 @@ def test_a_tenants_cpu_share_holds_it_only_while_another_tenant_searches():
 
 def test_a_search_past_its_tenants_cpu_share_waits_without_a_slot_then_is_busy():
     from service.errors import Busy
-    from service.limits import CpuShares, SearchSlots
+    from service.shares.cpu import CpuShares
+    from service.shares.searches import SearchSlots
     slots = SearchSlots(total=2, per_tenant=2, per_key=2, wait_s=0.3, cpu=CpuShares(share=0.25))
     now = time.monotonic()
     slots.cpu.charge("globex", 0.001, now)
@@ -406,11 +407,12 @@ def test_a_request_is_charged_its_searches_and_its_answer_once(monkeypatch):
     to the answer built (not again from the first), on a clock the test turns."""
     import flask
 
-    from service import limits
-    from service.limits import CpuShares, SearchSlots
+    from service.shares import searches
+    from service.shares.cpu import CpuShares
+    from service.shares.searches import SearchSlots
     clock = {"cpu": 0.0}
-    monkeypatch.setattr(limits.time, "thread_time", lambda: clock["cpu"])
-    monkeypatch.setattr(limits.time, "monotonic", lambda: 100.0)
+    monkeypatch.setattr(searches.time, "thread_time", lambda: clock["cpu"])
+    monkeypatch.setattr(searches.time, "monotonic", lambda: 100.0)
     slots = SearchSlots(total=2, per_tenant=2, per_key=2, wait_s=0, cpu=CpuShares(share=1.0))
     app = flask.Flask(__name__)
     with app.test_request_context("/mcp/context"):

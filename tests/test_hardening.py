@@ -1,5 +1,5 @@
 """Hardening by subject: each attack reproduced against the service, then the answer it must get. The door
-checks are tests/test_doors.py, the limits tests/test_limits.py, the slow-client guard tests/test_guard.py."""
+checks are tests/test_doors.py, the rate limits tests/test_ratelimit.py, the fair shares tests/test_fair_shares.py, the slow-client guard tests/test_guard.py."""
 import json
 
 import pytest

@@ -13,7 +13,7 @@ from .. import tokens
 from ..auth import require
 from ..errors import ApiError, BadRequest, Conflict
 from ..formats import is_cid
-from ..limits import released_when_sent, take_answer_slot
+from ..shares.answers import released_when_sent, take_answer_slot
 from ..params import SearchParams, parse_search, query_list, query_value
 from ..store.base import LIST_MAX, SAMPLE
 from . import config, json_body, store
@@ -102,7 +102,7 @@ def export(tenant):
     headers = {"Content-Disposition": f'attachment; filename="context-mode-{tenant}.jsonl"',
                "Cache-Control": "no-store"}
     # Read up to the large-answer threshold first: a small export is one answer, a large one takes a slot
-    # while its thread streams it (service/limits.py), or is refused before anything is sent.
+    # while its thread streams it (service/shares/answers.py), or is refused before anything is sent.
     head, size = [], 0
     for chunk in chunks:
         head.append(chunk)

@@ -167,7 +167,7 @@ class Arrival:
 
 class Door:
     """What the guard needs of the worker's app: its keys, its body limits (service.doors) and who may take a
-    thread now (service.limits.Admission, None outside the service's app)."""
+    thread now (service.shares.admission.Admission, None outside the service's app)."""
 
     def __init__(self, app, bounds: Bounds):
         extensions = getattr(app, "extensions", {}) or {}

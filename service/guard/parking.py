@@ -1,6 +1,6 @@
 """Requests that wait for a worker thread without holding one (docs/design.md §9, "Fair shares"; issue 50, H1).
 
-Once a request has arrived whole, the app's ``Admission`` (service/limits.py) says whether it may take a thread
+Once a request has arrived whole, the app's ``Admission`` (service/shares/admission.py) says whether it may take a thread
 now. One that must wait (its key or tenant holds its share of the worker's threads, or it would search past its
 share of the search slots or of the CPU) is parked here, on the worker's main thread: off the thread pool and off
 the poller, since its bytes are all buffered already. Parked requests are asked about again, in arrival order,
@@ -15,7 +15,7 @@ import math
 import threading
 import time
 
-from ..limits import nothing
+from ..shares.admission import nothing
 
 
 class Park:

@@ -17,7 +17,7 @@ from functools import partial
 from gunicorn import util
 from gunicorn.workers import gthread
 
-from ..limits import serving
+from ..shares.admission import serving
 from .arrival import Door, buffer_request, hand_over
 from .parking import Park, Parking, admit
 from .responses import Bounds, DeadlineSocket, Flush, reset
@@ -158,7 +158,7 @@ class GuardedWorker(gthread.ThreadWorker):
             if park is not None:
                 return park                              # the main thread keeps it: this thread is free
         release, conn.admitted = conn.admitted, None
-        serving(release)                                 # (a request that becomes a stream lets go early: limits.let_go)
+        serving(release)                                 # (a request that becomes a stream lets go early: shares.admission.let_go)
         try:
             return self._serve(conn)
         finally:

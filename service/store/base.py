@@ -19,7 +19,8 @@ from typing import Protocol
 
 from ..config import Config
 from ..errors import ApiError, BadRequest, NotFound
-from ..limits import SearchSlots, caller_key
+from ..shares.fair import caller_key
+from ..shares.searches import SearchSlots
 from ..live import FeedUnit
 from ..ranking import tools as tool_ranking
 from ..ranking.results import MAX_QUERY_TERMS
@@ -97,7 +98,7 @@ class StoreApi:
 
     def __init__(self, config: Config):
         self.config = config
-        # this worker's search slots, shared fairly between tenants and keys (service/limits.py)
+        # this worker's search slots, shared fairly between tenants and keys (service/shares/)
         self.search_slots = SearchSlots.of(config)
 
     # --- push ---------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Rate limits and the per-worker cap on concurrent searches (service/limits.py): a limit keys on the
-parsed key and is on by default with keys; 429 and 503 in each door's own shape, Retry-After only on them.
+"""Rate limits (service/ratelimit.py) and the per-worker cap on concurrent searches (service/shares/): a limit keys
+on the parsed key and is on by default with keys; 429 and 503 in each door's own shape, Retry-After only on them.
 (Each tenant's share of the slots: tests/test_fair_shares.py.)"""
 import json
 
