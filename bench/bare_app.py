@@ -132,16 +132,17 @@ def threaded_searcher(path: Path, tokenizer, config):
 def same_answers(data_dir: Path, path: Path, questions: list[str]) -> int:
     """How many of ``questions`` the threaded bare app answers exactly as the service does in-process over
     ``data_dir`` (its results, every field and score); a bench that finds a difference says so."""
+    from common import app_parts
     from service import create_app
     from service.params import parse_search
     app = create_app({"data_dir": str(data_dir), "background": False, "access_log": False})
     try:
-        store, config = app.extensions["context_store"], app.config["CONTEXT"]
+        store, config = app_parts(app).store, app.config["CONTEXT"]
         bare = threaded_searcher(path, store.tokenizer, config)
         return sum(store.search("default", parse_search({"query": q}, config))["results"] == bare(q)
                    for q in questions)
     finally:
-        app.extensions["context_shutdown"]()
+        app_parts(app).shutdown()
 
 
 def create_app():

@@ -23,6 +23,28 @@ TMP = Path(os.environ.get("BENCH_TMP") or RESULTS / "tmp")     # scratch (BENCH_
 TMP.mkdir(parents=True, exist_ok=True)      # (git-ignored: a fresh clone has no such folder)
 
 
+class _ExtensionParts:
+    """An older build's app parts, read where it kept them (``app.extensions["context_<name>"]``)."""
+
+    def __init__(self, app):
+        self._extensions = app.extensions
+
+    def __getattr__(self, name: str):
+        return self._extensions[f"context_{name}"]
+
+
+def app_parts(app):
+    """The parts of an app of the service under test (service/state.py's ``app_state``): ``.store``,
+    ``.maintenance``, ``.shutdown()``... A build from before service/state.py (``--rev``, ``--old``) kept them in
+    ``app.extensions``: this is the one place outside service/state.py that still reads them there."""
+    try:
+        from service.state import app_state      # (the editable install may find it even for an older build)
+    except ImportError:
+        return _ExtensionParts(app)
+    state = app_state(app, optional=True)
+    return state if state is not None else _ExtensionParts(app)
+
+
 def service_src(mode: str = "head") -> Path:
     """A directory whose ``service/`` and ``sql/`` are the code under test; put first on sys.path."""
     if mode == "worktree":

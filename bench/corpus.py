@@ -272,6 +272,7 @@ def service_dir(size: int, seed: int = 1, *, rebuild: bool = False, log=print) -
     on-disk format is the committed one, so a cached dir is reused across service changes
     unless --rebuild.
     """
+    from common import app_parts
     from service.store.sqlite.queries import schema
     # The shard schema version is part of the key: a version change (e.g. v1 -> v2) builds a new
     # corpus; additive changes (new indexes, tables) are applied when the cached shards are opened.
@@ -283,17 +284,17 @@ def service_dir(size: int, seed: int = 1, *, rebuild: bool = False, log=print) -
         from service import create_app
         app = create_app({"data_dir": str(d), "background": False})
         t0 = time.perf_counter()
-        if app.extensions["context_maintenance"].run_once() or time.perf_counter() - t0 > 5:
+        if app_parts(app).maintenance.run_once() or time.perf_counter() - t0 > 5:
             log(f"  brought cached corpus {size} up to date in {time.perf_counter() - t0:.1f} s")
-        app.extensions["context_shutdown"]()
+        app_parts(app).shutdown()
         return d
     if d.exists():
         shutil.rmtree(d)
     d.mkdir(parents=True)
     from service import create_app
     app = create_app({"data_dir": str(d), "background": False})
-    store = app.extensions["context_store"]
-    maint = app.extensions["context_maintenance"]
+    store = app_parts(app).store
+    maint = app_parts(app).maintenance
     t0 = time.perf_counter()
     batch, pushed = [], 0
     for u in Generator(seed).units(size):
@@ -316,7 +317,7 @@ def service_dir(size: int, seed: int = 1, *, rebuild: bool = False, log=print) -
     time.sleep(1.1)               # past the replica debounce: one more pass copies every shard
     maint.run_once()
     t2 = time.perf_counter()
-    app.extensions["context_shutdown"]()
+    app_parts(app).shutdown()
     info = {"size": size, "seed": seed, "push_s": round(t1 - t0, 2), "index_and_replica_s": round(t2 - t1, 2),
             "indexed": indexed, "built_at": int(time.time())}
     (d / "READY").write_text(json.dumps(info))

@@ -48,7 +48,7 @@ import urllib.request
 from functools import partial
 from pathlib import Path
 
-from common import BENCH, TMP, machine, plt, save_plot, service_rev, service_src, write_json
+from common import BENCH, TMP, app_parts, machine, plt, save_plot, service_rev, service_src, write_json
 
 LUA_COMMON = r"""
 local bodies_search, bodies_push = {}, {}
@@ -504,10 +504,10 @@ def pg_store(data_dir: Path, base: Path):
                       "store_replica": cluster.standby_url})
     t0 = time.perf_counter()
     push_all(app, units)
-    maint = app.extensions["context_maintenance"]
+    maint = app_parts(app).maintenance
     while maint.run_once():
         pass
-    app.extensions["context_shutdown"]()
+    app_parts(app).shutdown()
     import psycopg
     with psycopg.connect(cluster.primary_url, autocommit=True) as c:
         c.execute("VACUUM ANALYZE")         # what autovacuum does within a minute or two of a bulk load

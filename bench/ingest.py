@@ -24,7 +24,8 @@ import threading
 import time
 import uuid
 
-from common import TMP, machine, plt, quiet_service_logs, r, save_plot, service_rev, service_src, summary, write_json
+from common import (TMP, app_parts, machine, plt, quiet_service_logs, r, save_plot, service_rev, service_src,
+                    summary, write_json)
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
@@ -48,7 +49,7 @@ def inprocess(units: list[dict], segmenter: str, jieba_units: int) -> dict:
     out = {}
     d = fresh("ingest-service")
     app = create_app({"data_dir": str(d), "background": False, "segmenter": segmenter})
-    store, maint = app.extensions["context_store"], app.extensions["context_maintenance"]
+    store, maint = app_parts(app).store, app_parts(app).maintenance
     t0 = time.perf_counter()
     for i in range(0, len(units), 1000):
         for res in store.push_many("default", units[i:i + 1000]):
@@ -67,7 +68,7 @@ def inprocess(units: list[dict], segmenter: str, jieba_units: int) -> dict:
     sent = maint.sync_read_index(maint.read_sync("default"))
     secs = time.perf_counter() - t0
     out["read_index_after_burst"] = {"units": sent, "seconds": r(secs, 3), "units_per_s": round(sent / secs)}
-    app.extensions["context_shutdown"]()
+    app_parts(app).shutdown()
     # Segmentation alone: what the tokenizer costs with each segmenter.
     from service.tokenize import Tokenizer
     for seg in ("rjieba", "jieba"):
@@ -83,7 +84,7 @@ def inprocess(units: list[dict], segmenter: str, jieba_units: int) -> dict:
     # Indexing with pure-Python jieba on a smaller sample (it is much slower).
     d = fresh("ingest-service-jieba")
     app = create_app({"data_dir": str(d), "background": False, "segmenter": "jieba"})
-    store, maint = app.extensions["context_store"], app.extensions["context_maintenance"]
+    store, maint = app_parts(app).store, app_parts(app).maintenance
     sample = units[:jieba_units]
     for i in range(0, len(sample), 1000):
         store.push_many("default", sample[i:i + 1000])
@@ -92,7 +93,7 @@ def inprocess(units: list[dict], segmenter: str, jieba_units: int) -> dict:
     n = drain_index(store, maint)
     s = time.perf_counter() - t0
     out["index_jieba"] = {"units": n, "seconds": r(s), "units_per_s": round(n / s), "cjk_chars_per_s": round(sc / s)}
-    app.extensions["context_shutdown"]()
+    app_parts(app).shutdown()
     shutil.rmtree(TMP / "ingest-service")
     shutil.rmtree(d)
     return out
@@ -240,7 +241,7 @@ def read_index_cost(size: int, seed: int, batch: int = 1000, rounds: int = 5) ->
     shutil.rmtree(run_dir, ignore_errors=True)
     shutil.copytree(service_dir(size, seed), run_dir)
     app = create_app({"data_dir": str(run_dir), "background": False, "replica_debounce_ms": 0})
-    store, maint = app.extensions["context_store"], app.extensions["context_maintenance"]
+    store, maint = app_parts(app).store, app_parts(app).maintenance
     t = store.tenant("default")
     writer = maint.read_sync(t.name)
     maint.sync_read_index(writer)
@@ -260,7 +261,7 @@ def read_index_cost(size: int, seed: int, batch: int = 1000, rounds: int = 5) ->
         t0 = time.perf_counter()
         sent_units.append(maint.sync_read_index(writer))   # a generated duplicate is stored once
         sends.append(time.perf_counter() - t0)
-    app.extensions["context_shutdown"]()
+    app_parts(app).shutdown()
     shutil.rmtree(run_dir, ignore_errors=True)
     return {"idle_pass_ms": summary([x * 1000 for x in idle]), "units_per_pass": batch,
             "pass_with_units_ms": summary([x * 1000 for x in sends]),

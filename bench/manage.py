@@ -13,7 +13,7 @@ import argparse
 import shutil
 import time
 
-from common import TMP, machine, quiet_service_logs, service_rev, service_src, summary, write_json
+from common import TMP, app_parts, machine, quiet_service_logs, service_rev, service_src, summary, write_json
 
 
 def timed(fn, n: int, max_s: float = 30.0) -> list[float]:
@@ -47,8 +47,8 @@ def main(argv=None) -> None:
     shutil.rmtree(d, ignore_errors=True)
     shutil.copytree(cached, d)
     app = create_app({"data_dir": str(d), "background": False, "replica_debounce_ms": 0})
-    store = app.extensions["context_store"]
-    maint = app.extensions["context_maintenance"]
+    store = app_parts(app).store
+    maint = app_parts(app).maintenance
     cfg = app.config["CONTEXT"]
     maint.run_once()
     t = store.tenant("default")
@@ -130,7 +130,7 @@ def main(argv=None) -> None:
                          "compacted": maint.janitor.compacted}
     print(f"  janitor after forgetting {len(cut)} of {len(day_rows)} units of {day}: {res['compaction']['seconds']} s, "
           f"{size_before / 1e6:.1f} -> {path.stat().st_size / 1e6:.1f} MB")
-    app.extensions["context_shutdown"]()
+    app_parts(app).shutdown()
     shutil.rmtree(d, ignore_errors=True)
     write_json(a.name, out)
 

@@ -54,7 +54,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, TMP, machine, quiet_service_logs, service_rev, service_src, write_json
+from common import ROOT, TMP, app_parts, machine, quiet_service_logs, service_rev, service_src, write_json
 
 DEFAULT_DATA = ROOT.parent / "shared" / "eval" / "locomo-dev"
 DEV = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43")      # the development half; the rest is held out
@@ -359,7 +359,7 @@ class Memory:
         for sid, sample in samples.items():
             for mode in modes:
                 push_all(self.api[tenant_of(sid, mode)], sample, mode, now)
-        maintenance = self.app.extensions["context_maintenance"]
+        maintenance = app_parts(self.app).maintenance
         if not read_index:      # the state of a read index still being built: the primaries answer
             maintenance.sync_read_index = lambda writer: 0
         while maintenance.run_once():
@@ -370,7 +370,7 @@ class Memory:
         return {sid: ask(self.api[tenant_of(sid, mode)], s, **kind) for sid, s in self.samples.items()}
 
     def close(self) -> None:
-        self.app.extensions["context_shutdown"]()
+        app_parts(self.app).shutdown()
         shutil.rmtree(self.data, ignore_errors=True)
 
 

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from common import ROOT, TMP, machine, quiet_service_logs, r, service_rev, service_src, summary, write_json
+from common import ROOT, TMP, app_parts, machine, quiet_service_logs, r, service_rev, service_src, summary, write_json
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -68,7 +68,7 @@ def child(a) -> None:
         units = list(Generator(a.seed).units(a.units))
         app = create_app({"data_dir": str(TMP / f"pg-index-app-{os.getpid()}"), "background": False,
                           "store": cluster.primary_url, "store_replica": cluster.standby_url})
-        maint = app.extensions["context_maintenance"]
+        maint = app_parts(app).maintenance
         t0 = time.perf_counter()
         push_all(app, units)
         out["push_units_per_s"] = round(len(units) / (time.perf_counter() - t0))
@@ -105,7 +105,7 @@ def child(a) -> None:
         out["search_default"], _ = searches(app, qs, a.max_seconds)
         out["search_strong"], out["tops"] = searches(app, qs, a.max_seconds, consistency="strong")
         out["single_push_ms"] = single_pushes(app, a.single_pushes)
-        app.extensions["context_shutdown"]()
+        app_parts(app).shutdown()
     finally:
         cluster.stop()
         shutil.rmtree(TMP / f"pg-index-app-{os.getpid()}", ignore_errors=True)
@@ -115,7 +115,7 @@ def child(a) -> None:
 def single_pushes(app, n: int) -> dict:
     """Latency of one-unit pushes one after another (today's day partition exists): what a push
     transaction costs on PostgreSQL, round trips included."""
-    store, now = app.extensions["context_store"], int(time.time())
+    store, now = app_parts(app).store, int(time.time())
     lat = []
     for i in range(n + 100):                 # the first 100 warm the pool and the statements
         unit = {"type": "tool_output", "source": "bench_single", "timestamp": now - i % 3, "ttl": 86_400,

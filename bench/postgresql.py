@@ -29,14 +29,14 @@ import json
 import shutil
 import time
 
-from common import TMP, machine, quiet_service_logs, r, service_rev, service_src, summary, write_json
+from common import TMP, app_parts, machine, quiet_service_logs, r, service_rev, service_src, summary, write_json
 from ingest import gen_units, index_lag
 from servers import pg_cluster, push_all, wait_index
 
 
 def build(app, units: list[dict]) -> dict:
     """Push the units in batches of 1,000, then drain the maintenance (index); timed apart."""
-    maint = app.extensions["context_maintenance"]
+    maint = app_parts(app).maintenance
     node_s = [0.0]
     sync = getattr(maint, "sync_read_indexes", None)      # (PostgreSQL: the node's read index, same loop)
     if sync is not None:
@@ -64,7 +64,7 @@ def build(app, units: list[dict]) -> dict:
 
 def drain_node_index(app) -> float:
     """Passes of this process's read-index builder until its index holds every indexed unit; seconds."""
-    maint = app.extensions["context_maintenance"]
+    maint = app_parts(app).maintenance
     t0 = time.perf_counter()
     while True:
         sent = maint.sync_read_indexes()
@@ -84,7 +84,7 @@ def node_build(cluster, units: int) -> dict:
     try:
         seconds = drain_node_index(app)
     finally:
-        app.extensions["context_shutdown"]()
+        app_parts(app).shutdown()
     disk = sum(f.stat().st_size for f in index_dir(root, "default").rglob("*") if f.is_file())
     return {"units": units, "seconds": round(seconds, 1), "units_per_s": round(units / seconds),
             "disk_mb": round(disk / 2**20, 1)}
@@ -103,7 +103,7 @@ def searches_side_by_side(apps: dict, qs: list[str], max_s: float, **extra) -> t
     """``searches`` on every app, one query at a time on each in turn (so that the machine's noise falls
     on both alike): {name: summary}, {name: tops}."""
     from service.params import parse_search
-    runs = {name: (app.extensions["context_store"], app.config["CONTEXT"]) for name, app in apps.items()}
+    runs = {name: (app_parts(app).store, app.config["CONTEXT"]) for name, app in apps.items()}
 
     def search(name: str, q: str) -> dict:
         store, config = runs[name]
@@ -176,7 +176,7 @@ def tied_at_tenth(app, qs: list[str], a: list, b: list) -> list[int]:
     from tantivy import Occur, Query
 
     from service.ranking.results import MAX_QUERY_TERMS
-    store = app.extensions["context_store"]
+    store = app_parts(app).store
     view = store.searcher.readers.view("default")
     out = []
     for q, x, y in zip(qs, a, b):
@@ -334,9 +334,9 @@ def main(argv=None) -> None:
                 # a read index of an older format (the build is kept across service changes) starts again
                 # from the primaries at the first pass
                 t0 = time.perf_counter()
-                store = app.extensions["context_store"]
+                store = app_parts(app).store
                 for _ in range(10):
-                    app.extensions["context_maintenance"].run_once()
+                    app_parts(app).maintenance.run_once()
                     if store.readers.view("default") is not None:
                         break
                 res["ingest_inprocess"]["read_index_pass_s"] = round(time.perf_counter() - t0, 1)
@@ -369,7 +369,7 @@ def main(argv=None) -> None:
                 print(f"     slowest {kind}: PG {row['ms']} (again {row['again_min_ms']}-{row['again_max_ms']}) ms, "
                       f"SQLite {other['ms']} (again {other['again_min_ms']}-{other['again_max_ms']}) ms  "
                       f"{row['query'][:50]}", flush=True)
-        reads = apps["postgresql"].extensions["context_store"].searcher.reads
+        reads = app_parts(apps["postgresql"]).store.searcher.reads
         out["postgresql"]["searches_read"] = dict(reads)
         for kind in ("default", "strong"):
             out[f"agreement_{kind}_top10"] = agreement(tops[kind]["sqlite"], tops[kind]["postgresql"])
@@ -377,9 +377,9 @@ def main(argv=None) -> None:
                 out["agreement_default_top10"]["tied_at_tenth"] = tied_at_tenth(
                     apps["sqlite"], qs, tops[kind]["sqlite"], tops[kind]["postgresql"])
             print(f"== same top 10 on both ({kind}): {json.dumps(out[f'agreement_{kind}_top10'])}", flush=True)
-        tokenizer = apps["sqlite"].extensions["context_store"].tokenizer
+        tokenizer = app_parts(apps["sqlite"]).store.tokenizer
         for app in apps.values():
-            app.extensions["context_shutdown"]()
+            app_parts(app).shutdown()
         out["tantivy_alone"] = tantivy_alone(sqlite_dir, qs, tokenizer)
         print(f"== tantivy alone: {json.dumps(out['tantivy_alone'])}", flush=True)
         out["postgresql"]["node_build"] = node_build(cluster, a.size)

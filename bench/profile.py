@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from common import RESULTS, TMP, quiet_service_logs, service_rev, service_src
+from common import RESULTS, TMP, app_parts, quiet_service_logs, service_rev, service_src
 
 
 def workload_search(size: int, seconds: float, seed: int) -> None:
@@ -32,7 +32,7 @@ def workload_search(size: int, seconds: float, seed: int) -> None:
     from service import create_app
     from service.params import parse_search
     app = create_app({"data_dir": str(service_dir(size, seed)), "background": False})
-    store, cfg = app.extensions["context_store"], app.config["CONTEXT"]
+    store, cfg = app_parts(app).store, app.config["CONTEXT"]
     qs = queries(2000, seed)
     for q in qs[:30]:
         store.search("default", parse_search({"query": q}, cfg))
@@ -53,13 +53,13 @@ def workload_ingest(units: int, seed: int) -> None:
     shutil.rmtree(d, ignore_errors=True)
     us = list(Generator(seed + 500).units(units))
     app = create_app({"data_dir": str(d), "background": False})
-    store, maint = app.extensions["context_store"], app.extensions["context_maintenance"]
+    store, maint = app_parts(app).store, app_parts(app).maintenance
     print("READY", flush=True)
     for i in range(0, len(us), 1000):
         store.push_many("default", us[i:i + 1000])
     while maint.index_tenant(store.tenant("default")):
         pass
-    app.extensions["context_shutdown"]()
+    app_parts(app).shutdown()
     shutil.rmtree(d, ignore_errors=True)
 
 

@@ -132,13 +132,14 @@ def _create_app(cfg: dict, info: dict):
 
 
 def run_service(corpus, queries, overrides: dict) -> tuple[dict, dict]:
+    from common import app_parts
     info: dict = {}
     with tempfile.TemporaryDirectory(prefix="quality-") as tmp:
         cfg = {"data_dir": os.path.join(tmp, "data"), "background": False, **overrides}
         app = _create_app(cfg, info)
         try:
             client = app.test_client()
-            maint = app.extensions["context_maintenance"]
+            maint = app_parts(app).maintenance
             now = int(time.time())
             cid_to_doc: dict[str, str] = {}
             t0 = time.perf_counter()
@@ -178,7 +179,7 @@ def run_service(corpus, queries, overrides: dict) -> tuple[dict, dict]:
                 took.append(body["took_ms"])
                 ranked[qid] = [cid_to_doc[r["cid"]] for r in body["results"]]
             info["search_s"] = round(time.perf_counter() - t0, 2)
-            reads = getattr(getattr(app.extensions["context_store"], "searcher", None), "reads", None)
+            reads = getattr(getattr(app_parts(app).store, "searcher", None), "reads", None)
             if reads is not None:           # (PostgreSQL: what answered the default searches)
                 info["searches_read"] = dict(reads)
             took.sort()
@@ -187,7 +188,7 @@ def run_service(corpus, queries, overrides: dict) -> tuple[dict, dict]:
             info["config"] = {"bm25_k1": K1, "bm25_b": B, **{k: getattr(app.config["CONTEXT"], k)
                                                            for k in ("stem", "segmenter", "local_top_n")}}
         finally:
-            app.extensions["context_shutdown"]()
+            app_parts(app).shutdown()
     return ranked, info
 
 

@@ -22,7 +22,7 @@ import sys
 import time
 from collections import defaultdict
 
-from common import machine, quiet_service_logs, service_rev, service_src, write_json
+from common import app_parts, machine, quiet_service_logs, service_rev, service_src, write_json
 
 SPENT: dict[str, int] = defaultdict(int)
 CALLS: dict[str, int] = defaultdict(int)
@@ -65,7 +65,7 @@ def run(size: int, searches: int, seed: int) -> dict:
     from service import create_app
     from service.params import parse_search
     app = create_app({"data_dir": str(service_dir(size, seed)), "background": False})
-    store, cfg = app.extensions["context_store"], app.config["CONTEXT"]
+    store, cfg = app_parts(app).store, app.config["CONTEXT"]
     qs = questions(searches, seed)
     params = [parse_search({"query": q, "top_k": 10}, cfg) for q in qs]
     for p in params[:200]:
@@ -77,7 +77,7 @@ def run(size: int, searches: int, seed: int) -> dict:
     for p in params:
         store.search("default", p)
     wall = time.perf_counter_ns() - t0
-    app.extensions["context_shutdown"]()
+    app_parts(app).shutdown()
     return report(wall, len(params))
 
 

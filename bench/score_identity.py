@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from common import TMP, machine, service_rev, service_src, write_json
+from common import TMP, app_parts, machine, service_rev, service_src, write_json
 
 STORES = {"sqlite": "service.store.sqlite.search", "postgresql": "service.store.postgresql.search"}
 
@@ -52,10 +52,10 @@ def dump(a) -> None:
                           store_replica=a.pg_standby)
         app = create_app(config)
         if name == "postgresql":
-            maint = app.extensions["context_maintenance"]
+            maint = app_parts(app).maintenance
             while maint.run_once() or maint.sync_read_indexes():
                 pass
-        store, cfg = app.extensions["context_store"], app.config["CONTEXT"]
+        store, cfg = app_parts(app).store, app.config["CONTEXT"]
         res = out["stores"][name] = {}
         qs = queries(a.queries, 1) + questions(a.queries, 1)
         for kind, extra in (("default", {}), ("strong", {"consistency": "strong"})):
@@ -66,7 +66,7 @@ def dump(a) -> None:
                 if len(winners) == before:          # (no result at all: shape_results was not reached)
                     winners.append([])
             res[kind] = dict(zip(qs, winners))
-        app.extensions["context_shutdown"]()
+        app_parts(app).shutdown()
     with open(a.out, "w", encoding="utf-8") as fh:
         json.dump(out, fh, ensure_ascii=False)
 
@@ -81,7 +81,7 @@ def build_pg(size: int) -> tuple:
     app = create_app({"data_dir": str(TMP / "identity-pg-build"), "background": False,
                       "store": cluster.primary_url, "store_replica": cluster.standby_url})
     build(app, list(Generator(1).units(size)))
-    app.extensions["context_shutdown"]()
+    app_parts(app).shutdown()
     time.sleep(2)              # the standby replays the build
     return cluster
 

@@ -37,6 +37,7 @@ THRESHOLDS = (0.3, 0.5, 0.7)
 
 def collect(set_name: str, limit_queries: int | None) -> list[dict]:
     """[{qid, relevant: [...], results: [{doc, bm25, score, idf_sum, explain...}]}] for one set."""
+    from common import app_parts
     corpus, queries, qrels = quality.load_set(set_name, limit_queries)
     print(f"[{set_name}] {len(corpus)} docs, {len(queries)} queries", file=sys.stderr, flush=True)
     out = []
@@ -44,7 +45,7 @@ def collect(set_name: str, limit_queries: int | None) -> list[dict]:
         app = quality._create_app({"data_dir": os.path.join(tmp, "data"), "background": False}, {})
         try:
             client = app.test_client()
-            maint = app.extensions["context_maintenance"]
+            maint = app_parts(app).maintenance
             now = int(time.time())
             cid_to_doc = {}
             for start in range(0, len(corpus), quality.BATCH):
@@ -73,7 +74,7 @@ def collect(set_name: str, limit_queries: int | None) -> list[dict]:
                                     "b": ex["b"], "documents": ex["documents"]})
                 out.append({"qid": qid, "relevant": sorted(qrels.get(qid, {})), "results": results})
         finally:
-            app.extensions["context_shutdown"]()
+            app_parts(app).shutdown()
     return out
 
 

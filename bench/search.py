@@ -13,7 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
-from common import machine, plt, quiet_service_logs, save_plot, service_rev, service_src, summary, write_json
+from common import app_parts, machine, plt, quiet_service_logs, save_plot, service_rev, service_src, summary, write_json
 
 
 def run_queries(fn, qs: list[str], warmup: int, max_s: float) -> tuple[list[float], list[int]]:
@@ -66,8 +66,8 @@ def main(argv=None) -> None:
         print(f"== {size} units")
         d = service_dir(size, a.seed)
         app = create_app({"data_dir": str(d), "background": False})
-        store = app.extensions["context_store"]
-        maint = app.extensions["context_maintenance"]
+        store = app_parts(app).store
+        maint = app_parts(app).maintenance
         cfg = app.config["CONTEXT"]
         t = store.tenant("default")
         entry: dict = {}
@@ -145,7 +145,7 @@ def main(argv=None) -> None:
               f"{same_mod_ties / max(total, 1):.1%} counting ties at the cut; score lists equal in "
               f"{same_scores}/{n_agree}, identical lists {identical}/{n_agree}")
         tokenizer = store.tokenizer
-        app.extensions["context_shutdown"]()
+        app_parts(app).shutdown()
 
         import tantivy_engine
         tv_path = d.parent / (d.name + "-tantivy")

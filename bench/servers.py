@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from common import ROOT
+from common import BENCH, ROOT, app_parts
 
 
 def pg_tool():
@@ -31,7 +31,7 @@ def pg_cluster(base):
 
 def push_all(app, units: list[dict]) -> None:
     """Push the units in batches of 1,000 (``push_many``, in process); any refused unit stops the run."""
-    store = app.extensions["context_store"]
+    store = app_parts(app).store
     for i in range(0, len(units), 1000):
         for res in store.push_many("default", units[i:i + 1000]):
             if not isinstance(res, dict):
@@ -57,8 +57,8 @@ def wait_index(port: int, timeout: float) -> float:
 def up_to_date(src, data_dir) -> None:
     """Bring a copy's derived files (the read index of this build's format) up to date with that build, in a
     process of its own, before it serves (as corpus.service_dir does for the bench's own build)."""
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from service import create_app; "
-            "app = create_app({'data_dir': sys.argv[2], 'background': False}); "
-            "app.extensions['context_maintenance'].run_once(); app.extensions['context_shutdown']()")
-    subprocess.run([sys.executable, "-c", code, str(src), str(data_dir)], check=True, capture_output=True,
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[3]]; from service import create_app; "
+            "from common import app_parts; app = create_app({'data_dir': sys.argv[2], 'background': False}); "
+            "parts = app_parts(app); parts.maintenance.run_once(); parts.shutdown()")
+    subprocess.run([sys.executable, "-c", code, str(src), str(data_dir), str(BENCH)], check=True, capture_output=True,
                    env=dict(os.environ, PYTHONPATH=str(src)), timeout=900)

@@ -15,7 +15,7 @@ import argparse
 import statistics
 import time
 
-from common import TMP, machine, quiet_service_logs, service_rev, service_src, write_json
+from common import TMP, app_parts, machine, quiet_service_logs, service_rev, service_src, write_json
 
 
 def main(argv=None) -> None:
@@ -36,7 +36,7 @@ def main(argv=None) -> None:
     from tantivy import Occur, Query
 
     app = create_app({"data_dir": a.data, "background": False, "search_cpu_ms": 0})
-    store, cfg = app.extensions["context_store"], app.config["CONTEXT"]
+    store, cfg = app_parts(app).store, app.config["CONTEXT"]
     wide = {"n": 0}
     search = index.search
 
@@ -81,7 +81,7 @@ def main(argv=None) -> None:
                   f"tantivy alone {engine_ms:5.2f} ms  {q}", flush=True)
     finally:
         index.search = search
-        app.extensions["context_shutdown"]()
+        app_parts(app).shutdown()
     rows = out["past_candidates"]
     if rows:
         out["median_ms"] = {key: statistics.median(r[key] for r in rows)

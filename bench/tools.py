@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import BENCH, TMP, machine, r, service_rev, service_src, summary, write_json
+from common import BENCH, TMP, app_parts, machine, r, service_rev, service_src, summary, write_json
 
 DATA = BENCH / "data"
 WEIGHT_GRID = [(2.0, 1.0, 0.5), (1.0, 1.0, 0.5), (1.0, 1.0, 1.0), (0.5, 1.0, 0.5), (0.5, 1.0, 0.25),
@@ -97,7 +97,7 @@ def main(argv=None) -> None:
     from service import create_app
     from service.store.sqlite import registry as registry_mod
     app = create_app({"data_dir": str(data_dir / "inproc"), "background": False, "access_log": False})
-    reg = app.extensions["context_registry"]
+    reg = app_parts(app).registry
     for tool in catalogue:
         reg.create("default", tool)
     chosen = dict(registry_mod.WEIGHTS)
@@ -109,7 +109,7 @@ def main(argv=None) -> None:
                      "dev": score(ranked_w[0::2], judged[0::2]), "test": score(ranked_w[1::2], judged[1::2]),
                      "all": score(ranked_w, judged)})
     registry_mod.WEIGHTS = chosen
-    app.extensions["context_shutdown"]()
+    app_parts(app).shutdown()
     shutil.rmtree(data_dir, ignore_errors=True)
 
     out = {"name": args.name, "service_rev": service_rev(src), "machine": machine(),

@@ -28,6 +28,7 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     from .shares import admission, answers
     from .auth import KeyRing
     from .doors import refuse_open_bind, refuse_shared_origins
+    from .state import AppState, set_app_state
     from .store import check_backend, open_backend
 
     setup_logging()
@@ -58,12 +59,9 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
         log.warning("NO API KEYS CONFIGURED: every caller is the single 'default' tenant with all scopes.")
         log.warning("Set CONTEXT_API_KEYS_FILE (see `context-mode keys add`) before exposing this service.")
         log.warning("=" * 72)
-    app.extensions["context_keys"] = keys
 
     backend = open_backend(config)
     store, maintenance = backend.store, backend.maintenance
-    app.extensions["context_store"] = store
-    app.extensions["context_maintenance"] = maintenance
     if config.background:
         from .maintainer import Presence
         maintenance.presence = Presence(config.data_dir)   # idle while a maintainer process runs
@@ -71,9 +69,9 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
 
     errors.init_app(app)
     metrics.init_app(app)     # first: times and logs every request, also those the doors refuse
-    doors.init_app(app)
-    answers.init_app(app)     # after the doors: its 429 gets their CORS headers, and the access log sees it
-    admission.init_app(app)
+    allowed = doors.init_app(app)
+    answer_slots = answers.init_app(app)   # after the doors: its 429 gets their CORS headers, and the access log sees it
+    admitted = admission.init_app(app, keys, store)
     app.register_blueprint(units.bp)
     app.register_blueprint(search.bp)
     app.register_blueprint(health.bp)
@@ -81,14 +79,16 @@ def create_app(test_config: dict | Config | None = None) -> Flask:
     hub, registry = register_live(app, backend)
     mcp.init_app(app)
     adapters.init_app(app)
-    ratelimit.init_app(app)
+    rate_limit = ratelimit.init_app(app, keys)
 
     def shutdown():
         hub.stop()
         maintenance.stop()
         registry.close()
         store.close()
-    app.extensions["context_shutdown"] = shutdown
+    set_app_state(app, AppState(config=config, keys=keys, store=store, maintenance=maintenance, hub=hub,
+                                registry=registry, doors=allowed, admission=admitted, answers=answer_slots,
+                                rate_limit=rate_limit, shutdown=shutdown))
     atexit.register(shutdown)
     return app
 
@@ -101,8 +101,6 @@ def register_live(app: Flask, backend) -> tuple:
     from .hub import Hub
     sources, registry = backend.live()
     hub = Hub(backend.store, sources)
-    app.extensions["context_hub"] = hub
-    app.extensions["context_registry"] = registry
     app.register_blueprint(stream.bp)
     app.register_blueprint(tools.bp)
     return hub, registry

@@ -9,10 +9,11 @@ import secrets
 from dataclasses import dataclass
 from functools import wraps
 
-from flask import current_app, g, request
+from flask import g, request
 
 from .errors import Forbidden, Unauthorized
 from .formats import TENANT_RE
+from .state import app_state
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,7 @@ def current_principal() -> Principal:
     """Authenticate the request (once) and return who is calling; 401 when that fails."""
     if "principal" in g:
         return g.principal
-    ring: KeyRing = current_app.extensions["context_keys"]
+    ring = app_state().keys
     if ring.open:
         g.principal = OPEN
         return OPEN

@@ -28,6 +28,7 @@ from werkzeug.exceptions import ClientDisconnected, RequestEntityTooLarge
 
 from .auth import presents_a_key
 from .errors import ApiError
+from .state import app_state
 
 # Routes whose body may be a batch of units (up to config.max_body_bytes); all others get max_request_bytes.
 BATCH_ROUTES = ("/mcp/push",)
@@ -97,8 +98,8 @@ class Allowed:
 def allowed(app=None) -> Allowed:
     """The app's Allowed (made by init_app; made here for an app without the doors)."""
     app = app or current_app
-    found = app.extensions.get("context_doors")
-    return found if found is not None else Allowed(app.config["CONTEXT"])
+    state = app_state(app, optional=True)
+    return state.doors if state is not None else Allowed(app.config["CONTEXT"])
 
 
 def origin_ok(origin: str | None, host: str | None, listed: set[str]) -> bool:
@@ -264,7 +265,8 @@ def doors() -> object:
     return preflight()
 
 
-def init_app(app: Flask) -> None:
-    app.extensions["context_doors"] = Allowed(app.config["CONTEXT"])
+def init_app(app: Flask) -> Allowed:
+    """The doors' checks on every request; the hosts and origins they accept (for the app's state)."""
     app.before_request(doors)
     app.after_request(allow_cross_origin)
+    return Allowed(app.config["CONTEXT"])

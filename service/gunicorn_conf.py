@@ -14,6 +14,7 @@ import sys
 
 from service import preflight
 from service.boot import freeze_heap, limit_malloc_arenas, make_metrics_dir
+from service.state import app_state
 
 
 def _say(line: str) -> None:
@@ -104,9 +105,9 @@ def on_starting(server):
 def post_worker_init(worker):
     freeze_heap()       # and the worker's app, now loaded
     # Live streams (service/hub.py) end with their final message once gunicorn stops this worker.
-    hub = getattr(worker.wsgi, "extensions", {}).get("context_hub")
-    if hub is not None:
-        hub.worker = worker
+    state = app_state(worker.wsgi, optional=True)
+    if state is not None:
+        state.hub.worker = worker
 
 
 def child_exit(server, worker):

@@ -18,6 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from .auth import current_principal
 from .errors import Forbidden
 from .logs import direct_handler
+from .state import app_state
 from .instruments import (DAYS_COMPACTED, DAYS_UNLINKED, INDEX_LAG_SECONDS, REQUEST_SECONDS, UNITS_INDEXED,
                           UNITS_PURGED)
 
@@ -30,7 +31,7 @@ class StoreCollector:
         self.tenants = tenants          # None: every tenant (no-keys mode, loopback only)
 
     def collect(self):
-        store = self.app.extensions["context_store"]
+        store = app_state(self.app).store
         depth = GaugeMetricFamily("context_index_queue_depth", "Pending (not yet indexed) units.", labels=["tenant"])
         lag = GaugeMetricFamily("context_replica_lag_seconds", "Age of the oldest change not yet in the read index.",
                                 labels=["tenant"])
@@ -121,7 +122,7 @@ def init_app(app: Flask) -> None:
     def metrics():
         """Prometheus metrics. With keys configured: an admin key, and only its tenant's series."""
         tenants = None
-        if not app.extensions["context_keys"].open:
+        if not app_state(app).keys.open:
             principal = current_principal()
             if "admin" not in principal.scopes:
                 raise Forbidden("/metrics needs a key with the 'admin' scope.", code="missing_scope")

@@ -138,11 +138,12 @@ class RateLimit:
         return response
 
 
-def init_app(app: Flask) -> None:
-    items = rate_limits(app.config["CONTEXT"], app.extensions["context_keys"])
+def init_app(app: Flask, keys) -> RateLimit | None:
+    """The configured rate limit (None: off) checked before every view."""
+    items = rate_limits(app.config["CONTEXT"], keys)
     if not items:
-        return
+        return None
     limit = RateLimit(items)
     app.before_request(limit.check_rate)
     app.after_request(limit.rate_headers)
-    app.extensions["context_rate_limit"] = limit
+    return limit

@@ -173,7 +173,8 @@ def new_app(data_dir, **config):
 
 def close_app(app) -> None:
     """Stop the app's maintenance and close its store (idempotent)."""
-    app.extensions["context_shutdown"]()
+    from service.state import app_state
+    app_state(app).shutdown()
 
 
 @pytest.fixture
@@ -275,14 +276,16 @@ def tied_contents(n: int, filler: int = 0) -> list[str]:
 
 def drain(app) -> None:
     """Run the app's maintenance until nothing is left to index (and the read index has it)."""
-    while app.extensions["context_maintenance"].run_once():
+    from service.state import app_state
+    while app_state(app).maintenance.run_once():
         pass
 
 
 def replayed(app, timeout: float = 30.0) -> bool:
     """On PostgreSQL with a standby: wait until the standby has replayed everything the primary wrote
     so far (default searches then read it); True. False on SQLite (nothing to wait for)."""
-    store = app.extensions["context_store"]
+    from service.state import app_state
+    store = app_state(app).store
     standby = getattr(getattr(store, "searcher", None), "standby", None)
     if getattr(store, "backend", "sqlite") == "sqlite" or standby is None:
         return False

@@ -9,6 +9,7 @@ import os
 from service.gunicorn_conf import *  # noqa: F403  (the service's settings, unchanged)
 from service import boot
 from service import gunicorn_conf as _base
+from service.state import app_state
 
 
 def _report(role: str, **extra) -> None:
@@ -34,4 +35,4 @@ def post_worker_init(worker):
     app = worker.wsgi
     walked = {id(o) for o in gc.get_objects()}
     _report("worker", app_walked=id(app) in walked,
-            store_walked=id(app.extensions["context_store"]) in walked)
+            store_walked=id(app_state(app).store) in walked)

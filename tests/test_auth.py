@@ -8,6 +8,7 @@ import pytest
 
 from conftest import assert_error, make_unit
 from service.auth import hash_key
+from service.state import app_state
 
 
 # The ``keyed`` client's keys (tests/conftest.py), read from a keys file: the acme keys as their hashes,
@@ -111,7 +112,7 @@ def test_keys_add_prints_key_once_and_stores_only_its_hash(tmp_path):
 def test_open_mode_warns_loudly(make_app, caplog):
     with caplog.at_level("WARNING"):
         app = make_app()
-    app.extensions["context_shutdown"]()
+    app_state(app).shutdown()
     assert "NO API KEYS CONFIGURED" in caplog.text
 
 

@@ -51,11 +51,26 @@ def _targets(node: ast.AST, package: str, known: set[str]) -> set[str]:
     return found
 
 
+def _type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+
+
+def run_time_nodes(tree: ast.AST):
+    """``ast.walk``, but not into an ``if TYPE_CHECKING:`` block: what it imports never runs (service/state.py's
+    field types, TYPE_CHECKING_IMPORTS)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            todo.extend(child.orelse if _type_checking(child) else [child])
+
+
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The modules of ``known`` that ``name`` imports anywhere in its source."""
+    """The modules of ``known`` that ``name`` imports anywhere in its source (where it runs)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in run_time_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         found |= _targets(node, package, known)
     found.discard(name)
     return found
@@ -127,7 +142,7 @@ def test_the_cycle_check_sees_imports_inside_functions(tmp_path):
 # package ``service`` is create_app, at the top; every other name covers a module or a package).
 LAYERS = (
     ("foundation", ("service.config", "service.errors", "service.formats", "service.instruments", "service.boot",
-                    "service.logs", "service.signals", "service.budget")),
+                    "service.logs", "service.signals", "service.budget", "service.state")),
     ("contracts", ("service.unitkeys", "service.units", "service.params", "service.schemarefs", "service.toolcheck",
                    "service.tokens", "service.tokenize", "service.uris", "service.live", "service.auth",
                    "service.ratelimit", "service.shares")),
@@ -206,6 +221,22 @@ def test_no_import_cycle_among_the_benchmarks():
     graph = import_graph(modules)
     assert "servers" in graph["http_bench"] and "http_bench" in graph["alternate_search"]
     assert cycles(graph) == []
+
+
+# Only the app's state names the classes of the layers above it, for type checkers only: every layer reads it.
+TYPE_CHECKING_IMPORTS = {"service.state"}
+
+
+def test_only_the_app_state_imports_for_type_checkers_alone():
+    found = {name for name, path in service_modules().items()
+             if any(_type_checking(n) for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))}
+    assert found == TYPE_CHECKING_IMPORTS
+
+
+def test_the_graph_leaves_out_imports_for_type_checkers(tmp_path):
+    (tmp_path / "m.py").write_text("from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    import b\n"
+                                   "else:\n    import c\n")
+    assert imports_of("m", tmp_path / "m.py", {"a", "b", "c"}) == {"a", "c"}
 
 
 def test_every_service_package_is_installed():
@@ -603,3 +634,30 @@ def test_gunicorn_runs_the_guarded_worker():
     text = (SERVICE / "gunicorn_conf.py").read_text(encoding="utf-8")
     [name] = re.findall(r'^worker_class = "([\w.]+)"$', text, re.M)
     assert issubclass(load_class(name), ThreadWorker) and name == "service.guard.worker.GuardedWorker"
+
+
+# --- the app's parts in one typed state (issue 52) ---------------------------------------------------------
+# create_app sets one AppState (service/state.py) and everything reads it through app_state(); 26 look-ups in
+# service/ and 161 in tests and bench named its parts by string keys. bench/common.py's app_parts still reads an
+# older build's (--rev, --old) where that build kept them.
+_EXTENSION_KEY_RE = re.compile(r"""extensions\s*(?:\[|\.get\(|\.setdefault\(|\.pop\()\s*f?["']context""")
+STATE_READERS_OF_EXTENSIONS = {"bench/common.py"}
+
+
+def extension_lookups(text: str) -> list[str]:
+    return _EXTENSION_KEY_RE.findall(text)
+
+
+def test_no_part_of_the_app_is_looked_up_by_a_string_key():
+    files = [*SERVICE.rglob("*.py"), *(ROOT / "tests").glob("*.py"), *(ROOT / "bench").glob("*.py")]
+    found = [f"{p.relative_to(ROOT)}: {hit}" for p in sorted(files) if p != Path(__file__)
+             and str(p.relative_to(ROOT)) not in STATE_READERS_OF_EXTENSIONS
+             for hit in extension_lookups(p.read_text(encoding="utf-8"))]
+    assert found == []
+
+
+@pytest.mark.parametrize("lookup", ['app.extensions["context_store"]', "current_app.extensions.get('context_hub')",
+                                    'app.extensions [ "context_keys"]', 'a.extensions.setdefault("context_x", {})',
+                                    "self._extensions[f\"context_{name}\"]"])
+def test_the_string_key_check_sees_a_lookup(lookup):
+    assert extension_lookups(lookup)

@@ -2,6 +2,7 @@
 a test app gets."""
 from service import create_app
 from service.config import Config
+from service.state import app_state
 
 
 def test_a_test_app_ignores_the_developers_environment(make_app, monkeypatch):
@@ -22,7 +23,7 @@ def test_the_service_reads_the_environment(tmp_path, monkeypatch):
         assert config.max_batch == 3 and config.data_dir == str(tmp_path / "env-data")
         assert app.test_client().post("/mcp/push", json=[{}] * 4).get_json()["code"] == "batch_too_large"
     finally:
-        app.extensions["context_shutdown"]()
+        app_state(app).shutdown()
 
 
 def test_from_mapping_takes_prefixed_or_plain_names_and_ignores_others():

@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from conftest import close_app, make_unit, new_app
+from service.state import app_state
 
 # The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
 BACKENDS = ("sqlite", "postgresql")
@@ -61,7 +62,7 @@ def seeded(tmp_path_factory, module_store_config):
         assert rv.status_code == 200
     yield client, cids
     close_app(app)
-    app.extensions["context_shutdown"]()
+    app_state(app).shutdown()
 
 
 def post(client, body, headers=None, path="/retrieval"):

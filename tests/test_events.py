@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from conftest import make_unit
+from service.state import app_state
 
 TENANT = "default"          # no keys configured: the open tenant
 # PostgreSQL writes the log in the change's own transaction (service/store/postgresql/live.py): the same rows there.
@@ -13,7 +14,7 @@ BACKENDS = ("sqlite", "postgresql")
 
 def log_of(app) -> Counter:
     """(uri, kind) → how many rows the tenant's events.db holds."""
-    changes = app.extensions["context_hub"].changes
+    changes = app_state(app).hub.changes
     return Counter((r["uri"], r["kind"]) for r in changes.since(TENANT, 0))
 
 

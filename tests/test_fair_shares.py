@@ -22,6 +22,7 @@ import requests
 
 from conftest import drain, make_unit, replayed
 from live_support import listen, stream
+from service.state import app_state
 
 A, A2, B = "fair-acme-0123456789abcdef", "fair-acme2-0123456789abcdef", "fair-globex-0123456789abcdef"
 KEYS = {A: ("acme", ["push", "search", "admin"]), A2: ("acme", ["push", "search", "admin"]),
@@ -158,7 +159,7 @@ def test_a_tenants_search_over_many_days_does_not_evict_the_others_day_files(mak
     acme keeps at most its share (4) and the process at most 8."""
     from service.params import parse_search
     app = make_app(max_open_shards=8)
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     now = int(time.time())
     assert store.push_many("globex", [make_unit("globex day one", timestamp=now - 60),
                                       make_unit("globex day two", timestamp=now - DAY - 60)])
@@ -191,7 +192,7 @@ def test_read_your_writes_after_large_pending_units_reads_only_its_budget(make_a
     assert client.post("/mcp/push", json=make_unit("an indexed walrus note")).status_code == 200
     drain(app)
     replayed(app)
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     filler = ("walrus tusk ice floe " * 60_000)[:1_000_000]
     for i in range(20):
         rv = client.post("/mcp/push", json=make_unit(f"walrus {i} " + filler))
@@ -227,7 +228,7 @@ def test_tool_search_takes_a_search_slot(make_app):
     app = make_app(max_concurrent_searches=1, search_wait_s=0.2)
     client = app.test_client()
     assert client.post("/mcp/tools", json=_big_tool(0)).status_code == 200
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     assert client.get("/mcp/tools?q=forecast").status_code == 200
     with store.search_slot("default"):                    # another search holds the worker's only slot
         rv = client.get("/mcp/tools?q=forecast")

@@ -16,6 +16,7 @@ import requests
 from conftest import make_unit
 from crash_support import Writers, check_files, cid_of, verify
 from service.store.sqlite.groupcommit import Group, Job
+from service.state import app_state
 
 # group commit is the SQLite backend's (on PostgreSQL a push is its own transaction):
 # CONTEXT_TEST_BACKEND=postgresql runs these on SQLite
@@ -102,7 +103,7 @@ def test_concurrent_pushes_through_the_store(make_app):
     """40 threads push singles and batches at once, many of them the same units: every unit is stored
     once with one seq, one request per unit says "ok" and the others "duplicate", all readable."""
     app = make_app()
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     units = [make_unit(f"group commit unit {i} 组提交", timestamp=int(time.time()) - (i % 3) * 86_400)
              for i in range(60)]
     requests_ = [units[i % 60: i % 60 + (1 if i % 3 else 4)] for i in range(120)]
@@ -164,7 +165,7 @@ def test_group_commit_answers_match_sequential_pushes(make_app, tmp_path, writer
     """The same pushes, one at a time and from 16 threads at once: the same statuses per unit, the
     same parent and collision checks (a child whose parent comes in another request of its group)."""
     app = make_app(data_dir=tmp_path / f"d{writers}")
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     now = int(time.time())
     parent = make_unit("the parent of them all", timestamp=now)
     first = store.push_one("default", parent)

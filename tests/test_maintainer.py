@@ -14,6 +14,7 @@ import requests
 
 from conftest import LiveServer
 from workers import children, comm
+from service.state import app_state
 
 
 def alive(pid: int) -> bool:
@@ -196,8 +197,8 @@ def test_off_the_workers_maintain_as_before(tmp_path):
 def test_a_pass_reads_the_days_it_was_told_and_every_day_once_a_second(make_app):
     from service.store.sqlite.maintenance import FULL_SCAN_S
     told, other = make_app(background=False), make_app(background=False)   # two workers of one data folder
-    maint = told.extensions["context_maintenance"]
-    store = told.extensions["context_store"]
+    maint = app_state(told).maintenance
+    store = app_state(told).store
     now = int(time.time())
 
     def put(app, content, ts):

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import drain, make_unit
+from service.state import app_state
 
 # The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
 BACKENDS = ("sqlite", "postgresql")
@@ -331,7 +332,7 @@ def test_forget_rejects_bad_bodies_and_changes_nothing(client, world, body, code
 @pytest.mark.sqlite_only
 def test_forgotten_units_leave_default_searches_before_the_read_index_pass(client, app, world):
     drain(app)                              # the read index holds every unit
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     t = store.tenant("acme")
     assert store.searcher.view(t).searcher.num_docs == 4
     assert set(search(client, "ORD-1")) == {world[k] for k in ("root", "child", "thought")}
@@ -354,7 +355,7 @@ def test_the_janitor_compacts_a_day_file_after_a_bulk_forget(client, app):
     cids = [push(client, f"bulk {i} 批量 {payload}", source="bulk_v1", timestamp=now - 3600) for i in range(120)]
     keep = push(client, "kept unit 保留", source="keep_v1", timestamp=now - 3600)
     drain(app)
-    t = app.extensions["context_store"].tenant("acme")
+    t = app_state(app).store.tenant("acme")
     day = t.primary_days()[-1]
     path = t.primary_path(day)
     t.shard(day).read(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall())
@@ -363,8 +364,8 @@ def test_the_janitor_compacts_a_day_file_after_a_bulk_forget(client, app):
     assert dry["count"] == 120
     assert client.post("/mcp/forget", json={"source": "bulk_v1", "confirm": dry["confirm"]},
                        headers=auth(ADMIN)).get_json()["forgotten"] == 120
-    janitor = app.extensions["context_maintenance"].janitor
-    app.extensions["context_maintenance"].run_once(force_janitor=True)
+    janitor = app_state(app).maintenance.janitor
+    app_state(app).maintenance.run_once(force_janitor=True)
     assert janitor.compacted == 1
     after = os.path.getsize(path) + (os.path.getsize(f"{path}-wal") if os.path.exists(f"{path}-wal") else 0)
     assert after < before / 4, (before, after)
@@ -373,6 +374,6 @@ def test_the_janitor_compacts_a_day_file_after_a_bulk_forget(client, app):
     assert conn.execute("INSERT INTO units_fts(units_fts, rank) VALUES ('integrity-check', 1)") is not None
     conn.close()
     assert search(client, "保留 kept") == [keep] and search(client, "批量", consistency="strong") == []
-    app.extensions["context_maintenance"].run_once(force_janitor=True)
+    app_state(app).maintenance.run_once(force_janitor=True)
     assert janitor.compacted == 1           # nothing more was forgotten: no second compaction
     assert all(client.get(f"/mcp/units/{c}", headers=auth(ADMIN)).status_code == 404 for c in cids[:5])

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from conftest import drain, make_unit, new_app
+from service.state import app_state
 
 pytestmark = pytest.mark.usefixtures("pg_cluster")
 
@@ -28,7 +29,7 @@ def nodes(tmp_path, pg_urls):
         return pair
     yield make
     for app in made:
-        app.extensions["context_shutdown"]()
+        app_state(app).shutdown()
 
 
 def push(app, *contents, **fields) -> list[str]:
@@ -48,12 +49,12 @@ def cids(body) -> list[str]:
 
 
 def index_docs(app) -> int:
-    view = app.extensions["context_store"].readers.view("default")
+    view = app_state(app).store.readers.view("default")
     return view.searcher.num_docs if view is not None else -1
 
 
 def from_index(app) -> int:
-    return app.extensions["context_store"].searcher.reads["index"]
+    return app_state(app).store.searcher.reads["index"]
 
 
 def test_each_node_builds_its_index_and_ranks_as_the_tables(nodes):
@@ -154,9 +155,9 @@ def test_a_missing_or_damaged_index_is_built_again_and_the_tables_answer_meanwhi
     pushed = push(a, *[f"cormorant {i}" for i in range(30)])
     drain(a)
     drain(b)
-    store = b.extensions["context_store"]
+    store = app_state(b).store
     path = store.root / "tenants" / "default" / "replica" / "index"
-    b.extensions["context_maintenance"].step_down()      # the leader lets go of its writer
+    app_state(b).maintenance.step_down()      # the leader lets go of its writer
     for f in path.glob("*.store"):
         f.write_bytes(b"damaged")
     (path / "format.json").write_text(json.dumps({"format": 0}))   # another version's index
@@ -165,7 +166,7 @@ def test_a_missing_or_damaged_index_is_built_again_and_the_tables_answer_meanwhi
     drain(b)
     assert index_docs(b) == 30 and sorted(cids(search(b, "cormorant"))) == sorted(pushed)
     assert from_index(b) > before
-    b.extensions["context_maintenance"].step_down()
+    app_state(b).maintenance.step_down()
     shutil.rmtree(path)                                   # gone altogether
     drain(b)
     assert index_docs(b) == 30
@@ -219,7 +220,7 @@ def test_expired_units_leave_the_index_at_the_janitors_pass(clock, nodes):
     assert index_docs(a) == 2
     clock.advance(61)
     assert cids(search(a, "skua")) == [long_]               # filtered at once
-    a.extensions["context_maintenance"].run_once(force_janitor=True)
+    app_state(a).maintenance.run_once(force_janitor=True)
     assert index_docs(a) == 1
     assert short not in cids(search(a, "skua", consistency="strong"))
 
@@ -293,7 +294,7 @@ def test_the_tail_reads_plan_one_lookup_per_unit_whatever_the_tables_hold(nodes,
             assert "catalog_expires" not in plan, plan
     # ... and never compiled: a generic plan's estimate grows with the tables, and past jit_above_cost
     # PostgreSQL compiled node_tail at every search (175 ms at 1M units, for 0.2 ms of execution)
-    with a.extensions["context_store"].db.search_pool.connection() as conn:
+    with app_state(a).store.db.search_pool.connection() as conn:
         row = conn.execute("SELECT current_setting('jit') AS jit, current_setting('plan_cache_mode') AS mode"
                            ).fetchone()
         assert (row["jit"], row["mode"]) == ("off", "force_generic_plan")

@@ -4,6 +4,7 @@ import re
 import pytest
 import requests
 from openapi_spec_validator import validate
+from service.state import app_state
 
 # Routes deliberately left out of the document, and why.
 NOT_DESCRIBED = {
@@ -251,7 +252,7 @@ def test_a_loopback_public_url_is_warned_at_start(make_app, caplog):
         caplog.clear()
         with caplog.at_level("WARNING"):
             app = make_app(public_url=url)
-        app.extensions["context_shutdown"]()
+        app_state(app).shutdown()
         assert ("Dify refuses" in caplog.text) is warned, url
 
 

@@ -15,6 +15,7 @@ from psycopg.types.json import Jsonb
 
 from conftest import ROOT, drain, make_unit, new_app
 from service.store.postgresql.rows import SCHEMA_VERSION
+from service.state import app_state
 
 WORDS = ("order shipped refund invoice payment customer address warehouse delay carrier parcel label "
          "error timeout retry database index query latency cache token budget context agent tool model "
@@ -110,8 +111,8 @@ def test_same_units_rank_the_same_on_sqlite_and_postgresql(tmp_path, pg_urls, pe
             assert a["avg_doc_len"] == pytest.approx(b["avg_doc_len"], abs=1e-3)
             assert [t["idf"] for t in a["terms"]] == pytest.approx([t["idf"] for t in b["terms"]], abs=1e-6)
     finally:
-        lite.extensions["context_shutdown"]()
-        pg.extensions["context_shutdown"]()
+        app_state(lite).shutdown()
+        app_state(pg).shutdown()
 
 
 def test_schema_is_day_partitioned_and_counts_match(tmp_path, pg_urls):
@@ -128,7 +129,7 @@ def test_schema_is_day_partitioned_and_counts_match(tmp_path, pg_urls):
             queued = c.execute("SELECT count(*) FROM pending").fetchone()[0]
         assert (parts, ndocs, carrier, queued) == (3, 30, 30, 0)
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 def test_delete_and_expiry_keep_statistics_exact_and_drop_dead_days(clock, tmp_path, pg_urls):
@@ -144,7 +145,7 @@ def test_delete_and_expiry_keep_statistics_exact_and_drop_dead_days(clock, tmp_p
         drain(pg)
         assert pg.test_client().delete(f"/mcp/units/{gone}").status_code == 200
         clock.advance(2.5)
-        pg.extensions["context_maintenance"].run_once(force_janitor=True)
+        app_state(pg).maintenance.run_once(force_janitor=True)
         with psycopg.connect(pg_urls[0]) as c:
             days = [r[0] for r in c.execute("SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
                                             "WHERE i.inhparent = 'units'::regclass")]
@@ -153,13 +154,13 @@ def test_delete_and_expiry_keep_statistics_exact_and_drop_dead_days(clock, tmp_p
         got = search(pg, query="parcel delay", consistency="strong")["results"]
         assert sorted(r["cid"] for r in got) == sorted(r["cid"] for r in pushed(pg, keep))
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 def test_default_searches_read_the_standby_and_fall_back_to_the_primary(tmp_path, pg_cluster, pg_urls):
     """Without a read index on the node (CONTEXT_REPLICAS=false; a node building its index reads the same)."""
     pg = app_on(tmp_path, "pg", store=pg_urls[0], store_replica=pg_urls[1], replica_max_lag_ms=1000, replicas=False)
-    searcher = pg.extensions["context_store"].searcher
+    searcher = app_state(pg).store.searcher
     searcher.standby.PROBE_S = 0.0       # probe on every search: the test changes the standby's state
     try:
         cid = pushed(pg, [make_unit("carrier pigeon manifest")])[0]["cid"]
@@ -204,7 +205,7 @@ def test_default_searches_read_the_standby_and_fall_back_to_the_primary(tmp_path
         finally:
             pg_cluster.start_standby()
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 def test_two_nodes_on_one_primary_index_everything_once(tmp_path, pg_urls):
@@ -241,8 +242,8 @@ def test_two_nodes_on_one_primary_index_everything_once(tmp_path, pg_urls):
             seqs = [r[0] for r in c.execute("SELECT seq FROM catalog ORDER BY seq")]
         assert seqs == list(range(1, 401))
     finally:
-        a.extensions["context_shutdown"]()
-        b.extensions["context_shutdown"]()
+        app_state(a).shutdown()
+        app_state(b).shutdown()
 
 
 def test_a_long_queue_is_indexed_by_two_transactions_in_flight_each_unit_once(tmp_path, pg_urls):
@@ -250,7 +251,7 @@ def test_a_long_queue_is_indexed_by_two_transactions_in_flight_each_unit_once(tm
     tokenizes while the other writes), and every unit is indexed once with exact statistics."""
     app = app_on(tmp_path, "a", store=pg_urls[0], pg_index_batch=40)
     try:
-        maint = app.extensions["context_maintenance"]
+        maint = app_state(app).maintenance
         now = int(time.time())
         cids = [r["cid"] for k in range(6) for r in pushed(app, [
             make_unit(f"ledger {k} row {i} heron", timestamp=now - 3600 * (i % 3)) for i in range(100)])]
@@ -279,7 +280,7 @@ def test_a_long_queue_is_indexed_by_two_transactions_in_flight_each_unit_once(tm
         body = search(app, query="heron", top_k=50)
         assert len(body["results"]) == 50 and body["freshness"]["index_pending"] == 0
     finally:
-        app.extensions["context_shutdown"]()
+        app_state(app).shutdown()
 
 
 def test_strong_reads_wait_for_rows_another_nodes_indexer_holds(tmp_path, pg_urls):
@@ -304,7 +305,7 @@ def test_strong_reads_wait_for_rows_another_nodes_indexer_holds(tmp_path, pg_url
             rv = pg.test_client().post("/mcp/forget", json={"query": "heron"})
             assert rv.status_code == 200 and rv.get_json()["count"] == 5, rv.get_json()
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 def _lock_waiters(url: str, n: int) -> bool:
@@ -351,7 +352,7 @@ def test_a_delete_and_a_push_of_the_same_unit_at_once_do_not_deadlock(tmp_path, 
         got = pg.test_client().get(f"/mcp/units/{cid}").get_json()
         assert got["ttl"] == 2 * 86_400
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 def _empty_partition(url: str, day: str) -> None:
@@ -376,7 +377,7 @@ def test_the_janitor_never_drops_a_day_under_a_push(tmp_path, pg_urls):
     from service.store.postgresql.janitor import drop_dead_partitions
     from service.units import day_of, validate_unit
     pg = app_on(tmp_path, "pg", store=pg_urls[0])
-    store, config = pg.extensions["context_store"], pg.config["CONTEXT"]
+    store, config = app_state(pg).store, pg.config["CONTEXT"]
     try:
         now = int(time.time())
         held, waiting = now - 5 * 86_400, now - 6 * 86_400
@@ -419,7 +420,7 @@ def test_the_janitor_never_drops_a_day_under_a_push(tmp_path, pg_urls):
             assert pg.test_client().get(f"/mcp/units/{cid}").get_json()["content"] == f"heron {name}"
         assert drop_dead_partitions(store) == []              # both days have a unit now
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 def test_a_day_dropped_while_a_push_waits_to_create_another_is_created_too(tmp_path, pg_urls):
@@ -454,7 +455,7 @@ def test_a_day_dropped_while_a_push_waits_to_create_another_is_created_too(tmp_p
             assert pg.test_client().get(f"/mcp/units/{r['cid']}").get_json()["content"] == content
         assert _partition_exists(pg_urls[0], day_of(present)) and _partition_exists(pg_urls[0], day_of(absent))
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 def test_searches_do_not_wait_for_a_push_creating_a_day_partition(tmp_path, pg_urls):
@@ -487,7 +488,7 @@ def test_searches_do_not_wait_for_a_push_creating_a_day_partition(tmp_path, pg_u
         assert sorted(r["content"] for r in search(pg, query="heron", consistency="strong")["results"]) == [
             "heron later", "heron today"]
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 def test_searches_queued_behind_the_janitors_drop_wait_briefly(tmp_path, pg_urls):
@@ -498,7 +499,7 @@ def test_searches_queued_behind_the_janitors_drop_wait_briefly(tmp_path, pg_urls
     from service.store.postgresql.janitor import drop_dead_partitions
     from service.units import day_of
     pg = app_on(tmp_path, "pg", store=pg_urls[0])
-    store = pg.extensions["context_store"]
+    store = app_state(pg).store
     try:
         pushed(pg, [make_unit("heron today")])
         empty = day_of(int(time.time()) - 40 * 86_400)
@@ -516,7 +517,7 @@ def test_searches_queued_behind_the_janitors_drop_wait_briefly(tmp_path, pg_urls
         assert dropped["days"] == [] and _partition_exists(pg_urls[0], empty)
         assert empty in drop_dead_partitions(store)             # no search in the way: dropped
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 def test_searches_wait_for_a_lock_on_units_a_bounded_time(tmp_path, pg_urls):
@@ -542,7 +543,7 @@ def test_searches_wait_for_a_lock_on_units_a_bounded_time(tmp_path, pg_urls):
         assert [r["content"] for r in search(pg, query="heron", consistency="strong")["results"]] == ["heron strong"]
         assert [r["content"] for r in search(pg, query="heron")["results"]] == ["heron strong"]
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 def test_a_lock_timeout_is_a_503_for_that_request_not_a_primary_outage(tmp_path, pg_urls):
@@ -551,7 +552,7 @@ def test_a_lock_timeout_is_a_503_for_that_request_not_a_primary_outage(tmp_path,
     failing fast for a second as if the primary were down."""
     from service.errors import StorageUnavailable
     pg = app_on(tmp_path, "pg", store=pg_urls[0])
-    store = pg.extensions["context_store"]
+    store = app_state(pg).store
     try:
         pushed(pg, [make_unit("heron before")])
         with psycopg.connect(pg_urls[0]) as other:
@@ -565,7 +566,7 @@ def test_a_lock_timeout_is_a_503_for_that_request_not_a_primary_outage(tmp_path,
         assert not store.db.primary_down()
         assert pushed(pg, [make_unit("heron after")])[0]["status"] == "ok"
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 def test_bad_store_url_stops_the_start_with_a_clear_message(tmp_path):
@@ -596,7 +597,7 @@ def test_hostile_text_is_only_ever_a_bound_term(tmp_path, pg_urls):
                 assert c.execute("SELECT jsonb_build_object(%s::text, 1) ?| %s::text[]", (term, [term])).fetchone()[0]
                 assert not c.execute("SELECT %s::jsonb ?| %s::text[]", ('{"a": 1, "foo": 1}', [term])).fetchone()[0]
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 def test_search_time_is_capped_by_statement_timeout(tmp_path, pg_urls):
@@ -613,7 +614,7 @@ def test_search_time_is_capped_by_statement_timeout(tmp_path, pg_urls):
         assert rv.status_code == 422 and rv.get_json()["code"] == "query_too_expensive", rv.get_json()
         assert len(search(pg, query="unit7")["results"]) == 1
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 def test_doctor_checks_the_postgresql_servers(pg_urls):
@@ -670,7 +671,7 @@ def test_tool_search_ranks_the_same_on_sqlite_and_postgresql(tmp_path, pg_urls):
         assert listed["postgresql"] == listed["sqlite"] and len(listed["sqlite"]) == 200
     finally:
         for app in apps.values():
-            app.extensions["context_shutdown"]()
+            app_state(app).shutdown()
 
 
 def _write_as_version_1(conn, config, units: list[dict], indexed: int) -> None:
@@ -770,14 +771,14 @@ def test_a_version_1_database_is_upgraded_at_start(tmp_path, pg_cluster):
             same_ranking()
             # a second node starting on the upgraded database changes nothing
             again = app_on(tmp_path, "pg2", store=url)
-            again.extensions["context_shutdown"]()
+            app_state(again).shutdown()
             with psycopg.connect(url) as c:
                 assert c.execute("SELECT value FROM cms_meta WHERE key = 'schema_version'").fetchone()[0] == SCHEMA_VERSION
                 assert c.execute("SELECT sum(ndocs) FROM day_stats").fetchone()[0] == 119
         finally:
-            pg.extensions["context_shutdown"]()
+            app_state(pg).shutdown()
     finally:
-        lite.extensions["context_shutdown"]()
+        app_state(lite).shutdown()
         with psycopg.connect(pg_cluster.primary_url, autocommit=True) as c:
             c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
 
@@ -808,4 +809,4 @@ def test_no_gin_pending_list_outlives_a_commit(tmp_path, pg_urls):
         got = search(pg, query="carrier unit7", types=["user_input"])["results"]
         assert got and got[0]["cid"] == again[7]["cid"]
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()

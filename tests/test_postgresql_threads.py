@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 from conftest import ROOT, drain, make_unit, new_app
 from service.store.postgresql.rows import SCHEMA_VERSION
 from service.units import compute_cid
+from service.state import app_state
 
 WORDS = ("order shipped refund invoice payment customer address warehouse delay carrier parcel label "
          "error timeout retry database index query latency cache token budget context agent tool model "
@@ -88,7 +89,7 @@ def sqlite_threads(data_dir) -> dict[str, tuple[str, int]]:
 
 def views_hold(app, n: int, timeout: float = 30.0) -> None:
     """Wait until the app's process has loaded a view of the read index holding all ``n`` units."""
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         view = (store.searcher.view(store.tenant("default")) if getattr(store, "backend", "sqlite") == "sqlite"
@@ -137,8 +138,8 @@ def test_threaded_units_get_the_same_threads_and_answers_on_sqlite_and_postgresq
             # differs between two writers. The same answers are owed to indexes holding the same documents: both
             # built again from their stores, and read only once each process's view holds every unit (a reload
             # that meets a merge's files being replaced keeps the previous view until a later search).
-            lite.extensions["context_maintenance"].read_sync("default").rebuild()
-            pg.extensions["context_maintenance"].read_sync("default").rebuild()
+            app_state(lite).maintenance.read_sync("default").rebuild()
+            app_state(pg).maintenance.read_sync("default").rebuild()
             drain(lite)
             drain(pg)
             views_hold(lite, len(threads))
@@ -164,11 +165,11 @@ def test_threaded_units_get_the_same_threads_and_answers_on_sqlite_and_postgresq
             a = search(lite, query=q, top_k=10, explain=True)["results"]
             b = search(pg, query=q, top_k=10, explain=True)["results"]
             assert [r["explain"]["threads"] for r in a] == [r["explain"]["threads"] for r in b], q
-        reads = pg.extensions["context_store"].searcher.reads
+        reads = app_state(pg).store.searcher.reads
         assert reads["index"] > 0 and reads["primary"] == reads["standby"] == 0   # the node's read index answered
     finally:
-        lite.extensions["context_shutdown"]()
-        pg.extensions["context_shutdown"]()
+        app_state(lite).shutdown()
+        app_state(pg).shutdown()
 
 
 def test_a_push_reads_its_threads_places_in_one_round_trip(tmp_path, pg_urls, monkeypatch):
@@ -204,7 +205,7 @@ def test_a_push_reads_its_threads_places_in_one_round_trip(tmp_path, pg_urls, mo
                list(range(2, 12))
         assert all(threads[cid_of(u)] == (cid_of(u), 0) for u in batch[100:])
     finally:
-        pg.extensions["context_shutdown"]()
+        app_state(pg).shutdown()
 
 
 # --- the upgrade of a database made before threads (schema version 3) ---------------------------------
@@ -332,21 +333,21 @@ def test_a_database_made_before_threads_gets_them_at_start(tmp_path, pg_cluster)
             drain(pg)
             got = search(pg, query="grandchild order refund", top_k=3)["results"]
             assert got[0]["cid"] == cid_of(units[-1]) and got[0]["thread"] == cid_of(units[0])
-            assert pg.extensions["context_store"].searcher.reads["index"] > 0
+            assert app_state(pg).store.searcher.reads["index"] > 0
             child = pushed(pg, [make_unit("a new child after the upgrade", timestamp=now - 1, parent_cid=cid_of(units[0]))])
             with psycopg.connect(url) as c:
                 last = c.execute("SELECT thread, tpos FROM catalog WHERE tenant = 'default' AND cid = %s",
                                  (child[0]["cid"],)).fetchone()
             assert last == (cid_of(units[0]), expected[cid_of(units[-1])][1] + 1)
             again = new_app(tmp_path / "pg2", store=url)
-            again.extensions["context_shutdown"]()
+            app_state(again).shutdown()
             with psycopg.connect(url) as c:
                 assert c.execute("SELECT count(*) FROM catalog WHERE thread IS NULL").fetchone()[0] == 0
                 assert c.execute("SELECT tpos FROM catalog WHERE cid = %s", (child[0]["cid"],)).fetchone()[0] == last[1]
         finally:
-            pg.extensions["context_shutdown"]()
+            app_state(pg).shutdown()
     finally:
-        lite.extensions["context_shutdown"]()
+        app_state(lite).shutdown()
         with psycopg.connect(pg_cluster.primary_url, autocommit=True) as c:
             c.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
 
@@ -361,7 +362,7 @@ def test_the_gap_index_is_made_only_when_the_gap_is_on(tmp_path, pg_urls):
         c.execute("DROP INDEX IF EXISTS catalog_source_ts")
     now = int(time.time())
     off = new_app(tmp_path / "off", store=pg_urls[0])
-    off.extensions["context_shutdown"]()
+    app_state(off).shutdown()
     assert not present()
     on = new_app(tmp_path / "on", store=pg_urls[0], thread_gap_s=120)
     try:
@@ -374,6 +375,6 @@ def test_the_gap_index_is_made_only_when_the_gap_is_on(tmp_path, pg_urls):
         assert threads[first] == (first, 0) and threads[near] == (first, 1)
         assert threads[apart] == (apart, 0) and threads[other] == (other, 0)
     finally:
-        on.extensions["context_shutdown"]()
+        app_state(on).shutdown()
         with psycopg.connect(pg_urls[0], autocommit=True) as c:
             c.execute("DROP INDEX IF EXISTS catalog_source_ts")

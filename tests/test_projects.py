@@ -9,6 +9,7 @@ import pytest
 
 from conftest import assert_error, drain, make_unit, replayed
 from service.unitkeys import MAX_PROJECT_CHARS, derive, derive_text
+from service.state import app_state
 
 BACKENDS = ("sqlite", "postgresql")
 INDEX_NOW = {"replica_debounce_ms": 0}
@@ -55,7 +56,7 @@ def assert_scoped(client, word: str, cids: dict, **extra) -> None:
 
 def index_answers(app) -> bool:
     """Whether default searches of this app read its read index now (the path the assertions mean)."""
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     if hasattr(store.searcher, "reads"):                # PostgreSQL: the node's read index for the tenant
         return store.readers.view("default") is not None
     return store.searcher.view(store.tenant("default")) is not None
@@ -177,7 +178,7 @@ def test_shards_stored_before_the_keys_get_them_when_opened(make_app, tmp_path):
     app = make_app(data_dir=data, **INDEX_NOW)
     cids = push_all(app.test_client(), "avocet")
     drain(app)
-    app.extensions["context_shutdown"]()
+    app_state(app).shutdown()
     tenant = data / "tenants" / "default"
     for shard in (tenant / "primary").glob("*.db"):
         with sqlite3.connect(shard) as c:       # the units table as schema version 2 made it
@@ -205,14 +206,14 @@ def test_a_version_3_database_gets_the_keys_at_start(make_app, tmp_path):
     cids = push_all(client, "avocet")
     drain(app)
     queued = push_all(client, "avocet", "queued")   # still queued for the indexer at the upgrade
-    store = app.extensions["context_store"]
+    store = app_state(app).store
 
     def as_version_3(c):
         for table in ("units", "pending", "unit_terms"):
             c.execute(f"ALTER TABLE {table} DROP COLUMN project, DROP COLUMN is_global")
         c.execute("UPDATE cms_meta SET value = 3 WHERE key = 'schema_version'")
     store.db.write(as_version_3)
-    app.extensions["context_shutdown"]()
+    app_state(app).shutdown()
     again = make_app(data_dir=tmp_path / "node2", **INDEX_NOW)      # a node with no read index yet
     client = again.test_client()
     both = {**cids, **{f"queued {k}": v for k, v in queued.items()}}

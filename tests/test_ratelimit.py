@@ -4,6 +4,7 @@ on the parsed key and is on by default with keys; 429 and 503 in each door's own
 import json
 
 from conftest import assert_error
+from service.state import app_state
 
 
 # --- rate limits --------------------------------------------------------------------------------------------
@@ -58,7 +59,7 @@ def test_retry_after_is_only_on_429_and_503(make_app, tmp_path):
 def test_concurrent_searches_are_capped_per_worker(make_app):
     import threading
     app = make_app(max_concurrent_searches=1, search_wait_s=0.2)
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     entered, release = threading.Event(), threading.Event()
     real = store.searcher.search
 

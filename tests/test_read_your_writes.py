@@ -8,6 +8,7 @@ import pytest
 import requests
 
 from conftest import drain, make_unit, replayed
+from service.state import app_state
 
 # The same contract on both storage backends (issue 18; tests/conftest.py): on PostgreSQL the replica is
 # a streaming standby, and the tests that look inside SQLite's read index run on SQLite only.
@@ -38,7 +39,7 @@ def sent_to_index(app) -> None:
     """Everything so far in the read index, and the leader's state written (on PostgreSQL: indexed, and
     replayed by the standby that default searches read)."""
     drain(app)
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     if replayed(app):
         return
     assert store.searcher.view(store.tenant("default")) is not None
@@ -91,8 +92,8 @@ def test_indexed_but_not_sent_and_changed_units(app, client):
     old = push(client, "kestrel sighting at the ridge", metadata={"v": 1})
     sent_to_index(app)
     # in FTS5 (the indexer ran) but not in the read index (no pass yet)
-    maint = app.extensions["context_maintenance"]
-    store = app.extensions["context_store"]
+    maint = app_state(app).maintenance
+    store = app_state(app).store
     ts = int(time.time())        # one timestamp for both pushes: the same unit, a second apart or not
     new = push(client, "kestrel nest on the cliff", timestamp=ts)
     maint.index_tenant(store.tenant("default"))
@@ -152,7 +153,7 @@ def test_state_low_water_mark(app, client):
     for i in range(3):
         push(client, f"heron {i}")
     sent_to_index(app)
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     from service.readindex.schema import index_dir
     state = json.loads((index_dir(store.root, "default") / "state.json").read_text())
     # every unit is in the index, but the last few seconds' units count as possibly in flight
@@ -196,7 +197,7 @@ def test_default_search_reads_pending_units_without_indexing_them(app, client):
     push(client, "a tern at the pier")
     sent_to_index(app)
     new = [push(client, f"tern flock number {i}") for i in range(5)]
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     t = store.tenant("default")
     assert set(cids(search(client, "flock"))) == set(new)
     from service.store.sqlite.queries import sql
@@ -258,7 +259,7 @@ def test_nothing_indexed_yet_and_tokens_stored_by_an_earlier_search(app, client)
     search stored (pending, tokens in the row) must still be found by the next searches, AND too."""
     new = [push(client, f"heron egret {i}") for i in range(3)] + [push(client, "heron alone")]
     assert set(cids(search(client, "heron"))) == set(new)            # makes and stores the tokens
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     t = store.tenant("default")
     from service.store.sqlite.queries import sql
     day = t.live_days()[-1]
@@ -310,8 +311,8 @@ def test_a_row_moving_on_during_the_search_is_found(make_app, tmp_path, monkeypa
             sent_to_index(app)
         new = push(client, "a shearwater over the bay")
         other = make_app(**INDEX_NOW, data_dir=data)        # another worker on the same files
-        maint = app.extensions["context_maintenance"]
-        t = app.extensions["context_store"].tenant("default")
+        maint = app_state(app).maintenance
+        t = app_state(app).store.tenant("default")
         steps = {"tokens": lambda other=other: search(other.test_client(), "shearwater"),
                  "index": lambda maint=maint, t=t: maint.index_tenant(t),
                  "send": lambda maint=maint: maint.run_once()}
@@ -336,7 +337,7 @@ def test_a_view_older_than_the_leaders_state_is_not_trusted(app, client, monkeyp
     monkeypatch.setattr(Reader, "_load", lambda self, sig: None)   # every reload fails
     new = push(client, "a shearwater over the bay")
     sent_to_index(app)
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     state = store.searcher.readers.state("default")
     assert state["low"] > state["seq"] - 1 and state["backlog"] == 0     # the leader: all in, none in flight
     assert cids(search(client, "shearwater")) == [new]

@@ -10,6 +10,7 @@ import pytest
 import tantivy
 
 from conftest import ROOT, drain, make_unit, tied_contents
+from service.state import app_state
 
 # the read index is the SQLite backend's (PostgreSQL scores in SQL: tests/test_postgresql.py):
 # CONTEXT_TEST_BACKEND=postgresql runs these on SQLite
@@ -21,7 +22,7 @@ INDEX_NOW = {"replica_debounce_ms": 0}
 
 
 def index_keys(app) -> collections.Counter:
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     view = store.searcher.view(store.tenant("default"))
     s = view.searcher
     hits = s.search(tantivy.Query.all_query(), max(1, s.num_docs), count=False).hits
@@ -68,7 +69,7 @@ def test_updates_deletes_and_expiry_reach_the_read_index(clock, app):
     assert gone["cid"] not in {r["cid"] for r in search(client, "walrus")["results"]}
     clock.advance(now + 3.5 - time.time())
     assert {r["cid"] for r in search(client, "walrus")["results"]} == {changed["cid"]}
-    app.extensions["context_maintenance"].run_once(force_janitor=True)
+    app_state(app).maintenance.run_once(force_janitor=True)
     assert {r["cid"] for r in search(client, "walrus")["results"]} == {changed["cid"]}
     keys = index_keys(app)
     assert len(keys) == 1 and set(keys.values()) == {1}
@@ -172,7 +173,7 @@ def test_a_long_question_costs_the_engine_what_a_short_one_does_and_scores_exact
         vocab = words[:12 + i % 48]
         client.post("/mcp/push", json=make_unit(" ".join(rng.choice(vocab) for _ in range(n)) + f" d{i}"))
     drain(app)
-    store, cfg = app.extensions["context_store"], app.config["CONTEXT"]
+    store, cfg = app_state(app).store, app.config["CONTEXT"]
     view = store.searcher.view(store.tenant("default"))
     calls = {}
     for name, question in (("short", "w03 w41"), ("long", " ".join(words[10:50]))):
@@ -233,7 +234,7 @@ def test_a_crash_between_commit_and_flags_leaves_no_duplicates(make_app, monkeyp
     app = make_app(**INDEX_NOW)
     client = app.test_client()
     try:
-        maint = app.extensions["context_maintenance"]
+        maint = app_state(app).maintenance
         client.post("/mcp/push", json=make_unit("gannet 0"))
         maint.run_once()                            # the index is built and ready
         rv = client.post("/mcp/push", json={"units": [make_unit(f"gannet {i}") for i in range(1, 40)]})
@@ -258,7 +259,7 @@ def test_a_crash_between_commit_and_flags_leaves_no_duplicates(make_app, monkeyp
         monkeypatch.setattr(readsync, "_mark_sent", real)
         maint.stop()
         from service.store.sqlite.maintenance import Maintenance
-        fresh = Maintenance(app.extensions["context_store"])
+        fresh = Maintenance(app_state(app).store)
         try:
             fresh.run_once()
         finally:
@@ -267,7 +268,7 @@ def test_a_crash_between_commit_and_flags_leaves_no_duplicates(make_app, monkeyp
         assert len(keys) == 50 and set(keys.values()) == {1}
         assert len(search(client, "gannet")["results"]) == 50
     finally:
-        app.extensions["context_shutdown"]()
+        app_state(app).shutdown()
 
 
 def test_a_reader_in_another_process_sees_the_leaders_commits(tmp_path, make_app):
@@ -303,12 +304,12 @@ def test_a_reader_in_another_process_sees_the_leaders_commits(tmp_path, make_app
         assert reader.stdout.readline().strip() == "2"
         assert reader.wait(timeout=30) == 0
     finally:
-        app.extensions["context_shutdown"]()
+        app_state(app).shutdown()
 
 
 def test_searches_read_the_primaries_while_the_index_is_rebuilt(app):
     client = app.test_client()
-    store, maint = app.extensions["context_store"], app.extensions["context_maintenance"]
+    store, maint = app_state(app).store, app_state(app).maintenance
     t = store.tenant("default")
     client.post("/mcp/push", json={"units": [make_unit(f"kestrel {i}") for i in range(12)]})
     drain(app)

@@ -13,6 +13,7 @@ import requests
 
 from conftest import ROOT, store_env
 from mcp_support import LEGACY, McpServer, connect, rpc
+from service.state import app_state
 
 ADMIN, READER, PUSHER = "tools-admin-0123456789abcdef", "tools-reader-0123456789abcdef", "tools-pusher-0123456789abcdef"
 OTHER_ADMIN = "tools-other-0123456789abcdef"
@@ -273,14 +274,14 @@ def test_backup_and_restore_keep_the_registry(tmp_path):
     from service import create_app
     from service.store.sqlite.backup import backup, restore
     app = create_app({"data_dir": str(tmp_path / "data"), "background": False})
-    app.extensions["context_registry"].create("default", WEATHER)
+    app_state(app).registry.create("default", WEATHER)
     manifest = backup(tmp_path / "data", tmp_path / "bk")
-    app.extensions["context_shutdown"]()
+    app_state(app).shutdown()
     assert manifest["tenants"]["default"]["tools"]["rows"] == 1
     restore(tmp_path / "bk", tmp_path / "restored")
     app = create_app({"data_dir": str(tmp_path / "restored"), "background": False})
     try:
-        found = app.extensions["context_registry"].search("default", "rain forecast")
+        found = app_state(app).registry.search("default", "rain forecast")
         assert [t["name"] for t in found] == ["get_weather"]
     finally:
-        app.extensions["context_shutdown"]()
+        app_state(app).shutdown()

@@ -5,6 +5,7 @@ import time
 import pytest
 
 from conftest import assert_error, drain, make_unit
+from service.state import app_state
 
 # The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
 BACKENDS = ("sqlite", "postgresql")
@@ -326,5 +327,5 @@ def test_a_unit_holding_one_enormous_word_is_indexed_and_found_by_its_other_word
     assert search(client, "upload receipt", consistency="strong")["results"][0]["cid"] == cid
     assert search(client, "upload receipt", consistency="replica")["results"][0]["cid"] == cid
     assert search(client, blob[:MAX_TOKEN_CHARS + 1])["results"] == []
-    tokens = app.extensions["context_store"].tokenizer.tokens(f"x {blob} ORD-{'7' * 300}")
+    tokens = app_state(app).store.tokenizer.tokens(f"x {blob} ORD-{'7' * 300}")
     assert max(map(len, tokens)) <= MAX_TOKEN_CHARS and "ord" in tokens

@@ -10,6 +10,7 @@ import pytest
 import tantivy
 
 from conftest import drain, make_unit
+from service.state import app_state
 
 # day files and their read index are the SQLite backend's (PostgreSQL: tests/test_postgresql.py):
 # CONTEXT_TEST_BACKEND=postgresql runs these on SQLite
@@ -99,7 +100,7 @@ def test_ranking_agrees_with_independent_bm25(make_app, tmp_path, consistency):
                                          ).get_json()["results"]
             assert [r["bm25_score"] for r in got] == pytest.approx([s for s, _ in scores[:10]], abs=1e-5)
     finally:
-        app.extensions["context_shutdown"]()
+        app_state(app).shutdown()
 
 
 def test_only_live_shards_are_searched(clock, client):
@@ -119,23 +120,23 @@ def test_janitor_purges_expired_units_and_unlinks_dead_days(clock, client, app):
     dead = client.post("/mcp/push", json=make_unit("doomed okapi", timestamp=old_day, ttl=2 * 86_400 + 2)).get_json()
     short = client.post("/mcp/push", json=make_unit("short okapi", timestamp=now - 10, ttl=12)).get_json()
     keep = client.post("/mcp/push", json=make_unit("lasting okapi", timestamp=now - 10, ttl=3600)).get_json()
-    maint = app.extensions["context_maintenance"]
+    maint = app_state(app).maintenance
     maint.run_once()
     tenant_dir = app.config["CONTEXT"].data_path / "tenants" / "default"
     primaries = sorted(p.name for p in (tenant_dir / "primary").glob("*.db"))
     assert len(primaries) == 2
-    view = app.extensions["context_store"].searcher.view(app.extensions["context_store"].tenant("default"))
+    view = app_state(app).store.searcher.view(app_state(app).store.tenant("default"))
     indexed_days = dict(view.searcher.terms_with_prefix("day", ""))
     assert sorted(indexed_days) == [p[:10] for p in primaries] and view.searcher.num_docs == 3
     clock.advance(now + 2.5 - time.time())
-    result = maint.janitor.run(app.extensions["context_store"].tenant("default"))
+    result = maint.janitor.run(app_state(app).store.tenant("default"))
     assert result == {"purged": 1, "unlinked": 1, "unlinked_days": [primaries[0][:10]]}
     # The dead day is gone from disk (primary and WAL files) and from the catalog ...
     assert sorted(p.name for p in (tenant_dir / "primary").glob("*.db*")) == [primaries[1]] + \
         [x for x in sorted(os.listdir(tenant_dir / "primary")) if x.startswith(primaries[1]) and x != primaries[1]]
     # ... and, after the leader's next pass, from the read index, with the purged unit.
     maint.run_once()
-    view = app.extensions["context_store"].searcher.view(app.extensions["context_store"].tenant("default"))
+    view = app_state(app).store.searcher.view(app_state(app).store.tenant("default"))
     assert view.searcher.num_docs == 1
     assert [d for d, _ in view.searcher.terms_with_prefix("day", "", filter_query=tantivy.Query.all_query())] \
         == [primaries[1][:10]]
@@ -161,7 +162,7 @@ def test_janitor_purges_expired_units_and_unlinks_dead_days(clock, client, app):
 
 
 def test_read_index_lag_and_damaged_index_rebuilt(client, app):
-    maint = app.extensions["context_maintenance"]
+    maint = app_state(app).maintenance
     client.post("/mcp/push", json=make_unit("replica tapir"))
     # Not indexed yet, and no read index yet: default reads use the primaries and, reading your
     # writes (issue 14), the pending unit too.
@@ -183,7 +184,7 @@ def test_read_index_lag_and_damaged_index_rebuilt(client, app):
     body = client.post("/mcp/search", json={"query": "tapir"}).get_json()
     assert len(body["results"]) == 2      # this process's reader keeps the last good commit (+ the tail)
     from service.store.sqlite.maintenance import Maintenance
-    fresh = Maintenance(app.extensions["context_store"])
+    fresh = Maintenance(app_state(app).store)
     try:
         fresh.run_once()
         body = client.post("/mcp/search", json={"query": "tapir"}).get_json()
@@ -220,7 +221,7 @@ def test_metrics_count_indexed_purged_and_unlinked(clock, client, app):
     client.post("/mcp/push", json=make_unit("lasting gnu"))
     drain(app)
     clock.advance(now + 2.5 - time.time())
-    app.extensions["context_maintenance"].run_once(force_janitor=True)
+    app_state(app).maintenance.run_once(force_janitor=True)
     after = totals()
     assert {k: after[k] - before[k] for k in after} == {"units_indexed": 3, "units_purged": 1, "days_unlinked": 1}
 

@@ -23,6 +23,7 @@ import pytest
 import requests
 
 from conftest import close_app, drain, make_unit, new_app
+from service.state import app_state
 
 # The same contract on both storage backends (issue 18; tests/conftest.py, pytest_generate_tests).
 BACKENDS = ("sqlite", "postgresql")
@@ -576,7 +577,7 @@ def test_deleting_shared_cid_as_a_leaves_b_copy(fresh):
     assert rv.status_code == 200 and rv.get_json()["status"] == "deleted"
     assert c.get(f"/mcp/units/{shared}", headers=auth(KEY_A)).status_code == 404
     assert c.delete(f"/mcp/units/{shared}", headers=auth(KEY_A)).status_code == 404
-    fresh.app.extensions["context_maintenance"].run_once(force_janitor=True)
+    app_state(fresh.app).maintenance.run_once(force_janitor=True)
     b_sees(fresh, shared)
     assert c.get(f"/mcp/units/{shared}/lineage", headers=auth(KEY_B)).get_json() == b_lineage
     # A's own search no longer has it, and B's copy does not show through for A either.

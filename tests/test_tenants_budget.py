@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from conftest import drain, make_unit, replayed
+from service.state import app_state
 
 BACKENDS = ("sqlite", "postgresql")
 
@@ -110,7 +111,7 @@ def test_a_tenant_closed_and_opened_again_loses_nothing(make_app, backend):
     used, and each answers as before when used again: what was acknowledged, default searches (read your
     writes), strong searches, lineage."""
     app = make_app(open_read_indexes=2, replica_debounce_ms=0)
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     if backend == "sqlite":
         store._tenants.cap = 1
     names = [f"c{i}" for i in range(6)]
@@ -148,7 +149,7 @@ def _params(query: str, strong: bool = False, **kw):
 def test_closing_a_tenant_closes_its_files(make_app, tmp_path):
     """A tenant the store closes holds no descriptor in the process afterwards (counted from /proc/self/fd)."""
     app = make_app()
-    store = app.extensions["context_store"]
+    store = app_state(app).store
     for name in ("a1", "a2"):
         store.push_one(name, make_unit(f"unit of w{name}"))
     drain(app)
@@ -166,7 +167,7 @@ def test_closing_a_tenant_closes_its_files(make_app, tmp_path):
 
     assert open_files_of_a1() > 0
     store._tenants.trim(lambda: "a1" in store.open_tenants())
-    app.extensions["context_maintenance"].step_down()
+    app_state(app).maintenance.step_down()
     assert open_files_of_a1() == 0
     assert [r["content"] for r in store.search("a1", _params("wa1"))["results"]] == ["unit of wa1"]
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from conftest import drain, make_unit, replayed
+from service.state import app_state
 
 BACKENDS = ("sqlite", "postgresql")
 NOW = int(time.time())
@@ -215,7 +216,7 @@ def test_every_path_ranks_a_threaded_memory_alike(make_app, tmp_path):
     the read index, a strong search, a default search with CONTEXT_REPLICAS=false, and a default search while
     the read index is being built (the primaries answer): one ranking whichever engine found the pool."""
     building = make_app(data_dir=tmp_path / "building")
-    building.extensions["context_maintenance"].sync_read_index = lambda writer: 0     # never ready
+    app_state(building).maintenance.sync_read_index = lambda writer: 0     # never ready
     _memory(building)
     drain(building)
     settled_app = make_app()
@@ -412,7 +413,7 @@ def test_files_made_before_threads_get_them_by_lineage_when_opened(make_app, tmp
     lone = push(client, "an unrelated note about kiosks", timestamp=NOW - 7000)
     before = {cid: unit(client, cid)["thread"] for cid in (root, *turns, deep, lone)}
     drain(app)
-    app.extensions["context_shutdown"]()
+    app_state(app).shutdown()
     tenant = data / "tenants" / "default"
     with sqlite3.connect(tenant / "catalog.db") as c:       # the catalog as schema 1 made it
         c.execute("DROP INDEX catalog_thread")

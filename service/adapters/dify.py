@@ -17,6 +17,7 @@ from ..errors import ApiError, invalid_json
 from ..packing import unrepeated, window_text
 from ..params import MAX_QUERY_CHARS, parse_search
 from .conditions import UNIT_FIELDS, ConditionError, parse_metadata_condition
+from ..state import app_state
 
 bp = Blueprint("dify", __name__)
 
@@ -44,7 +45,7 @@ def _dify_error(e: DifyError):
 
 def _tenant() -> str:
     """The caller's tenant; 401 (never 403: Dify reads 403 as "wrong key" at registration) otherwise."""
-    ring = current_app.extensions["context_keys"]
+    ring = app_state().keys
     if ring.open:
         return DEFAULT_TENANT
     token, problem = bearer_token(request.headers.get("Authorization"))
@@ -132,7 +133,7 @@ def _retrieve():
     if not query.strip():
         return jsonify({"records": []})
     config = current_app.config["CONTEXT"]
-    store = current_app.extensions["context_store"]
+    store = app_state().store
     # Metadata filters run on results: fetch the most candidates search allows, then cut to top_k.
     params = {"query": query[:MAX_QUERY_CHARS], "top_k": MAX_TOP_K if condition else top_k,
               "min_score": threshold, "neighbors": config.dify_neighbors}

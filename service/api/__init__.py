@@ -11,6 +11,7 @@ from werkzeug.exceptions import ClientDisconnected
 
 from ..errors import ApiError, BadRequest, invalid_json
 from ..units import loads_strict
+from ..state import app_state
 
 
 def parse_json(raw: bytes):
@@ -36,7 +37,7 @@ def json_body(decode=parse_json):
 
 
 def store():
-    return current_app.extensions["context_store"]
+    return app_state().store
 
 
 def config():

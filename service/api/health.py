@@ -1,9 +1,10 @@
 """/healthz and /readyz (docs/design.md §4)."""
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify
+from flask import Blueprint, jsonify
 
 from . import store
+from ..state import app_state
 
 bp = Blueprint("health", __name__)
 
@@ -32,7 +33,7 @@ def readyz():
             behind_units, behind_ms = behind_units + lag["units"], max(behind_ms, lag["lag_ms"])
     # "units" is the old name of "behind_units", kept for monitors that read it (docs/design.md §4)
     behind = {"behind_units": behind_units, "lag_ms": behind_ms, "units": behind_units}
-    maint = current_app.extensions.get("context_maintenance")
+    maint = app_state().maintenance
     body = {"status": "ok" if writable else "unavailable", "storage_writable": writable,
             "index_pending": pending, "replica_lag_ms": replica_lag_ms,
             # this node's read index behind the store (default searches read the rest from the store)

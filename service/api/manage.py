@@ -7,7 +7,7 @@ import json
 import time
 from collections.abc import Iterator
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from .. import tokens
 from ..auth import require
@@ -17,6 +17,7 @@ from ..shares.answers import released_when_sent, take_answer_slot
 from ..params import SearchParams, parse_search, query_list, query_value
 from ..store.base import LIST_MAX, SAMPLE
 from . import config, json_body, store
+from ..state import app_state
 
 bp = Blueprint("manage", __name__)
 
@@ -87,8 +88,7 @@ def stats(tenant):
     """Units and bytes per type and per day, oldest and newest, index backlog, replica lag, days stored, and the
     tenant's live streams (open over every worker, and the bounds they meet)."""
     _query_args(())
-    hub = current_app.extensions.get("context_hub")
-    streams = hub.streams(tenant) if hub is not None else None
+    streams = app_state().hub.streams(tenant)
     return jsonify({"tenant": tenant, **store().stats(tenant), "streams": streams})
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections import deque
 
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, request
 
 from ..auth import current_principal, require
 from ..errors import ApiError, BadRequest
@@ -21,6 +21,7 @@ from ..live import Match
 from ..params import parse_search, query_list, query_value
 from ..uris import unit_uri
 from . import config, store
+from ..state import app_state
 
 bp = Blueprint("stream", __name__)
 
@@ -140,7 +141,7 @@ def stream(tenant):
     after = _last_event_id()
     if after is None:
         after = store().max_seq(tenant)
-    hub = current_app.extensions["context_hub"]
+    hub = app_state().hub
     lst = StreamListener(hub, tenant, current_principal().key_id, request.environ.get("gunicorn.socket"), match,
                          after)
     try:

@@ -1,13 +1,14 @@
 """The tool registry over REST: /mcp/tools. ``admin`` writes, ``search`` reads."""
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify, request
+from flask import Blueprint, jsonify, request
 
 from ..auth import require
 from ..errors import BadRequest, NotFound
 from ..params import plain_text
 from ..toolcheck import AUTH_TYPES, is_tool_name, parse_search, parse_tags
 from . import json_body
+from ..state import app_state
 
 bp = Blueprint("tools", __name__)
 
@@ -15,7 +16,7 @@ LIST_ARGS = {"q", "top_k", "tags", "auth_type", "after", "limit"}
 
 
 def registry():
-    return current_app.extensions["context_registry"]
+    return app_state().registry
 
 
 def _name(name: str) -> str:

@@ -15,6 +15,7 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, redirect
 
 from ..auth import current_principal
 from ..errors import NotFound
+from ..state import app_state
 
 bp = Blueprint("console", __name__)
 
@@ -79,7 +80,7 @@ def session():
     principal = current_principal()
     config = current_app.config["CONTEXT"]
     return _secured(jsonify({"tenant": principal.tenant, "scopes": sorted(principal.scopes),
-                             "open": current_app.extensions["context_keys"].open,
+                             "open": app_state().keys.open,
                              "types": list(config.types)}), cache="no-store")
 
 

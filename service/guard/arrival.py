@@ -16,8 +16,11 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from flask import Flask
+
 from ..doors import body_limit
 from .responses import PREBUFFER_BYTES, Bounds, no_wait
+from ..state import app_state
 
 _CHUNK_LINE_MAX = 8192            # gunicorn's own bound on a chunk-size line (limit_request_field_size)
 _TRAILER_MAX = 8190 * 32          # ... and on a trailer section
@@ -170,9 +173,9 @@ class Door:
     thread now (service.shares.admission.Admission, None outside the service's app)."""
 
     def __init__(self, app, bounds: Bounds):
-        extensions = getattr(app, "extensions", {}) or {}
-        self.keys = extensions.get("context_keys")
-        self.admission = extensions.get("context_admission")
+        state = app_state(app, optional=True) if isinstance(app, Flask) else None
+        self.keys = state.keys if state is not None else None
+        self.admission = state.admission if state is not None else None
         self.config = (getattr(app, "config", None) or {}).get("CONTEXT")
         self.bounds = bounds
 

@@ -21,13 +21,14 @@ import json
 from collections import OrderedDict
 
 import mcp_types as types
-from flask import Response, current_app
+from flask import Response
 from mcp_types.methods import serialize_server_result
 
 from ..hub import LIST, LimitReached, Listener
 from .. import uris
 from .context import Call
 from .protocol import SUBSCRIPTION_ID_META_KEY, TOO_MANY_LISTENERS, RpcError, invalid_params
+from ..state import app_state
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 WRITE_TIMEOUT_S = 30.0     # a client that reads nothing this long while the server writes is dropped
@@ -113,7 +114,7 @@ def _accept(call: Call, requested: list[str], tokenizer) -> tuple[list[str], set
 
 def open_stream(call: Call, req: types.SubscriptionsListenRequest, *, request_id, key_id: str, sock=None) -> Response:
     """Acknowledge what is accepted, then stream the changes until the client closes or the server ends it."""
-    hub = current_app.extensions["context_hub"]
+    hub = app_state().hub
     wanted = req.params.notifications
     requested = list(wanted.resource_subscriptions or [])
     limit = call.config.max_subscriptions

@@ -21,6 +21,7 @@ from ..tokens import cursor_key
 from . import protocol as p
 from .context import Call
 from .dispatch import METHODS, dispatch, prepare
+from ..state import app_state
 
 log = logging.getLogger(__name__)
 bp = Blueprint("mcp", __name__)
@@ -146,9 +147,9 @@ def endpoint():
         if msg.kind == "notification":
             return _accepted()
         call = Call(tenant=principal.tenant, scopes=principal.scopes, era=era,
-                    store=current_app.extensions["context_store"], config=config,
+                    store=app_state().store, config=config,
                     cursor_key=cursor_key(current_app, config),
-                    registry=current_app.extensions.get("context_registry"))
+                    registry=app_state().registry)
     except p.RpcError as e:
         rid = e.id if msg is None else msg.id
         return _rpc_response(rid, _error_status(e, era, False), error=e)

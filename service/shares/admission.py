@@ -130,14 +130,14 @@ def let_go() -> None:
         release()
 
 
-def init_app(app: Flask) -> None:
+def init_app(app: Flask, keys: KeyRing, store) -> Admission:
     """This worker's ``Admission`` (the slow-client guard asks it before a thread serves a request), and the answer
     to a request it refused, raised before any view (in the door's shape, logged like any answer)."""
-    config, store = app.config["CONTEXT"], app.extensions["context_store"]
-    app.extensions["context_admission"] = Admission.of(config, app.extensions["context_keys"], store.search_slots)
+    admission = Admission.of(app.config["CONTEXT"], keys, store.search_slots)
 
     @app.before_request
     def _refused():
         error = getattr(request.environ.get("gunicorn.socket"), "refusal", None)
         if error is not None:
             raise error
+    return admission

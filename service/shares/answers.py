@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 
-from flask import Flask, current_app, g
+from flask import Flask, g
 
 from ..errors import ApiError, respond
+from ..state import app_state
 from .fair import FairShares, shares
 
 
@@ -56,15 +57,14 @@ class AnswerSlots(FairShares):
 def take_answer_slot():
     """A slot for the large answer the current request is about to send (its principal's tenant and key)."""
     principal = g.get("principal")
-    slots: AnswerSlots = current_app.extensions["context_answers"]
+    slots = app_state().answers
     return slots.take(principal.tenant if principal else "-", getattr(principal, "key_id", None))
 
 
-def init_app(app: Flask) -> None:
+def init_app(app: Flask) -> AnswerSlots:
     """Every answer over the threshold takes a slot while its thread writes it (a streamed one, the export,
     takes its own: service/api/manage.py)."""
     slots = AnswerSlots.of(app.config["CONTEXT"])
-    app.extensions["context_answers"] = slots
 
     @app.after_request
     def _large_answer(response):
@@ -77,6 +77,7 @@ def init_app(app: Flask) -> None:
             return respond(e.status, e.code, e.message, headers=e.headers)
         response.response = released_when_sent(response.response, release)   # Content-Length stays set
         return response
+    return slots
 
 
 def released_when_sent(body, release):
