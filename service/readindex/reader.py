@@ -19,6 +19,17 @@ log = logging.getLogger(__name__)
 IDF_CACHE = 20_000      # terms remembered per commit (a view lives until the next commit)
 
 
+@dataclass
+class ViewCache:
+    """What searches learn of one commit, kept while its view lives (until the next commit)."""
+    avgdl: float | None = None       # tantivy's average length, read from one explanation (searcher.py)
+    mean_len: float | None = None    # the mean exact length, while no document matches (searcher.py)
+    idf: dict = field(default_factory=dict)        # by term, up to IDF_CACHE
+    sources: dict | None = None      # the sources by their hash (threaded.py)
+    fields: dict = field(default_factory=dict)     # a document's fast fields by address (threaded.py)
+    places: dict = field(default_factory=dict)     # what a thread's place holds (threaded.py)
+
+
 @dataclass(frozen=True)
 class View:
     """One committed state of a tenant's read index."""
@@ -26,12 +37,12 @@ class View:
     schema: tantivy.Schema
     ndocs: int
     sig: object = None        # meta.json's signature when loaded (see ``moved``)
-    cache: dict = field(default_factory=dict, compare=False)   # avgdl, once known; idf by term
+    cache: ViewCache = field(default_factory=ViewCache, compare=False)
 
     def idf(self, term: str) -> float:
         """A term's idf in this commit, asked of tantivy once per commit and term (each call releases and
         retakes the GIL among the worker's threads; questions repeat their common words)."""
-        known = self.cache.setdefault("idf", {})
+        known = self.cache.idf
         idf = known.get(term)
         if idf is None:
             idf = idf_of(self.ndocs, self.searcher.doc_freq("t", term))

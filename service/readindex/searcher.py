@@ -270,22 +270,22 @@ def mean_length(view: View, terms: list[str]) -> float:
     """The average document length for scoring units the index does not hold yet: tantivy's own
     (``average_length``, from any document matching a query term), else, when none matches, the
     mean of the exact lengths."""
-    if "avgdl" not in view.cache:
+    if view.cache.avgdl is None:
         query = Query.boolean_query([(Occur.Should, Query.term_query(view.schema, "t", term)) for term in terms])
         hits = view.searcher.search(query, 1, count=False).hits
         if hits:
             return average_length(view, terms, Hit(*hits[0]))
-        if "mean_len" not in view.cache:
+        if view.cache.mean_len is None:
             agg = view.searcher.aggregate(Query.all_query(), {"len": {"avg": {"field": "len"}}})
-            view.cache["mean_len"] = (agg.get("len") or {}).get("value") or 1.0
-        return view.cache["mean_len"]
-    return view.cache["avgdl"]
+            view.cache.mean_len = (agg.get("len") or {}).get("value") or 1.0
+        return view.cache.mean_len
+    return view.cache.avgdl
 
 
 def average_length(view: View, terms: list[str], hit: Hit) -> float:
     """The average document length of this commit as tantivy computes it, read from its explanation
     of one hit (once per commit)."""
-    if "avgdl" not in view.cache:
+    if view.cache.avgdl is None:
         query = Query.boolean_query([(Occur.Should, Query.term_query(view.schema, "t", term)) for term in terms])
         tree = json.loads(query.explain(view.searcher, hit.address).to_json(), strict=False)
         stack, avgdl = [tree], None
@@ -294,8 +294,8 @@ def average_length(view: View, terms: list[str], hit: Hit) -> float:
             if node.get("description", "").startswith("avgdl"):
                 avgdl = node["value"]
             stack.extend(node.get("details") or [])
-        view.cache["avgdl"] = avgdl or 1.0
-    return view.cache["avgdl"]
+        view.cache.avgdl = avgdl or 1.0
+    return view.cache.avgdl
 
 
 # Lucene's SmallFloat.intToByte4, which tantivy uses to store a document's length in one byte.

@@ -8,6 +8,8 @@ searcher.py), and BM25's own best k (a corpus without threads) is ``searcher.bes
 """
 from __future__ import annotations
 
+from typing import Literal
+
 from tantivy import Occur, Query
 
 from ..ranking import rank as ranking
@@ -75,17 +77,19 @@ def candidates(view: View, hits: list[Hit]) -> list[Candidate]:
 
 def _sources(view: View) -> dict[int, str]:
     """The view's sources by their hash (its term dictionary: a tenant has few)."""
-    by_hash = view.cache.get("sources")
+    by_hash = view.cache.sources
     if by_hash is None:
-        by_hash = view.cache["sources"] = {source_hash(s): s for s, _ in view.searcher.terms_with_prefix("src", "")}
+        by_hash = view.cache.sources = {source_hash(s): s for s, _ in view.searcher.terms_with_prefix("src", "")}
     return by_hash
 
 
-def _bounded(view: View, name: str) -> dict:
-    """A per-view cache (a view lives until the next commit), emptied past VIEW_CACHE entries."""
-    cache = view.cache.get(name)
-    if cache is None or len(cache) > VIEW_CACHE:
-        cache = view.cache[name] = {}
+def _bounded(view: View, name: Literal["fields", "places"]) -> dict:
+    """One of the view's caches of documents (a view lives until the next commit), emptied past VIEW_CACHE entries
+    (a new dict: a search still holding the old one reads on)."""
+    cache = getattr(view.cache, name)
+    if len(cache) > VIEW_CACHE:
+        cache = {}
+        setattr(view.cache, name, cache)
     return cache
 
 
