@@ -17,6 +17,7 @@ from functools import partial
 from gunicorn import util
 from gunicorn.workers import gthread
 
+from ..config import Config
 from ..shares.admission import serving
 from .arrival import Door, buffer_request, hand_over
 from .parking import Park, Parking, admit
@@ -117,8 +118,10 @@ class GuardedWorker(gthread.ThreadWorker):
         super().init_process()
 
     def run(self):
-        # The app is loaded by now (init_process): its settings bound the guard, its keys and limits admit.
-        self.bounds = Bounds.from_config((getattr(self.wsgi, "config", None) or {}).get("CONTEXT"))
+        # The app is loaded by now (init_process): its settings bound the guard (another app under these settings,
+        # a benchmark's: the environment's), its keys and limits admit.
+        config = (getattr(self.wsgi, "config", None) or {}).get("CONTEXT")
+        self.bounds = Bounds.from_config(config if config is not None else Config.from_env())
         self.door = Door(self.wsgi, self.bounds)
         self.parking = Parking(self, self.door)
         self.flushing: dict = {}                     # connections whose response the poller writes: their Flush
