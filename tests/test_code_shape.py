@@ -359,10 +359,11 @@ def test_no_function_over_80_lines():
 # SQL is written in sql/*.sql and run by name; only these modules build statements in Python: SQLite's
 # connections.py (connection pragmas, transactions, the FTS5 probe), fts.py (the scoring statement, whose shape
 # depends on the query's terms and filters) and manage.py (issue 15's filtered list, export and forget
-# statements, built from service/store/filters.py); on PostgreSQL (issue 18) their counterparts search.py (the
-# match and queued-unit conditions around ranking/bm25.py's scoring SQL) and manage.py.
+# statements, built from service/store/filters.py); on PostgreSQL (issue 18) their counterparts scoring.py (the
+# match and queued-unit conditions around ranking/bm25.py's scoring SQL), search.py (the queued units' read)
+# and manage.py.
 SQL_BUILDERS = {"service.store.sqlite.connections", "service.store.sqlite.fts", "service.store.sqlite.manage",
-                "service.store.postgresql.search", "service.store.postgresql.manage"}
+                "service.store.postgresql.search", "service.store.postgresql.scoring", "service.store.postgresql.manage"}
 _SQL_RE = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|WITH|CREATE|ATTACH|DETACH|REPLACE)\s+\S")
 
 
@@ -513,9 +514,10 @@ def test_no_class_is_named_after_its_backend_and_no_contract_after_a_class():
 OWN_MODULES = {
     "sqlite": {"tenant": "one tenant's files (PostgreSQL: every table keyed by tenant)",
                "groupcommit": "one commit per group of pushes (PostgreSQL: one transaction per push)",
-               "fts": "the strong search's FTS5 statements (PostgreSQL's conditions are in its search.py)",
+               "fts": "the strong search's FTS5 statements (PostgreSQL's SQL is its scoring.py)",
                "backup": "an online copy of the files (PostgreSQL: its own tools and replication)"},
-    "postgresql": {"standby": "the streaming standby default searches may read (SQLite has none)"},
+    "postgresql": {"standby": "the streaming standby default searches may read (SQLite has none)",
+                   "scoring": "the search's match conditions, scoring statement and pruning (SQLite's: fts.py)"},
 }
 
 

@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from service.ranking.bm25 import Bm25, ShardHit
-from service.store.sqlite.fts import fts_query, score, scoring_sql
+from service.store.sqlite.fts import fts_query, fts_scoring_sql, score
 
 DOCS = {"a1": "order ship order", "b2": "order refund", "c3": "ship ship ship parcel label", "d4": "invoice"}
 
@@ -37,7 +37,7 @@ def by_hand(terms, k1=1.2, b=0.75):
 
 
 def test_the_statement_is_text_with_only_bound_values():
-    text = scoring_sql("FROM units u WHERE u.expires_at > :now", 2, "or")
+    text = fts_scoring_sql("FROM units u WHERE u.expires_at > :now", 2, "or")
     assert text.startswith("WITH c AS MATERIALIZED (SELECT u.id AS id") and text.endswith("LIMIT :k")
     for name in (":p0", ":p1", ":w0", ":w1", ":k1", ":b", ":avgdl"):
         assert name in text

@@ -62,9 +62,9 @@ def test_same_units_rank_the_same_on_sqlite_and_postgresql(tmp_path, pg_urls, pe
     the tables; ``maxscore``: default searches read the tables too (no read index), with PostgreSQL's
     MaxScore pruning on every query (it starts at 2,000 matches)."""
     if pruned:
-        from service.store.postgresql import search as pg_search
-        monkeypatch.setattr(pg_search, "PRUNE_MIN_MATCHES", 0)
-        monkeypatch.setattr(pg_search, "PRUNE_SEED_MATCHES", 20)
+        from service.store.postgresql import scoring as pg_scoring, search as pg_search
+        monkeypatch.setattr(pg_scoring, "PRUNE_MIN_MATCHES", 0)
+        monkeypatch.setattr(pg_scoring, "PRUNE_SEED_MATCHES", 20)
         calls = []          # (terms in, terms kept) per pruned search
         real = pg_search.essential_terms
 

@@ -1,6 +1,6 @@
 """BM25 as the service computes it everywhere, written once: k1 1.2, b 0.75 (tantivy's, fixed in the
 engine), Lucene's always-positive idf, exact document lengths; the length norm and a term's score in Python
-(``length_norm``, ``term_score``) and as SQL for both dialects (``scoring_sql``); and one scored unit
+(``length_norm``, ``term_score``) and as SQL for both dialects (``scoring_expressions``); and one scored unit
 (``ShardHit``).
 
 Every scorer calls these, in Python and in SQL alike, with the floating-point operations in one order: the
@@ -41,7 +41,7 @@ def term_score(weight: float, tf: int, norm: float) -> float:
     return weight * tf / (tf + norm)
 
 
-def scoring_sql(param, n_terms: int) -> tuple[str, str]:
+def scoring_expressions(param, n_terms: int) -> tuple[str, str]:
     """The same two expressions as SQL: (the length norm over a column ``ntok``, the score summed over
     columns tf0, tf1, ... and a column ``norm``). ``param(name)`` spells a bound parameter in the dialect
     (SQLite ``:name``, psycopg ``%(name)s``): k1, b, avgdl and each term's weight w<i>."""

@@ -24,7 +24,7 @@ class TokenCache:
         return self._items.get((tenant, day, rowid, cid))
 
     def put(self, tenant: str, day: str, rowid: int, cid: str, tokens: list[str]) -> tuple[str, int]:
-        # spaces doubled, as fts.scoring_sql does in SQL: " term " occurrences then never overlap
+        # spaces doubled, as fts.fts_scoring_sql does in SQL: " term " occurrences then never overlap
         entry = (" " + "  ".join(tokens) + " ", len(tokens))
         with self._lock:
             self._items[(tenant, day, rowid, cid)] = entry
@@ -114,13 +114,13 @@ def best(hits: list[ShardHit], k: int) -> list[ShardHit]:
 
 
 def score_tokens(entry: tuple[str, int], r, p: SearchParams, terms: list[str], bm25: Bm25) -> ShardHit | None:
-    """One waiting unit scored from its tokens in Python, exactly as scoring_sql scores a row."""
+    """One waiting unit scored from its tokens in Python, exactly as fts_scoring_sql scores a row."""
     padded, ntok = entry
     return score_counts([padded.count(f" {term} ") for term in terms], ntok, r["cid"], r["id"], p, bm25)
 
 
 def score_counts(tfs: list[int], ntok: int, cid: str, rowid: int, p: SearchParams, bm25: Bm25) -> ShardHit | None:
-    """One unit scored from its query terms' frequencies, exactly as scoring_sql scores a row."""
+    """One unit scored from its query terms' frequencies, exactly as fts_scoring_sql scores a row."""
     if not ntok or (p.operator == "and" and not all(tfs)) or not any(tfs):
         return None
     return ShardHit(bm25.score(tfs, bm25.norm(ntok)), cid, rowid, ntok, tfs)

@@ -12,7 +12,7 @@ connections.py (the pools and failover), queries.py (the SQL by name), rows.py (
 keys), store.py (push, reads, delete), threads.py (a new unit's thread; databases made before threads),
 indexer.py (the queue -> unit_terms, on any node), janitor.py (expiry, day partitions), maintenance.py (the loop),
 readsync.py (this node's read index), search.py and tail.py (BM25 over the tables and over the node's index,
-read-your-writes), engine.py (what the ranking reads of the tables: the pool, a thread's places), manage.py (list, stats, export, forget), live.py (feed, change log, stream slots, NOTIFY),
+read-your-writes), scoring.py (the search's SQL, as SQLite's fts module), engine.py (what the ranking reads of the tables: the pool, a thread's places), manage.py (list, stats, export, forget), live.py (feed, change log, stream slots, NOTIFY),
 registry.py (the tool registry). Its own: standby.py (the streaming standby).
 """
 from __future__ import annotations

@@ -18,7 +18,8 @@ from ..statements import expand
 from .indexer import catch_up
 from .queries import sql
 from .rows import remove_units
-from .search import match_where, pg_filters
+from ..filters import pg_filters
+from .scoring import match_where
 
 UNIT_COLUMNS = expand("@unit_columns(u), u.day::text AS day", "postgresql")     # (service/units.py's)
 

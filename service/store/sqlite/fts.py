@@ -4,7 +4,7 @@ row functions that run it.
 Every statement the search paths build at run time is assembled here, from fixed fragments and
 bound parameters only (the user's text is a parameter or a quoted FTS5 token, never SQL): a shard's
 FTS5 matches (``shard_top``), the units the read index lacks (service/store/sqlite/tail.py) and the units still
-waiting for the indexer. ``scoring_sql`` is the statement itself: print it, or run it on any table
+waiting for the indexer. ``fts_scoring_sql`` is the statement itself: print it, or run it on any table
 with the units columns (tests/test_fts.py).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 
 from ...errors import TooCostly
 from ...params import SearchParams
-from ...ranking.bm25 import Bm25, ShardHit, scoring_sql as bm25_sql
+from ...ranking.bm25 import Bm25, ShardHit, scoring_expressions
 from ..filters import filters
 from ..statements import expand
 from .queries import sql
@@ -30,7 +30,7 @@ def fts_query(terms: list[str], operator: str) -> str:
     return joiner.join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-def scoring_sql(source: str, n_terms: int, require: str | None = None) -> str:
+def fts_scoring_sql(source: str, n_terms: int, require: str | None = None) -> str:
     """The statement that scores the units of ``source`` (``FROM ... WHERE ...``, alias u for units)
     under global BM25 weights and returns the best :k as (score, cid, id, ntok, tf0, tf1, ...).
 
@@ -39,7 +39,7 @@ def scoring_sql(source: str, n_terms: int, require: str | None = None) -> str:
     term's weight. ``require`` ("or", "and") keeps only units holding any or every query term (for a
     ``source`` that is not an FTS5 match)."""
     tf_cols = [f"(length(t) - length(replace(t, :p{i}, ''))) / length(:p{i}) AS tf{i}" for i in range(n_terms)]
-    norm, score = bm25_sql(":{}".format, n_terms)
+    norm, score = scoring_expressions(":{}".format, n_terms)
     tfs = [f"tf{i}" for i in range(n_terms)]
     having = ""
     if require == "and":
@@ -56,12 +56,12 @@ def scoring_sql(source: str, n_terms: int, require: str | None = None) -> str:
 
 def score(conn, source: str, args: dict, terms: list[str], bm25: Bm25, k: int, now: int,
           require: str | None = None) -> list[ShardHit]:
-    """The best k units of ``source`` under the global BM25 weights (``scoring_sql``)."""
+    """The best k units of ``source`` under the global BM25 weights (``fts_scoring_sql``)."""
     args.update({"k": k, "now": now, "k1": bm25.k1, "b": bm25.b, "avgdl": bm25.avgdl})
     for i, (term, w) in enumerate(zip(terms, bm25.weights)):
         args[f"p{i}"] = f" {term} "
         args[f"w{i}"] = w
-    return [ShardHit.of(r) for r in conn.execute(scoring_sql(source, len(terms), require), args)]
+    return [ShardHit.of(r) for r in conn.execute(fts_scoring_sql(source, len(terms), require), args)]
 
 
 def shard_stats(conn, terms: list[str]) -> dict:
