@@ -323,10 +323,10 @@ def named_statements(path) -> list[str]:
 
 
 def test_every_named_statement_is_used():
-    """sql/queries.sql and each area's sql/*_queries.sql (queries.sql loads them all: live_queries.sql is
-    issue 16's) hold no statement the service never runs (dead SQL drifts from the schema); nor does the
+    """sql/sqlite/queries.sql and each area's sql/sqlite/*_queries.sql (queries.sql loads them all: live_queries.sql
+    is issue 16's) hold no statement the service never runs (dead SQL drifts from the schema); nor does the
     PostgreSQL backend's sql/postgresql/queries.sql (issue 18) in service/store/postgresql/."""
-    names = [n for f in sorted((ROOT / "sql").glob("*queries.sql")) for n in named_statements(f)]
+    names = [n for f in sorted((ROOT / "sql" / "sqlite").glob("*queries.sql")) for n in named_statements(f)]
     source = "\n".join(p.read_text(encoding="utf-8") for p in service_modules().values())
     assert len(names) > 60
     assert [n for n in names if f'"{n}"' not in source] == []

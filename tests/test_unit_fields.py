@@ -20,7 +20,8 @@ from service.units import (DESCRIBING_FIELDS, KEPT_COLUMNS, MUTABLE_FIELDS, REPU
 BACKENDS = ("sqlite", "postgresql")
 # What each store keeps in a unit's row beside the unit's own columns.
 OWN_COLUMNS = {"sqlite": {"id", "pushed_ms", "indexed", "ntok", "tokens"}, "postgresql": {"tenant", "day", "pushed_ms"}}
-SQL = {"sqlite": ("shard_schema.sql", ("shard_migrate_v2.sql", "shard_migrate_v3.sql"), "*queries.sql"),
+SQL = {"sqlite": ("sqlite/shard_schema.sql", ("sqlite/shard_migrate_v2.sql", "sqlite/shard_migrate_v3.sql"),
+                   "sqlite/*queries.sql"),
        "postgresql": ("postgresql/schema.sql", (), "postgresql/queries.sql")}
 
 
@@ -57,7 +58,7 @@ def test_postgresqls_unit_terms_hold_the_searched_columns():
 
 def test_sqlites_schema_script_makes_that_table():
     conn = sqlite3.connect(":memory:")
-    conn.executescript(sql_file("shard_schema.sql"))
+    conn.executescript(sql_file("sqlite/shard_schema.sql"))
     assert {r[1] for r in conn.execute("PRAGMA table_info(units)")} == set(UNIT_COLUMNS) | OWN_COLUMNS["sqlite"]
 
 
@@ -72,18 +73,18 @@ def unit_aliases(statement: str) -> set[str]:
 
 
 def test_every_sqlite_statement_compiles_against_the_schemas():
-    """Each named statement of sql/*queries.sql, as it runs (its @lists written out), is one SQLite prepares
+    """Each named statement of sql/sqlite/*queries.sql, as it runs (its @lists written out), is one SQLite prepares
     against the schema of one of the files (a unit column it names that the day file lacks would not be)."""
     dbs = []
     for script in ("shard_schema.sql", "catalog_schema.sql", "events_schema.sql", "registry_schema.sql",
                    "streams_schema.sql"):
         conn = sqlite3.connect(":memory:")
-        conn.executescript(sql_file(script))
+        conn.executescript(sql_file(f"sqlite/{script}"))
         if script == "shard_schema.sql":             # (backup compares a day file with its catalog, attached)
             conn.execute("ATTACH ':memory:' AS cat")
-            conn.executescript(sql_file("catalog_schema.sql").replace("IF NOT EXISTS ", "IF NOT EXISTS cat."))
+            conn.executescript(sql_file("sqlite/catalog_schema.sql").replace("IF NOT EXISTS ", "IF NOT EXISTS cat."))
         dbs.append(conn)
-    statements = named("*queries.sql", "sqlite")
+    statements = named("sqlite/*queries.sql", "sqlite")
     assert len(statements) > 60 and [n for n, s in statements.items() if re.search(r"@\w", s)] == []
     refused = {}
     for name, statement in statements.items():
@@ -129,7 +130,7 @@ def test_the_statements_that_write_a_unit_write_each_column():
     """A new unit's row names every column (the store's own beside); a re-push, in both stores' rows and in
     PostgreSQL's queue and terms rows (which hold the columns search filters on), sets what a re-push writes
     (units.py REPUSHED_COLUMNS) and only that."""
-    sqlite, pg = named("*queries.sql", "sqlite"), named("postgresql/queries.sql", "postgresql")
+    sqlite, pg = named("sqlite/*queries.sql", "sqlite"), named("postgresql/queries.sql", "postgresql")
     inserted, repushed = written(sqlite["unit_upsert"], "units")
     assert inserted == [*UNIT_COLUMNS, "pushed_ms"] and repushed == list(REPUSHED_COLUMNS)
     inserted, _ = written(pg["unit_insert"], "units")
@@ -148,8 +149,8 @@ def test_a_stored_unit_round_trips_through_a_day_file():
     keeps a row sent (2) only while every mutable field is what it sent."""
     conn = sqlite3.connect(":memory:", isolation_level=None)
     conn.row_factory = sqlite3.Row
-    conn.executescript(sql_file("shard_schema.sql"))
-    sql = named("*queries.sql", "sqlite")
+    conn.executescript(sql_file("sqlite/shard_schema.sql"))
+    sql = named("sqlite/*queries.sql", "sqlite")
     parent = validate_unit(make_unit("the parent"), Config())
     first = validate_unit(make_unit("a unit", metadata={"project": "p1", "session": 4}, parent_cid=parent.cid),
                           Config())

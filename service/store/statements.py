@@ -1,5 +1,5 @@
 """SQL lives in ``sql/`` as ``.sql`` files, each statement after a ``-- name: x`` line, run by name; both
-backends load theirs here (``sql/*queries.sql`` for SQLite, ``sql/postgresql/queries.sql``).
+backends load theirs here (``sql/sqlite/*queries.sql`` for SQLite, ``sql/postgresql/queries.sql``).
 
 A statement that names a stored unit's columns wholesale takes them from service/units.py as a ``@list``,
 expanded once as the file is loaded, so adding a field to the unit touches no statement:
@@ -24,7 +24,7 @@ from ..units import MUTABLE_FIELDS, REPUSHED_COLUMNS, STORED_FALLBACK, UNIT_COLU
 
 # sql/ beside the package in a checkout (editable install); service/sql/ inside an installed wheel.
 _SERVICE = Path(__file__).resolve().parents[1]
-SQL_DIR = next((d for d in (_SERVICE.parent / "sql", _SERVICE / "sql") if (d / "queries.sql").exists()),
+SQL_DIR = next((d for d in (_SERVICE.parent / "sql", _SERVICE / "sql") if (d / "sqlite" / "queries.sql").exists()),
                _SERVICE.parent / "sql")
 _NAME_RE = re.compile(r"^--\s*name:\s*(\S+)\s*$", re.M)
 _MACRO_RE = re.compile(r"@(\w+)(?:\(([^)]*)\))?")

@@ -475,7 +475,7 @@ DELETE FROM live_listeners WHERE tenant = %(tenant)s AND id = %(id)s;
 -- name: live_listeners_touch
 UPDATE live_listeners SET seen_ms = %(now)s WHERE owner = %(owner)s;
 
--- --- the tool registry (service/store/postgresql/registry.py; the SQLite one: sql/live_queries.sql) ------------
+-- --- the tool registry (service/store/postgresql/registry.py; the SQLite one: sql/sqlite/live_queries.sql) ------------
 
 -- name: tool_get
 SELECT * FROM tools WHERE tenant = %(tenant)s AND name = %(name)s;

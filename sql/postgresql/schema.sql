@@ -198,7 +198,7 @@ CREATE TABLE IF NOT EXISTS live_listeners (
     PRIMARY KEY (tenant, id)
 );
 
--- The tool registry: as the SQLite backend's tools.db (sql/registry_schema.sql), one table for every
+-- The tool registry: as the SQLite backend's tools.db (sql/sqlite/registry_schema.sql), one table for every
 -- tenant. Token columns are service/tokenize.py's tokens (space-joined) per field group; ``terms`` the
 -- distinct tokens of all three, whose GIN index finds a query's candidates and document frequencies.
 CREATE TABLE IF NOT EXISTS tools (

@@ -35,7 +35,7 @@ from .queries import fetch_all, fetch_one, sql
 
 MANIFEST = "manifest.json"
 FORMAT = 1
-# The rows the manifest counts, per kind of file (named statements in sql/queries.sql).
+# The rows the manifest counts, per kind of file (named statements in sql/sqlite/queries.sql).
 _COUNT_SQL = {"catalog": "backup_count_catalog", "shard": "backup_count_shard",
               "tools": "backup_count_tools"}      # the tool registry, tools.db
 

@@ -1,4 +1,5 @@
-"""The SQLite backend's SQL, by name (sql/queries.sql and every sql/*_queries.sql), and its schema scripts."""
+"""The SQLite backend's SQL, by name (sql/sqlite/queries.sql and every sql/sqlite/*_queries.sql), and its schema scripts
+(sql/sqlite/*_schema.sql, *_migrate_v*.sql)."""
 from __future__ import annotations
 
 import sqlite3
@@ -7,8 +8,8 @@ from ..statements import named, sql_file
 
 
 def sql(name: str) -> str:
-    """A named statement from sql/queries.sql (or another sql/*_queries.sql, e.g. live_queries.sql)."""
-    return named("*queries.sql")[name]
+    """A named statement from sql/sqlite/queries.sql (or another sql/sqlite/*_queries.sql, e.g. live_queries.sql)."""
+    return named("sqlite/*queries.sql")[name]
 
 
 def fetch_all(conn: sqlite3.Connection, name: str, params: dict | None = None) -> list:
@@ -22,4 +23,5 @@ def fetch_one(conn: sqlite3.Connection, name: str, params: dict | None = None):
 
 
 def schema(filename: str) -> str:
-    return sql_file(filename)
+    """A schema or migration script of sql/sqlite/ by its file name."""
+    return sql_file(f"sqlite/{filename}")

@@ -22,7 +22,7 @@ from .connections import Db, OpenShards
 from ...signals import CATALOG, Signals
 from .queries import fetch_all, fetch_one
 
-SHARD_SCHEMA_VERSION = 3          # sql/shard_schema.sql's; older files are migrated (rows.migrate_shard)
+SHARD_SCHEMA_VERSION = 3          # sql/sqlite/shard_schema.sql's; older files are migrated (rows.migrate_shard)
 
 # Catalogs this process has opened with a write (their schema script run): see Tenant.__init__.
 _opened: set[str] = set()

@@ -1,4 +1,4 @@
--- Named statements of live context and the tool registry, loaded with sql/queries.sql.
+-- Named statements of live context and the tool registry, loaded with sql/sqlite/queries.sql.
 
 -- ===== the feed: new units in seq order (service/store/sqlite/live.py) =====
 -- name: feed_catalog
