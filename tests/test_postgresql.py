@@ -374,7 +374,7 @@ def test_the_janitor_never_drops_a_day_under_a_push(tmp_path, pg_urls):
     its commit: a janitor pass meanwhile leaves them (CI once had a 500: sweeping through 25 empty days,
     the janitor dropped one after each of a push's three looks). A day dropped before the push holds it
     is created again in the push's own transaction."""
-    from service.store.postgresql.janitor import drop_dead_partitions
+    from service.store.postgresql.janitor import Janitor
     from service.units import day_of, validate_unit
     pg = app_on(tmp_path, "pg", store=pg_urls[0])
     store, config = app_state(pg).store, pg.config["CONTEXT"]
@@ -398,7 +398,7 @@ def test_the_janitor_never_drops_a_day_under_a_push(tmp_path, pg_urls):
             t = threading.Thread(target=push, args=("held", held))
             t.start()
             assert _lock_waiters(pg_urls[0], 1)
-            assert drop_dead_partitions(store) == []          # nothing, while a push holds the lock
+            assert Janitor(store).drop_dead_partitions() == []          # nothing, while a push holds the lock
             assert _partition_exists(pg_urls[0], day_of(held))
             other.rollback()
         t.join(30)
@@ -410,7 +410,7 @@ def test_the_janitor_never_drops_a_day_under_a_push(tmp_path, pg_urls):
             t = threading.Thread(target=push, args=("waiting", waiting))
             t.start()
             assert _lock_waiters(pg_urls[0], 1)
-            assert day_of(waiting) in drop_dead_partitions(store)
+            assert day_of(waiting) in Janitor(store).drop_dead_partitions()
             assert not _partition_exists(pg_urls[0], day_of(waiting))
             other.rollback()
         t.join(30)
@@ -418,7 +418,7 @@ def test_the_janitor_never_drops_a_day_under_a_push(tmp_path, pg_urls):
         for name in ("held", "waiting"):
             cid = answers[name].get_json()["cid"]
             assert pg.test_client().get(f"/mcp/units/{cid}").get_json()["content"] == f"heron {name}"
-        assert drop_dead_partitions(store) == []              # both days have a unit now
+        assert Janitor(store).drop_dead_partitions() == []              # both days have a unit now
     finally:
         app_state(pg).shutdown()
 
@@ -496,7 +496,7 @@ def test_searches_queued_behind_the_janitors_drop_wait_briefly(tmp_path, pg_urls
     units; and every search that comes after waits behind the drop. The drop waited up to its 2 s lock timeout,
     longer than a search's 1 s statement timeout: a search queued behind it was cancelled (refused as too
     costly). It now waits 100 ms for that lock and leaves the day for a later pass."""
-    from service.store.postgresql.janitor import drop_dead_partitions
+    from service.store.postgresql.janitor import Janitor
     from service.units import day_of
     pg = app_on(tmp_path, "pg", store=pg_urls[0])
     store = app_state(pg).store
@@ -507,7 +507,7 @@ def test_searches_queued_behind_the_janitors_drop_wait_briefly(tmp_path, pg_urls
         with psycopg.connect(pg_urls[0]) as reader:
             reader.execute("SELECT count(*) FROM units")       # a long search: units held ACCESS SHARE
             dropped = {}
-            janitor = threading.Thread(target=lambda: dropped.setdefault("days", drop_dead_partitions(store)))
+            janitor = threading.Thread(target=lambda: dropped.setdefault("days", Janitor(store).drop_dead_partitions()))
             janitor.start()
             assert _lock_waiters(pg_urls[0], 1)
             with psycopg.connect(pg_urls[0]) as later:          # a search behind the drop, 1 s timeout
@@ -515,7 +515,7 @@ def test_searches_queued_behind_the_janitors_drop_wait_briefly(tmp_path, pg_urls
                 assert later.execute("SELECT count(*) FROM units").fetchone()[0] == 1
             janitor.join(10)
         assert dropped["days"] == [] and _partition_exists(pg_urls[0], empty)
-        assert empty in drop_dead_partitions(store)             # no search in the way: dropped
+        assert empty in Janitor(store).drop_dead_partitions()             # no search in the way: dropped
     finally:
         app_state(pg).shutdown()
 

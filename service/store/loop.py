@@ -53,6 +53,8 @@ class MaintenanceApi:
     indexes' writers (``read_syncs``); and the index lag of what it indexed. Both storage backends'
     ``Maintenance`` build on it (tests/test_code_shape.py: what both implement is declared here)."""
 
+    janitor: object     # the backend's Janitor (its janitor.py): ``run`` cleans one tenant, and returns what it did
+
     def __init__(self, store):
         self.store = store
         self.config = store.config

@@ -22,31 +22,6 @@ LOCK_WAIT_MS = 2000         # a dead partition's look waits for its locks at mos
 DROP_LOCK_WAIT_MS = 100
 
 
-def purge_tenant(store, tenant: str, now: int) -> int:
-    """Delete a tenant's expired units (and their statistics, queue and catalog rows); one node at a time."""
-    def tx(conn):
-        key = JANITOR_LOCKS + zlib.crc32(tenant.encode())
-        if not conn.execute(sql("advisory_try_lock"), {"key": key}).fetchone()["ok"]:
-            return 0
-        total = 0
-        while True:
-            rows = conn.execute(sql("units_purge_batch"), {"tenant": tenant, "now": now, "limit": PURGE_BATCH}).fetchall()
-            if rows:
-                cids = [r["cid"] for r in rows]
-                conn.execute(sql("pending_delete_many"), {"tenant": tenant, "cids": cids})
-                unstat(conn, tenant, conn.execute(sql("unit_terms_purge"), {"tenant": tenant, "cids": cids}).fetchall())
-            total += len(rows)
-            if len(rows) < PURGE_BATCH:
-                break
-        if total:
-            conn.execute(sql("index_mark"), {"tenant": tenant})
-        conn.execute(sql("catalog_purge"), {"tenant": tenant, "now": now})
-        for r in conn.execute(sql("days_forget_dead"), {"tenant": tenant, "now": now}).fetchall():
-            conn.execute(sql("stats_forget_day"), {"tenant": tenant, "day": r["day"]})
-        return total
-    return store.db.write(tx)
-
-
 def _partition_dead(conn, part, day: str) -> bool:
     busy = conn.execute(template("partition_has_rows", part=part)).fetchone()["b"]
     return not (busy or conn.execute(sql("day_live_anywhere"), {"day": day}).fetchone()["b"])
@@ -70,15 +45,48 @@ def _drop_if_dead(conn, name: str) -> bool:
     return True
 
 
-def drop_dead_partitions(store) -> list[str]:
-    """Drop day partitions that hold no unit and that no tenant counts as live (the TTL drop)."""
-    dropped = []
-    for r in store.db.read(lambda c: c.execute(sql("partitions")).fetchall()):
-        try:
-            if store.db.write(_drop_if_dead, r["name"]):
-                dropped.append(partition_day(r["name"]))
-                log.info("dropped expired day partition %s", r["name"])
-        except Exception as e:  # noqa: BLE001  (a busy partition is dropped on a later pass)
-            log.info("day partition %s not dropped now: %s", r["name"], e)
-    DAYS_UNLINKED.inc(len(dropped))
-    return dropped
+class Janitor:
+    """One store's janitor: ``run`` purges a tenant (as SQLite's ``Janitor.run`` does one tenant's files), then
+    ``drop_dead_partitions`` drops the day partitions no tenant holds a unit in any more (shared by every tenant
+    here, where SQLite unlinks each tenant's day files in its ``run``)."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def run(self, tenant: str, now: int) -> dict:
+        """Delete a tenant's expired units (and their statistics, queue and catalog rows); one node at a time.
+        Returns what it did, as the SQLite janitor's ``run`` does (``purged``: units deleted)."""
+        def tx(conn):
+            key = JANITOR_LOCKS + zlib.crc32(tenant.encode())
+            if not conn.execute(sql("advisory_try_lock"), {"key": key}).fetchone()["ok"]:
+                return 0
+            total = 0
+            while True:
+                rows = conn.execute(sql("units_purge_batch"), {"tenant": tenant, "now": now, "limit": PURGE_BATCH}).fetchall()
+                if rows:
+                    cids = [r["cid"] for r in rows]
+                    conn.execute(sql("pending_delete_many"), {"tenant": tenant, "cids": cids})
+                    unstat(conn, tenant, conn.execute(sql("unit_terms_purge"), {"tenant": tenant, "cids": cids}).fetchall())
+                total += len(rows)
+                if len(rows) < PURGE_BATCH:
+                    break
+            if total:
+                conn.execute(sql("index_mark"), {"tenant": tenant})
+            conn.execute(sql("catalog_purge"), {"tenant": tenant, "now": now})
+            for r in conn.execute(sql("days_forget_dead"), {"tenant": tenant, "now": now}).fetchall():
+                conn.execute(sql("stats_forget_day"), {"tenant": tenant, "day": r["day"]})
+            return total
+        return {"purged": self.store.db.write(tx)}
+
+    def drop_dead_partitions(self) -> list[str]:
+        """Drop day partitions that hold no unit and that no tenant counts as live (the TTL drop)."""
+        dropped = []
+        for r in self.store.db.read(lambda c: c.execute(sql("partitions")).fetchall()):
+            try:
+                if self.store.db.write(_drop_if_dead, r["name"]):
+                    dropped.append(partition_day(r["name"]))
+                    log.info("dropped expired day partition %s", r["name"])
+            except Exception as e:  # noqa: BLE001  (a busy partition is dropped on a later pass)
+                log.info("day partition %s not dropped now: %s", r["name"], e)
+        DAYS_UNLINKED.inc(len(dropped))
+        return dropped

@@ -11,7 +11,7 @@ from ...instruments import UNITS_INDEXED, UNITS_PURGED
 from ...formats import TENANT_RE
 from ..loop import MaintenanceApi
 from .indexer import index_pending
-from .janitor import drop_dead_partitions, purge_tenant
+from .janitor import Janitor
 from .live import prune_changes
 from .queries import sql
 from .readsync import INDEX_CHANGES_KEEP_MS, ReadSync
@@ -35,6 +35,7 @@ class Maintenance(MaintenanceApi):
 
     def __init__(self, store):
         super().__init__(store)
+        self.janitor = Janitor(store)
         self.indexers = ThreadPoolExecutor(INDEXERS, thread_name_prefix="pg-indexer")
         self._quiet: dict[str, int] = {}          # tenant -> version when its last pass left nothing
         self._first_exp: dict[str, int] = {}      # tenant -> no document of its read index expires before this
@@ -127,10 +128,10 @@ class Maintenance(MaintenanceApi):
                        [r["tenant"] for r in self.store.db.read(lambda c: c.execute(
                            sql("tenants_expiring"), {"now": now}).fetchall())])
             for tenant in tenants:
-                UNITS_PURGED.inc(purge_tenant(self.store, tenant, now))
+                UNITS_PURGED.inc(self.janitor.run(tenant, now)["purged"])
             self.store.db.write(lambda c: c.execute(sql("pending_orphans")))
             self.store.db.write(prune_changes, int(time.time() * 1000), INDEX_CHANGES_KEEP_MS)
-            drop_dead_partitions(self.store)
+            self.janitor.drop_dead_partitions()
             self._last_janitor = time.time()
             self.sync_read_indexes(purge=True, skip_quiet=skip_quiet)
         else:
