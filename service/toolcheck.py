@@ -18,13 +18,13 @@ from urllib.parse import parse_qsl, urlsplit
 from context_mode_client import secretscan
 
 from .errors import ApiError, BadRequest, NotFound, Unprocessable
+from .formats import is_tool_name
 from .params import plain_text
 from .schemarefs import check_refs
 from .units import _check_metadata_values
+from .uris import tool_uri
 
-TOOL_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 TAG_RE = re.compile(r"[a-z0-9][a-z0-9_.:-]{0,63}")
-TOOL_URI_PREFIX = "context://tools/"
 AUTH_TYPES = ("none", "api_key", "bearer", "basic", "oauth2", "custom")
 FIELDS = ("name", "title", "description", "endpoint", "auth_type", "tags", "metadata", "input_schema",
           "output_schema")
@@ -38,14 +38,6 @@ DRAFT_2020_12 = ("https://json-schema.org/draft/2020-12/schema", "https://json-s
 # examples, the description), found by the client package's one secret detector, the one the hooks mask with:
 # linear in its input, so a registration cannot hold a worker (issue 39, findings 5 and 6).
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def is_tool_name(value) -> bool:
-    return isinstance(value, str) and TOOL_NAME_RE.fullmatch(value) is not None
-
-
-def tool_uri(name: str) -> str:
-    return TOOL_URI_PREFIX + name
 
 
 class CredentialRefused(Unprocessable):

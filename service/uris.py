@@ -13,8 +13,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote_to_bytes
 
-from .formats import ASCII_CONTROL_RE, is_cid
-from .toolcheck import is_tool_name
+from .formats import ASCII_CONTROL_RE, is_cid, is_tool_name
 
 SCHEME = "context://"
 UNITS_PREFIX = SCHEME + "units/"
@@ -60,7 +59,7 @@ def search_uri(query: str) -> str:
 
 
 def tool_uri(name: str) -> str:
-    return TOOLS_PREFIX + name       # tool names are unreserved URI characters only (service/toolcheck.py)
+    return TOOLS_PREFIX + name       # tool names are unreserved URI characters only (formats.TOOL_NAME_RE)
 
 
 def parse(uri: str) -> UnitUri | SearchUri | ToolUri:

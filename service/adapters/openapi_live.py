@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from ..toolcheck import AUTH_TYPES, MAX_DESCRIPTION, TOOL_NAME_RE
+from ..formats import TOOL_NAME_RE
+from ..toolcheck import AUTH_TYPES, MAX_DESCRIPTION
 from .openapi_parts import json_content as _json
 from .openapi_parts import ref as _ref
 from .openapi_parts import responses

@@ -14,7 +14,8 @@ import psycopg
 
 from ...errors import Conflict, Unprocessable
 from ...ranking.tools import COLUMN_BYTES, MAX_CANDIDATES, WEIGHTS, bounded_candidates
-from ...toolcheck import is_tool_name, not_found, tool_dict, tool_uri, validate_tool
+from ...toolcheck import is_tool_name, not_found, tool_dict, validate_tool
+from ...uris import tool_uri
 from ..base import RegistryApi
 from .live import record_changes, wake
 from .queries import sql

@@ -9,7 +9,8 @@ import logging
 
 from ...errors import Conflict, Unprocessable
 from ...ranking.tools import COLUMN_BYTES, MAX_CANDIDATES, bounded_candidates
-from ...toolcheck import is_tool_name, not_found, tool_dict, tool_uri, validate_tool
+from ...toolcheck import is_tool_name, not_found, tool_dict, validate_tool
+from ...uris import tool_uri
 from ..base import RegistryApi
 from .fts import fts_query
 from .connections import TenantDbs
