@@ -312,7 +312,7 @@ def parse_tags(value, field: str = "tags") -> tuple[str, ...]:
     return tuple(dict.fromkeys(value))
 
 
-def parse_search(body: dict) -> dict:
+def parse_tool_search(body: dict) -> dict:
     """{query, top_k (1-50, default 5), tags, auth_type} of a tool search (REST and the MCP tool)."""
     if not isinstance(body, dict):
         raise BadRequest("The search body must be a JSON object.", code="invalid_body")

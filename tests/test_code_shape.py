@@ -663,3 +663,43 @@ def test_no_part_of_the_app_is_looked_up_by_a_string_key():
                                     "self._extensions[f\"context_{name}\"]"])
 def test_the_string_key_check_sees_a_lookup(lookup):
     assert extension_lookups(lookup)
+
+
+# --- one name per function (issue 52) ------------------------------------------------------------------------
+# Three functions were named scoring_sql, two tool_uri (the same one twice) and two parse_search (a search's
+# parameters, and a tool search's). A public function's name is defined in one module of service/, but where the
+# same role has a function in several places: a module and its namesake in the other backend, each module's
+# init_app and register_cli, and these, each the same operation at another door or source.
+SHARED_NAMES = {
+    "best": "the best k of one source: read-your-writes' tail, the read index, the read index with threads",
+    "check": "a configuration's check: the server's preflight, and each backend's",
+    "doctor": "`context-mode doctor`, and each backend's lines of it",
+    "export": "an export: the REST view and the command", "forget": "the REST view and the command",
+    "push": "the REST view and the command", "search": "the REST view, the command, the MCP resource, the index",
+    "list_units": "the REST view, the command and each backend's", "stats": "the REST view, the command, each backend's",
+    "main": "a process's entry: the command line, the maintainer", "run": "`context-mode run`, the maintainer's loop",
+    "parse": "a request's fields (params.py), a resource URI (uris.py)",
+    "paths": "each OpenAPI module's paths", "register": "a blueprint's or MCP table's registration, the index schema's",
+    "schema": "a parameter's JSON Schema (params.py), each backend's schema script",
+    "score": "each backend's scoring statement run: SQLite's fts.py, PostgreSQL's scoring.py",
+}
+PER_MODULE = {"init_app", "register_cli"}
+
+
+def shared_names() -> dict[str, list[str]]:
+    """Public module-level function names defined in more than one module of service/, but a backend module's
+    namesake in the other backend (@overload stubs of one function count once)."""
+    found: dict[str, set[str]] = {}
+    for path in service_modules().values():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not node.name.startswith("_"):
+                found.setdefault(node.name, set()).add(str(path.relative_to(ROOT)))
+    peer = re.compile(r"/(sqlite|postgresql)/")
+    return {name: sorted(paths) for name, paths in found.items()
+            if len({peer.sub("/<backend>/", p) for p in paths}) > 1}
+
+
+def test_a_function_name_means_one_thing():
+    names = shared_names()
+    assert sorted(set(names) - set(SHARED_NAMES) - PER_MODULE) == []
+    assert sorted(set(SHARED_NAMES) - set(names)) == []           # (a name no longer shared leaves the list)

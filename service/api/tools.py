@@ -6,7 +6,7 @@ from flask import Blueprint, jsonify, request
 from ..auth import require
 from ..errors import BadRequest, NotFound
 from ..params import plain_text
-from ..toolcheck import AUTH_TYPES, is_tool_name, parse_search, parse_tags
+from ..toolcheck import AUTH_TYPES, is_tool_name, parse_tags, parse_tool_search
 from . import json_body
 from ..state import app_state
 
@@ -60,7 +60,7 @@ def list_or_search(tenant):
                          code="invalid_auth_type", field="auth_type")
     tags = parse_tags(request.args.get("tags"))
     if "q" in request.args:
-        found = parse_search({"query": request.args["q"], "top_k": _int_arg("top_k", 1, 50, 5),
+        found = parse_tool_search({"query": request.args["q"], "top_k": _int_arg("top_k", 1, 50, 5),
                               "tags": list(tags), "auth_type": auth_type})
         return jsonify({"tools": registry().search(tenant, found["query"], top_k=found["top_k"], tags=found["tags"],
                                                     auth_type=found["auth_type"])})

@@ -17,7 +17,7 @@ import mcp_types as types
 from ..errors import ApiError
 from ..params import parse_search, properties
 from ..toolcheck import AUTH_TYPES
-from ..toolcheck import parse_search as parse_tool_search
+from ..toolcheck import parse_tool_search
 from ..units import CID_SCHEMA, PUSH_FIELDS, RESULT_FIELDS, STORED_FIELDS, object_schema
 from .. import uris
 from .context import Call
