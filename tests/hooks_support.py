@@ -2,7 +2,7 @@
 
 ``run_hook`` runs the real command, as an agent would: a new process, the event JSON on stdin, the
 settings in its environment, and only its stdout read back. The payloads are each agent's documented
-event shapes (see context_mode_client/hookclients.py for where each comes from).
+event shapes (see context_mode_client/hooks/clients.py for where each comes from).
 """
 from __future__ import annotations
 
@@ -45,10 +45,10 @@ def hook_env(url: str, state_dir: Path, key: str | None = KEY, **settings) -> di
 
 
 def run_hook(client: str, event: str, payload, env: dict, *, via: str = "module", timeout: float = 30) -> HookRun:
-    """``python -m context_mode_client.hook``; via="script": the shipped ``context-mode-hook``; via="cli":
+    """``python -m context_mode_client.hooks``; via="script": the shipped ``context-mode-hook``; via="cli":
     ``context-mode hook``."""
     cmd = {"cli": [str(VENV_BIN / "context-mode"), "hook"], "script": [str(VENV_BIN / "context-mode-hook")],
-           "module": [sys.executable, "-m", "context_mode_client.hook"]}[via] + [client, event]
+           "module": [sys.executable, "-m", "context_mode_client.hooks"]}[via] + [client, event]
     data = payload if isinstance(payload, (bytes, str)) else json.dumps(payload, ensure_ascii=False)
     t0 = time.monotonic()
     proc = subprocess.run(cmd, input=data.encode() if isinstance(data, str) else data, capture_output=True,

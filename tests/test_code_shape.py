@@ -209,7 +209,7 @@ def test_no_import_cycle_among_service_packages():
 def test_no_import_cycle_in_the_python_client():
     modules = client_modules()
     graph = import_graph(modules)
-    assert "context_mode_client.cid" in graph["context_mode_client.hookstore"]
+    assert "context_mode_client.cid" in graph["context_mode_client.hooks.store"]
     assert cycles(graph) == []
     assert cycles(package_graph(graph, modules, "context_mode_client")) == []
 

@@ -1,5 +1,5 @@
-"""Agent hooks (issues 27, 38): the real hook command (``python -m context_mode_client.hook``, the
-``context-mode-hook`` script and ``context-mode hook``) fed each agent's documented events, against a real
+"""Agent hooks (issues 27, 38): the real hook command (``python -m context_mode_client.hooks``, the older
+``python -m context_mode_client.hook``, the ``context-mode-hook`` script and ``context-mode hook``) fed each agent's documented events, against a real
 gunicorn; what it stored (types, sources, lineage, masking, projects, never the context it injected) and what it
 answered (each agent's shape, fenced context within the budget and above the relevance floor, the session's
 own history from its own record, nothing when the service is down, slow, or the interpreter is held)."""
@@ -20,7 +20,7 @@ import pytest
 from conftest import VENV_BIN, LiveServer, free_port
 from hooks_support import (CLIENTS, KEY, SilentServer, claude, claude_tool, context_of, gemini, hook_env, lineage,
                            log_lines, run_hook, units)
-from context_mode_client import hookevent, hookfence
+from context_mode_client.hooks import event as hookevent, fence as hookfence
 from service.packing import PREAMBLE, estimate_tokens
 
 TENANTS = ("flow", "claude-code", "gemini-cli", "vscode-copilot", "cursor", "routing", "fence", "misc", "scopes",
@@ -261,7 +261,7 @@ def test_a_held_interpreter_cannot_hold_the_agent(tmp_path):
     assert (rv.status, rv.stdout) == (1, "")
     assert rv.seconds <= 0.6 + 0.1
     log = (tmp_path / "state" / "hook.log").read_text()
-    assert "Timeout (0:00:00." in log and "hookstore.py" in log
+    assert "Timeout (0:00:00." in log and "hooks/store.py" in log
 
 
 def test_an_event_past_its_cap_keeps_its_head(server, tmp_path):
@@ -341,6 +341,7 @@ def test_a_cut_event_is_read_no_further_than_its_cap_and_needs_a_session(tmp_pat
     cap = 1 << 20
     env = hook_env(f"http://127.0.0.1:{free_port()}", tmp_path / "state", CONTEXT_HOOK_MAX_EVENT_BYTES=cap)
     payload = json.dumps(claude("PostToolUse", "bound", "/w", **claude_tool("x" * (16 << 20)))).encode()
+    # (the module before the hooks package, as earlier installs and plugins call it: it runs the same main)
     proc = subprocess.Popen([sys.executable, "-m", "context_mode_client.hook", "claude-code", "PostToolUse"],
                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     written = 0
@@ -385,9 +386,10 @@ def test_the_log_and_the_state_are_the_users_alone(server, tmp_path):
     assert stat.S_IMODE(os.stat(fresh).st_mode) == 0o700
 
 
-def test_the_entry_point_imports_only_what_a_hook_needs():
+@pytest.mark.parametrize("entry", ["context_mode_client.hooks.cli", "context_mode_client.hook"])
+def test_the_entry_point_imports_only_what_a_hook_needs(entry):
     heavy = ("service", "requests", "urllib3", "http.client", "dataclasses", "tempfile", "secrets", "ssl")
-    code = ("import sys, context_mode_client.hook as h; "
+    code = (f"import sys, {entry} as h; "
             f"print([m for m in sys.modules if m.split('.')[0] in {heavy!r} or m in {heavy!r}])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -531,7 +533,7 @@ def test_a_repository_is_one_project_wherever_it_is_cloned_with_the_remote_key(s
     CONTEXT_HOOK_PROJECT_KEY=remote a repository is named by its origin (credentials, scheme, port and .git
     left out, so its ssh and https URLs agree): two clones at different paths share their memory, and two
     repositories never do. The default stays the path (existing units keep their scope)."""
-    from context_mode_client.hookstore import project_of
+    from context_mode_client.hooks.store import project_of
     first, second, other, worktree = (tmp_path / n for n in ("first", "second", "other", "tree"))
     for folder, url in ((first, "git@github.com:Acme/shop.git"),
                         (second, "https://ci-bot:s3cret@GitHub.com:443/Acme/shop"),
@@ -581,8 +583,8 @@ def test_a_repository_is_one_project_wherever_it_is_cloned_with_the_remote_key(s
 def test_an_origin_written_by_hand_is_read_as_git_reads_it(tmp_path, line):
     """A hand-edited config (a comment after the value, quotes, a key in capitals): the hook reads the URL git
     reads, and names the repository by it."""
-    from context_mode_client import gitremote
-    from context_mode_client.hookstore import project_of
+    from context_mode_client.hooks import gitremote
+    from context_mode_client.hooks.store import project_of
     repo = tmp_path / "app"
     repo.mkdir()
     _git("init", "-q", cwd=repo)
@@ -598,7 +600,7 @@ def test_an_origin_written_by_hand_is_read_as_git_reads_it(tmp_path, line):
 def test_a_config_that_is_no_file_is_never_waited_on(tmp_path):
     """A repository whose .git/config is a FIFO (a hostile checkout) held every hook call until its watchdog
     killed it; it is skipped, and the key is the path."""
-    from context_mode_client.hookstore import project_of
+    from context_mode_client.hooks.store import project_of
     repo = tmp_path / "app"
     repo.mkdir()
     _git("init", "-q", cwd=repo)
@@ -642,10 +644,10 @@ def test_nothing_is_injected_below_the_relevance_floor_and_the_log_says_why(serv
 def test_a_prompt_with_too_little_time_left_does_not_ask_and_says_why(server, tmp_path):
     """With 50 ms or less of the hook's deadline left (a process slow to start), the memory is not asked, and
     ``why`` (the line the hook logs) names the time left."""
-    from context_mode_client.hook import Deadline, Settings
-    from context_mode_client.hookclients import client_named
-    from context_mode_client.hookhttp import HookHttp
-    from context_mode_client.hookstore import HookStore
+    from context_mode_client.hooks.cli import Deadline, Settings
+    from context_mode_client.hooks.clients import client_named
+    from context_mode_client.hooks.http import HookHttp
+    from context_mode_client.hooks.store import HookStore
     env = hook_env(server.url, tmp_path / "state", key_of("floor"))
     settings = Settings(env).read(env)
     event = client_named("claude-code").parse("prompt", "UserPromptSubmit", claude(

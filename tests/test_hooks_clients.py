@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import ROOT, VENV_BIN, LiveServer
-from context_mode_client.hookclients import client_named
+from context_mode_client.hooks.clients import client_named
 from hooks_support import SilentServer, units
 from model_api import ScriptedModel
 
@@ -69,7 +69,7 @@ def test_the_claude_code_plugin_is_the_shipped_settings_with_its_own_copy_of_the
     plugin = ROOT / "clients" / "python"
     hooks = json.loads((plugin / "hooks" / "hooks.json").read_text())
     shipped = json.loads(HOOK_CONFIGS["claude-code"].read_text())
-    prefix = 'PYTHONPATH="${CLAUDE_PLUGIN_ROOT}" python3 -m context_mode_client.hook'
+    prefix = 'PYTHONPATH="${CLAUDE_PLUGIN_ROOT}" python3 -m context_mode_client.hooks'
     assert [(e, c.replace(prefix, "context-mode-hook", 1)) for e, c in commands(hooks)] == list(commands(shipped))
     assert json.loads(json.dumps(hooks["hooks"]).replace(json.dumps(prefix)[1:-1], "context-mode-hook")) == \
         shipped["hooks"]                                # (matchers and timeouts too)

@@ -4,6 +4,7 @@ uninstall that leaves every other setting as it was; the events are those of the
 import json
 import shlex
 import subprocess
+import sys
 
 import pytest
 import requests
@@ -118,6 +119,23 @@ def test_a_settings_file_that_is_not_json_is_left_alone(project):
     settings.write_text("{not json")
     rv = CliRunner().invoke(main, ["install", "claude-code", "--project", str(project)])
     assert rv.exit_code == 1 and "is not JSON" in rv.output and settings.read_text() == "{not json"
+
+
+def test_a_hook_command_written_before_the_hooks_package_is_still_ours(project):
+    """Where no context-mode-hook was beside the interpreter, install wrote ``python -m context_mode_client.hook``,
+    the module before the hooks became a package: it still runs them, and install and uninstall still know it."""
+    settings = project / ".claude" / "settings.json"
+    old = f"{shlex.quote(sys.executable)} -m context_mode_client.hook"
+    written = read(settings)
+    written["hooks"]["Stop"] = [{"hooks": [{"type": "command", "command": f"{old} claude-code Stop", "timeout": 5}]}]
+    settings.write_text(json.dumps(written))
+    rv = subprocess.run(shlex.split(old) + ["--help"], capture_output=True, text=True, timeout=30)
+    assert rv.returncode == 0 and rv.stderr.startswith("usage: context-mode-hook <client> <event>")
+    run("install", "claude-code", "--project", project)
+    stops = [h["command"] for group in read(settings)["hooks"]["Stop"] for h in group["hooks"]]
+    assert len(stops) == 1 and "context_mode_client.hook " not in stops[0]        # replaced, not doubled
+    run("uninstall", "claude-code", "--project", project)
+    assert "Stop" not in read(settings)["hooks"] and OTHER_HOOK in read(settings)["hooks"]["PostToolUse"]
 
 
 def test_the_installed_hook_command_stores_a_session(project, live_server, monkeypatch):

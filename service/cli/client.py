@@ -57,7 +57,7 @@ def hook(args):
     fails the agent (see `context-mode hook check`). The same as `context-mode-hook`, which agents
     should call: it starts without loading the service (~300 ms less per call).
     """
-    from context_mode_client.hook import main as hook_main
+    from context_mode_client.hooks.cli import main as hook_main
     hook_main(list(args))
 
 

@@ -6,7 +6,7 @@ empty is removed (install notes the files it creates, ``install_record``), one t
 empty ``{}`` too.
 
 The hook command is an absolute path (``context-mode-hook`` beside this interpreter, else ``python -m
-context_mode_client.hook``), so it works whatever the agent's PATH is; a bare ``context-mode-hook`` that is not on
+context_mode_client.hooks``), so it works whatever the agent's PATH is; a bare ``context-mode-hook`` that is not on
 PATH exits 127, which the agents treat as non-blocking, and nothing would be stored. The events and matchers are
 those of the shipped files in ``clients/`` (tests/test_install.py holds them to it). Codex gets the MCP entry alone,
 in its TOML (tomlkit keeps the file's comments and layout): its hooks (experimental, behind its ``codex_hooks``
@@ -25,7 +25,10 @@ from pathlib import Path
 import click
 
 DEFAULT_URL = "http://127.0.0.1:5000"
-HOOK_MODULE = "context_mode_client.hook"
+HOOK_MODULE = "context_mode_client.hooks"
+# What install wrote before the hooks became a package (context_mode_client/hook.py still runs them): still ours,
+# so installing again replaces it and uninstall takes it out.
+OLD_HOOK_MODULE = "context_mode_client.hook"
 SERVER_NAME = "context-mode"
 
 
@@ -152,7 +155,7 @@ def hook_command() -> str:
 
 def ours(hook: dict) -> bool:
     command = str(hook.get("command", ""))
-    return "context-mode-hook" in command or HOOK_MODULE in command
+    return any(mark in command for mark in ("context-mode-hook", HOOK_MODULE, OLD_HOOK_MODULE))
 
 
 def without_ours(hooks: dict) -> dict:

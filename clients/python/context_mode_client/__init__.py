@@ -8,7 +8,7 @@ Uses only the public HTTP API (docs/design.md §4)::
     for hit in cm.recall("ORD-7890 status"):
         print(hit["cid"], hit["text"])
 
-The names below are loaded on first use (PEP 562): the agent hooks (``context_mode_client.hook``) import this
+The names below are loaded on first use (PEP 562): the agent hooks (``context_mode_client.hooks``) import this
 package on every call and need neither ``requests`` nor the client built on it.
 """
 from __future__ import annotations

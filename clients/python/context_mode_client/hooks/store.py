@@ -11,7 +11,7 @@ else that directory), and context comes from the current project and the units m
 ``CONTEXT_HOOK_SCOPE=global`` (the service's ``project`` search field, docs/design.md §4).
 
 Nothing injected is stored again: every text is first cleared of the context a hook injected, wherever an agent
-echoed it (``hookfence.strip_injected``), then cut to ``CONTEXT_HOOK_MAX_CHARS`` and masked. Context from the
+echoed it (``fence.strip_injected``), then cut to ``CONTEXT_HOOK_MAX_CHARS`` and masked. Context from the
 shared memory comes from ``POST /mcp/context`` (fenced by the service, under a relevance floor); the session's
 own history comes from the state file alone, fenced here the same way, so no other writer can add to it.
 """
@@ -22,11 +22,11 @@ import os
 import re
 import time
 
-from .cid import compute_cid, sha256
+from ..cid import compute_cid, sha256
 from .gitremote import identity
-from .hookfence import fence, strip_injected
-from .masking import mask
-from .textsplit import split_text
+from .fence import fence, strip_injected
+from ..masking import mask
+from ..textsplit import split_text
 
 CHUNK_CHARS = 2000                    # as `context-mode import` cuts text files
 MAX_INPUT_CHARS = 300                 # the short form of a tool's input kept in metadata
