@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
+# The client's secret detector, the one the hooks mask with (tests/test_code_shape.py, SERVICE_USES_OF_THE_CLIENT)
 from context_mode_client import secretscan
 
 from .errors import ApiError, BadRequest, NotFound, Unprocessable

@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
 
+# The one secret detector is the Python client's (the hooks run it without the service); the server runs it too
+# (CONTEXT_MASK_PUSHES here, the tool registry's refusals in toolcheck.py): tests/test_code_shape.py's
+# SERVICE_USES_OF_THE_CLIENT states every such use.
+from context_mode_client import secretscan
+
 from .config import Config
 from .errors import ApiError, BadRequest, Unprocessable
 from .formats import CONTROL_CHARS_RE, is_cid
@@ -241,10 +246,9 @@ def _masked(content: str, source: str, metadata_text: str | None, config: Config
     """CONTEXT_MASK_PUSHES: the unit's strings with credentials masked by the hooks' own detector (the client
     package's secretscan: linear in its input), metadata keys and values included. A text that its tags make
     longer than its cap is refused, as a longer one sent would be."""
-    from context_mode_client.secretscan import mask, mask_value
-    content, source = mask(content), mask(source)
+    content, source = secretscan.mask(content), secretscan.mask(source)
     if metadata_text is not None:
-        metadata_text = encode_metadata(mask_value(json.loads(metadata_text)))
+        metadata_text = encode_metadata(secretscan.mask_value(json.loads(metadata_text)))
     for name, text, cap, code in (("content", content, config.max_content_bytes, "content_too_large"),
                                   ("metadata", metadata_text or "", config.max_metadata_bytes, "metadata_too_large")):
         if len(text.encode("utf-8")) > cap:

@@ -223,6 +223,28 @@ def test_no_import_cycle_among_the_benchmarks():
     assert cycles(graph) == []
 
 
+# What the service takes from the Python client package (clients/python/context_mode_client/), every use with its
+# reason. The server itself runs the client's secret detector, the one the agent hooks mask with (it lives in the
+# client because a hook runs without the service; docs/design.md, "One secret detector"): the tool registry's
+# refusals and CONTEXT_MASK_PUSHES. The rest is the `context-mode` command's client commands, registered only when
+# the client is installed (service/cli/__init__.py).
+SECRET_DETECTOR = "context_mode_client.secretscan"
+SERVICE_USES_OF_THE_CLIENT = {
+    "service.toolcheck": {SECRET_DETECTOR},                 # a tool holding a credential is refused
+    "service.units": {SECRET_DETECTOR},                     # CONTEXT_MASK_PUSHES: pushes masked before they are stored
+    "service.cli.client": {"context_mode_client", "context_mode_client.textsplit", "context_mode_client.hooks.cli"},
+    "service.cli.manage": {"context_mode_client"},
+}
+
+
+def test_the_service_uses_the_client_package_where_stated():
+    known = set(client_modules())
+    used = {name: deps for name, path in service_modules().items() if (deps := imports_of(name, path, known))}
+    assert used == SERVICE_USES_OF_THE_CLIENT
+    server = {dep for name, deps in used.items() if not name.startswith("service.cli") for dep in deps}
+    assert server == {SECRET_DETECTOR}          # the server needs the client for its secret detector alone
+
+
 # Only the app's state names the classes of the layers above it, for type checkers only: every layer reads it.
 TYPE_CHECKING_IMPORTS = {"service.state"}
 
