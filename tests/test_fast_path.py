@@ -1,6 +1,6 @@
 """The fast path of a default search (issue 42, docs/design.md §11): what a search depends on but does not
 ask for (the leader's state, the read index's latest commit, the catalog's read-your-writes tail and
-expiries) is read again only when a change number says it changed (service/signals.py), and every process
+expiries) is read again only when a change number says it changed (service/change_numbers.py), and every process
 of the data folder sees each change at once."""
 import os
 import signal
@@ -18,21 +18,21 @@ BACKENDS = ("sqlite", "postgresql")
 
 
 def test_a_change_number_set_by_one_process_is_seen_by_another(tmp_path):
-    from service.signals import CATALOG, INDEX, SLOTS, Signals
-    signals = Signals.of(tmp_path)
-    assert Signals._offset(CATALOG, "acme") != Signals._offset(CATALOG, "globex")     # (not one shared slot)
-    before = {(k, t): signals.read(k, t) for k in (INDEX, CATALOG) for t in ("acme", "globex")}
-    subprocess.run([sys.executable, "-c", "import sys; from service.signals import CATALOG, Signals; "
-                    "Signals(sys.argv[1]).changed(CATALOG, 'acme')", str(tmp_path)], check=True, timeout=60)
-    after = {(k, t): signals.read(k, t) for k in (INDEX, CATALOG) for t in ("acme", "globex")}
+    from service.change_numbers import CATALOG, INDEX, SLOTS, ChangeNumbers
+    numbers = ChangeNumbers.of(tmp_path)
+    assert ChangeNumbers._offset(CATALOG, "acme") != ChangeNumbers._offset(CATALOG, "globex")     # (not one shared slot)
+    before = {(k, t): numbers.read(k, t) for k in (INDEX, CATALOG) for t in ("acme", "globex")}
+    subprocess.run([sys.executable, "-c", "import sys; from service.change_numbers import CATALOG, ChangeNumbers; "
+                    "ChangeNumbers(sys.argv[1]).bump(CATALOG, 'acme')", str(tmp_path)], check=True, timeout=60)
+    after = {(k, t): numbers.read(k, t) for k in (INDEX, CATALOG) for t in ("acme", "globex")}
     assert after[(CATALOG, "acme")] != before[(CATALOG, "acme")]
     assert {k: v for k, v in after.items() if k != (CATALOG, "acme")} == \
            {k: v for k, v in before.items() if k != (CATALOG, "acme")}
     assert (tmp_path / "signals").stat().st_size == (1 + 2 * SLOTS) * 8
 
 
-def _look_now(signals) -> None:
-    signals._checked = float("-inf")           # (as CHECK_S later: the next read or write looks at the file)
+def _look_now(numbers) -> None:
+    numbers._checked = float("-inf")           # (as CHECK_S later: the next read or write looks at the file)
 
 
 def test_a_change_set_in_a_removed_file_is_set_again_in_the_new_one(tmp_path, caplog):
@@ -40,14 +40,14 @@ def test_a_change_set_in_a_removed_file_is_set_again_in_the_new_one(tmp_path, ca
     and reads from it. The older one, which set a change into the file before it was removed, looks before its
     next write: it moves to the new file, sets its change again there, and distrusts the numbers for DISTRUST_S
     (its reads differ each time: the slow path)."""
-    from service.signals import CATALOG, INDEX, Signals
-    older = Signals(tmp_path)
-    older.changed(CATALOG, "acme")
+    from service.change_numbers import CATALOG, INDEX, ChangeNumbers
+    older = ChangeNumbers(tmp_path)
+    older.bump(CATALOG, "acme")
     (tmp_path / "signals").unlink()
-    newer = Signals(tmp_path)
+    newer = ChangeNumbers(tmp_path)
     seen = newer.read(CATALOG, "acme")                      # a new file, made by the newer process
     assert seen == newer.read(CATALOG, "acme")
-    older.changed(INDEX, "acme")                            # (a write looks first)
+    older.bump(INDEX, "acme")                            # (a write looks first)
     assert newer.read(CATALOG, "acme") != seen              # the change before the removal set again
     assert older.read(CATALOG, "acme") != older.read(CATALOG, "acme")    # distrusted for a while
     assert "not the file this process read" in caplog.text
@@ -58,8 +58,8 @@ def test_a_change_after_a_move_reaches_a_process_that_has_not_looked_yet(tmp_pat
     """A process looks at the file at most every CHECK_S before a read, but before every write: a writer moves at
     once and, for DISTRUST_S, sets its changes in the file it left too, where a reader that looked just before the
     damage still reads (CI saw that reader answer from a view the leader had replaced, its number unchanged)."""
-    from service.signals import INDEX, Signals
-    writer, reader = Signals(tmp_path), Signals(tmp_path)
+    from service.change_numbers import INDEX, ChangeNumbers
+    writer, reader = ChangeNumbers(tmp_path), ChangeNumbers(tmp_path)
     seen = reader.read(INDEX, "acme")                       # (both looked just now)
     writer.read(INDEX, "acme")
     path = tmp_path / "signals"
@@ -72,27 +72,27 @@ def test_a_change_after_a_move_reaches_a_process_that_has_not_looked_yet(tmp_pat
             path.mkdir()
     _look_now(writer)
     writer.read(INDEX, "acme")                              # the writer has moved (or found no file to use)
-    writer.changed(INDEX, "acme")
+    writer.bump(INDEX, "acme")
     assert reader._checked > float("-inf") and reader.read(INDEX, "acme") != seen     # (it has not looked yet)
     if damage != "unopenable":
-        newer = Signals(tmp_path)                           # a process started since: the file the path names
+        newer = ChangeNumbers(tmp_path)                           # a process started since: the file the path names
         number = newer.read(INDEX, "acme")
-        writer.changed(INDEX, "acme")
+        writer.bump(INDEX, "acme")
         assert newer.read(INDEX, "acme") != number
 
 
 def test_a_write_looks_at_the_file_first(tmp_path):
     """A writer that looked just before the file was replaced sets its change in the new file, where a process
     started since reads (before: into the old file, unseen there for up to CHECK_S)."""
-    from service.signals import INDEX, Signals
-    writer = Signals(tmp_path)
+    from service.change_numbers import INDEX, ChangeNumbers
+    writer = ChangeNumbers(tmp_path)
     writer.read(INDEX, "acme")
     path = tmp_path / "signals"
     path.with_name("signals.new").write_bytes(os.urandom(path.stat().st_size))
     os.replace(path.with_name("signals.new"), path)
-    newer = Signals(tmp_path)
+    newer = ChangeNumbers(tmp_path)
     number = newer.read(INDEX, "acme")
-    writer.changed(INDEX, "acme")
+    writer.bump(INDEX, "acme")
     assert newer.read(INDEX, "acme") != number
 
 
@@ -100,9 +100,9 @@ def test_a_write_looks_at_the_file_first(tmp_path):
 def test_a_truncated_or_zeroed_file_never_faults_and_is_filled_anew(tmp_path, damage):
     """Read with pread, a short file answers fewer bytes (a mapping faulted: SIGBUS); the next look fills it anew
     under a new identity, which every process then takes up (and distrusts for a while)."""
-    from service.signals import CATALOG, INDEX, SIZE, Signals
-    one, two = Signals(tmp_path), Signals(tmp_path)
-    one.changed(INDEX, "acme")
+    from service.change_numbers import CATALOG, INDEX, SIZE, ChangeNumbers
+    one, two = ChangeNumbers(tmp_path), ChangeNumbers(tmp_path)
+    one.bump(INDEX, "acme")
     before = two.read(INDEX, "acme")
     path = tmp_path / "signals"
     if damage == "truncate":
@@ -111,7 +111,7 @@ def test_a_truncated_or_zeroed_file_never_faults_and_is_filled_anew(tmp_path, da
         path.write_bytes(b"\0" * path.stat().st_size)      # (in place: the same file, all zeros)
     values = {two.read(INDEX, "acme") for _ in range(3)}     # no fault; a number that says "changed"
     assert before not in values
-    one.changed(CATALOG, "acme")                            # a write past the end never faults either
+    one.bump(CATALOG, "acme")                            # a write past the end never faults either
     _look_now(one)
     _look_now(two)
     assert one.read(INDEX, "acme") != one.read(INDEX, "acme")             # both distrust it for a while
@@ -119,15 +119,15 @@ def test_a_truncated_or_zeroed_file_never_faults_and_is_filled_anew(tmp_path, da
 
 
 def test_a_path_that_cannot_be_opened_leaves_searches_on_the_slow_path(tmp_path, caplog):
-    from service.signals import INDEX, Signals
+    from service.change_numbers import INDEX, ChangeNumbers
     (tmp_path / "signals").mkdir()                          # (a folder where the file should be)
-    signals = Signals(tmp_path)
-    assert signals.read(INDEX, "acme") != signals.read(INDEX, "acme")
-    signals.changed(INDEX, "acme")                          # nothing to write to, no error
+    numbers = ChangeNumbers(tmp_path)
+    assert numbers.read(INDEX, "acme") != numbers.read(INDEX, "acme")
+    numbers.bump(INDEX, "acme")                          # nothing to write to, no error
     assert "cannot use" in caplog.text and caplog.text.count("cannot use") == 1
     (tmp_path / "signals").rmdir()
-    _look_now(signals)
-    signals.read(INDEX, "acme")
+    _look_now(numbers)
+    numbers.read(INDEX, "acme")
     assert (tmp_path / "signals").is_file()                 # usable again at the next look
 
 

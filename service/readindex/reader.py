@@ -11,7 +11,7 @@ import tantivy
 
 from ..budget import Kept
 from ..ranking.bm25 import idf_of
-from ..signals import INDEX, Signals
+from ..change_numbers import INDEX, ChangeNumbers
 from .schema import index_dir, same_format, signature
 
 log = logging.getLogger(__name__)
@@ -122,13 +122,13 @@ class Readers:
 
     What a search asks of them (the leader's state, the latest view, whether the leader committed since) is
     answered from memory while the tenant's ``INDEX`` change number is the one read when it was last looked up
-    (service/signals.py): the leader's every commit, build start, ready mark and state sets a new one. Only
+    (service/change_numbers.py): the leader's every commit, build start, ready mark and state sets a new one. Only
     then are the files looked at (their signatures, as before the numbers: a file that did not really
     change keeps its view)."""
 
     def __init__(self, root: Path, keep: int = 48, idle_s: float = 30.0):
         self.root = Path(root)
-        self.signals = Signals.of(self.root)
+        self.change_numbers = ChangeNumbers.of(self.root)
         self._kept = Kept(keep, idle_s, lambda _tenant, reader: reader.close())
 
     def _reader(self, tenant: str) -> Reader:
@@ -139,7 +139,7 @@ class Readers:
 
     def view(self, tenant: str) -> View | None:
         """The tenant's latest committed view, or None (no index, or one not ready)."""
-        number = self.signals.read(INDEX, tenant)       # (before the files: a change while they are read shows)
+        number = self.change_numbers.read(INDEX, tenant)       # (before the files: a change while they are read shows)
         reader = self._reader(tenant)
         known = reader.known
         if known is not None and known[0] == number:
@@ -153,14 +153,14 @@ class Readers:
         """Whether the leader has committed since ``view`` was loaded."""
         reader = self._kept.peek(tenant)
         known = reader.known if reader is not None else None
-        if known is not None and known[1] is view and known[0] == self.signals.read(INDEX, tenant):
+        if known is not None and known[1] is view and known[0] == self.change_numbers.read(INDEX, tenant):
             return False
         meta = reader.meta if reader is not None else str(index_dir(self.root, tenant) / "meta.json")
         return signature(meta) != view.sig
 
     def state(self, tenant: str) -> dict | None:
         """The leader's last pass: when, and what the index still lacked then."""
-        number = self.signals.read(INDEX, tenant)
+        number = self.change_numbers.read(INDEX, tenant)
         reader = self._reader(tenant)
         cached = reader.state
         if cached is not None and cached[2] == number:

@@ -16,7 +16,7 @@ from pathlib import Path
 import tantivy
 
 from ..ranking.bm25 import B, K1
-from ..signals import INDEX
+from ..change_numbers import INDEX
 from .schema import build_schema, format_info, index_dir, register, same_format
 
 log = logging.getLogger(__name__)
@@ -26,13 +26,13 @@ class IndexWriter:
     """One tenant's index files, written by one process at a time (the tenant's maintenance leader).
     ``building``: started empty and not yet marked ready; readers use the store meanwhile."""
 
-    def __init__(self, path: Path, heap_mb: int, name: str, changed):
+    def __init__(self, path: Path, heap_mb: int, name: str, bump):
         self.path = Path(path)
         self.heap_mb = heap_mb
         self.name = name                # the tenant, for logs
         # Called after every change readers must see (a commit, a build started or ready, the state): the
-        # tenant's INDEX change number (service/signals.py), which is all a search looks at until it changes.
-        self.changed = changed
+        # tenant's INDEX change number (service/change_numbers.py), which is all a search looks at until it changes.
+        self.bump = bump
         self.index: tantivy.Index | None = None
         self.writer = None
         self.gen: str | None = None
@@ -44,7 +44,7 @@ class IndexWriter:
         """The writer of ``tenant``'s read index in ``store``'s data folder (either backend's), telling this
         folder's readers of every change through the tenant's INDEX change number."""
         return cls(index_dir(store.root, tenant), store.config.read_index_heap_mb, tenant,
-                   partial(store.readers.signals.changed, INDEX, tenant))
+                   partial(store.readers.change_numbers.bump, INDEX, tenant))
 
     def usable(self) -> bool:
         """Whether the files hold a ready index of this format (else opening starts it empty), read now."""
@@ -87,13 +87,13 @@ class IndexWriter:
         self._write_format(ready=False)
         self.index = tantivy.Index(build_schema(), path=str(self.path), reuse=False)
         self.building = True
-        self.changed()
+        self.bump()
 
     def mark_ready(self) -> None:
         """A build's first full pass is committed: readers may use the index from now on."""
         self._write_format(ready=True)
         self.building = False
-        self.changed()
+        self.bump()
         log.info("read index of tenant %s is ready", self.name)
 
     def _write_format(self, ready: bool) -> None:
@@ -120,7 +120,7 @@ class IndexWriter:
     def commit(self) -> None:
         self.writer.commit()
         self.last_commit = time.monotonic()
-        self.changed()          # before the rows are flagged sent: a search that reads them unsent sees the commit
+        self.bump()          # before the rows are flagged sent: a search that reads them unsent sees the commit
 
     def rollback(self) -> None:
         """Forget what was sent since the last commit (a failed pass); a writer that cannot is dropped."""
@@ -143,4 +143,4 @@ class IndexWriter:
         tmp = self.path / f"state.json.tmp-{os.getpid()}"
         tmp.write_text(json.dumps({"ms": int(time.time() * 1000), **state}))
         os.replace(tmp, self.path / "state.json")
-        self.changed()
+        self.bump()

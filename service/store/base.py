@@ -94,7 +94,7 @@ class StoreApi:
     readers: object
     # what this process keeps open for its tenants (service/budget.py); the data folder's change numbers
     budget: object
-    signals: object
+    change_numbers: object
 
     def __init__(self, config: Config):
         self.config = config

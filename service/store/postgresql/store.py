@@ -62,7 +62,7 @@ class Store(StoreApi):
         self.budget = Budget.of(config)
         # this process's views of the node's read indexes (a tantivy thread each while loaded)
         self.readers = Readers(self.root, self.budget.read_indexes, self.budget.idle_s)
-        self.signals = self.readers.signals
+        self.change_numbers = self.readers.change_numbers
         self.listeners: list = []   # callables(tenant, days) told about new queued units
         self.observers: list = []   # callables(tenant, changes) told after a delete or forget committed
         self.tokenizer = tokenizer_for(config)

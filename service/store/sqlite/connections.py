@@ -121,9 +121,9 @@ class Db:
 
     def __init__(self, path: Path, schema_file: str | None, config, *, readonly: bool = False,
                  pool_size: int = 4, cache_size_kib: int | None = None, may_be_unlinked: bool = True,
-                 lazy: bool = False, changed=None):
+                 lazy: bool = False, after_write=None):
         self.path = Path(path)
-        self.changed = changed                   # called after each write transaction ends (a commit, or not)
+        self.after_write = after_write           # called after each write transaction ends (a commit, or not)
         self.may_be_unlinked = may_be_unlinked   # day shards: the janitor may unlink and a push re-create
         self.schema_file = schema_file
         self.config = config
@@ -296,8 +296,8 @@ class Db:
         try:
             return _commit(conn, fn, *args, **kwargs)
         finally:
-            if self.changed is not None:
-                self.changed()          # (after the commit is visible; after a rollback too, which costs a re-read)
+            if self.after_write is not None:
+                self.after_write()      # (after the commit is visible; after a rollback too, which costs a re-read)
 
     def vacuum(self) -> bool:
         """VACUUM the file (outside any transaction, on the writer), then truncate the WAL it grew.

@@ -18,7 +18,7 @@ from . import readsync
 from .indexer import index_pending
 from .janitor import Janitor
 from .queries import fetch_one
-from ...signals import CATALOG
+from ...change_numbers import CATALOG
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class Maintenance(MaintenanceApi):
     A background pass visits a tenant only when something may be left to do (issue 49): the days a push told
     about, a tenant whose last pass left work (``_unsettled``, when that work is due: a push still in flight
     is looked at again once it has landed), or, in the scan of every tenant once per FULL_SCAN_S, one whose
-    catalog has committed since its last pass (its CATALOG change number, service/signals.py: every push,
+    catalog has committed since its last pass (its CATALOG change number, service/change_numbers.py: every push,
     delete, forget and expiry commits there first). An idle tenant costs a look at one number a second; the
     janitor visits it again when its first unit may expire."""
 
@@ -90,7 +90,7 @@ class Maintenance(MaintenanceApi):
         for name in names:
             if self._stop.is_set():
                 break
-            number = self.store.signals.read(CATALOG, name)     # (before anything of the tenant is read)
+            number = self.store.change_numbers.read(CATALOG, name)     # (before anything of the tenant is read)
             janitor = janitor_due and (force_janitor or not skip_quiet or self._janitor_wants(name, number))
             if skip_quiet and name not in dirty and not janitor and not self._wanted(name, number, now):
                 continue

@@ -70,7 +70,7 @@ class Store(StoreApi):
         self.tokenizer = tokenizer_for(config)       # the one tokenizer: indexing and queries
         # this process's readers of the tenants' read indexes (a tantivy thread each while loaded)
         self.readers = Readers(self.root, self.budget.read_indexes, self.budget.idle_s)
-        self.signals = self.readers.signals          # the change numbers of this data folder (service/signals.py)
+        self.change_numbers = self.readers.change_numbers          # the change numbers of this data folder (service/change_numbers.py)
         self.searcher = Searcher(config, self.tokenizer, self.readers)
         self.closers.append(self.searcher.forget)
 

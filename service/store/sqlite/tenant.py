@@ -19,7 +19,7 @@ from ...formats import DAY_FILE_RE, TENANT_RE
 from . import threads
 from .rows import migrate_shard
 from .connections import Db, OpenShards
-from ...signals import CATALOG, Signals
+from ...change_numbers import CATALOG, ChangeNumbers
 from .queries import fetch_all, fetch_one
 
 SHARD_SCHEMA_VERSION = 3          # sql/sqlite/shard_schema.sql's; older files are migrated (rows.migrate_shard)
@@ -42,14 +42,14 @@ class Tenant:
         (self.dir / "replica").mkdir(parents=True, exist_ok=True)
         # the catalog is never unlinked: its reads skip the day shards' inode check
         # every commit on it tells every process at once (a search's caches of catalog reads hold until then)
-        self.signals = Signals.of(root)
+        self.change_numbers = ChangeNumbers.of(root)
         # The first open in a process runs the schema script and the upgrade (a write). A tenant the store
         # closed and opens again (issue 49) opens lazily, one read connection and no write transaction, once a
         # read says its catalog needs no upgrade (a file replaced meanwhile, as a restore does, may).
         path = self.dir / "catalog.db"
         again = str(path) in _opened and path.exists()
         self.catalog = Db(path, "catalog_schema.sql", config, may_be_unlinked=False, lazy=again,
-                          changed=partial(self.signals.changed, CATALOG, name))
+                          after_write=partial(self.change_numbers.bump, CATALOG, name))
         if not (again and self._current()):
             self.catalog.write(threads.migrate, config.thread_gap_s)
             _opened.add(str(path))
@@ -64,8 +64,8 @@ class Tenant:
 
     def catalog_version(self) -> int:
         """A number that changes whenever any process commits to the catalog (its CATALOG change number,
-        service/signals.py): a cache of catalog reads holds while it is the same. Read from memory."""
-        return self.signals.read(CATALOG, self.name)
+        service/change_numbers.py): a cache of catalog reads holds while it is the same. Read from memory."""
+        return self.change_numbers.read(CATALOG, self.name)
 
     def primary_path(self, day: str) -> Path:
         return self.dir / "primary" / f"{day}.db"

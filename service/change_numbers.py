@@ -3,7 +3,8 @@ depends on has changed without looking at the files it guards (docs/design.md §
 search").
 
 One small file, ``<data folder>/signals``, that every process which opens the folder's store reads and writes at
-fixed offsets: a number per tenant and kind. A writer sets a new number after each change it makes (a random one,
+fixed offsets: a number per tenant and kind. (The module was ``signals.py``; the file keeps that name, which data
+folders and processes of an earlier version share.) A writer sets a new number after each change it makes (a random one,
 so that writers never need a lock to agree on the next value: a reader only asks whether the number differs from
 the one it saw); a reader reads it with one ``pread`` made without letting go of the interpreter (ctypes' PyDLL),
 where the file checks and SQL statements it replaces each let go of it.
@@ -52,7 +53,7 @@ CHECK_S = 0.5                    # how often each process looks whether the file
 DISTRUST_S = 2.0                 # after a process moved to a new file: every process has looked (CHECK_S) and moved
 RETIRED_S = 60.0                 # a descriptor let go is closed this much later (a thread may still be using it)
 
-_opened: dict[str, "Signals"] = {}
+_opened: dict[str, "ChangeNumbers"] = {}
 _opened_lock = threading.Lock()
 
 
@@ -84,7 +85,7 @@ def _word_reader():
 _read_word = _word_reader()
 
 
-class Signals:
+class ChangeNumbers:
     """The change numbers of one data folder, as this process reads and sets them."""
 
     def __init__(self, root: Path):
@@ -100,14 +101,14 @@ class Signals:
         self._timer_pid = 0                                # the process whose timer runs (none after a fork)
 
     @classmethod
-    def of(cls, root: Path) -> "Signals":
+    def of(cls, root: Path) -> "ChangeNumbers":
         """The process's one view of this folder's file (the stores, readers and index writers share it)."""
         key = os.path.abspath(root)
         with _opened_lock:
-            signals = _opened.get(key)
-            if signals is None:
-                signals = _opened[key] = cls(Path(key))
-            return signals
+            numbers = _opened.get(key)
+            if numbers is None:
+                numbers = _opened[key] = cls(Path(key))
+            return numbers
 
     @staticmethod
     def _offset(kind: int, name: str) -> int:
@@ -124,7 +125,7 @@ class Signals:
             self._checked = float("-inf")                  # short: looked at again at the next read
         return random.getrandbits(64)
 
-    def changed(self, kind: int, name: str) -> None:
+    def bump(self, kind: int, name: str) -> None:
         """Tell every process that ``name``'s ``kind`` has changed (after the change is visible to them).
 
         A change looks at the file first, whenever it last looked (a stat: changes are commits, far rarer
