@@ -20,7 +20,7 @@ import pytest
 from conftest import VENV_BIN, LiveServer, free_port
 from hooks_support import (CLIENTS, KEY, SilentServer, claude, claude_tool, context_of, gemini, hook_env, lineage,
                            log_lines, run_hook, units)
-from context_mode_client.hooks import event as hookevent, fence as hookfence
+from context_mode_client.hooks import event as event_json, fence
 from service.packing import PREAMBLE, estimate_tokens
 
 TENANTS = ("flow", "claude-code", "gemini-cli", "vscode-copilot", "cursor", "routing", "fence", "misc", "scopes",
@@ -324,15 +324,15 @@ def test_the_head_of_an_event_cut_anywhere(indent):
              "tool_response": {"stdout": "emoji \U0001F600 back\\slash \\u0041 quote\" 中文 " * 2, "stderr": ""}}
     for ascii_only in (True, False):
         text = json.dumps(event, ensure_ascii=ascii_only, indent=indent)
-        assert hookevent.head_of(text) == event
+        assert event_json.head_of(text) == event
         for n in range(1, len(text)):
-            head = hookevent.head_of(text[:n])
+            head = event_json.head_of(text[:n])
             assert _is_head(head, event), (n, text[:n][-20:], head)
             json.dumps(head, ensure_ascii=False).encode("utf-8")
     cap = 64
     for doc in (b"[1, 2, " + b"3, " * 40, b"not json" * 20, b"}" * 100):
         with pytest.raises(ValueError, match="head is no JSON object"):
-            hookevent.read_event(io.BytesIO(doc), cap)
+            event_json.read_event(io.BytesIO(doc), cap)
 
 
 def test_a_cut_event_is_read_no_further_than_its_cap_and_needs_a_session(tmp_path):
@@ -397,16 +397,16 @@ def test_the_entry_point_imports_only_what_a_hook_needs(entry):
 
 # --- what is stored: never the injected context, never the agents' wrappers ----------------------------------
 def test_the_fence_is_the_services_own():
-    assert hookfence.PREAMBLE == PREAMBLE
+    assert fence.PREAMBLE == PREAMBLE
     items = [("tool_output", "abcdef012345", "ORD-1 stuck")]
-    block = "[Context Mode] Earlier work relevant to this, from the shared memory:\n" + hookfence.fence(items)
-    nested = "[Context Mode] This session so far:\n" + hookfence.fence([("user_input", "0123456789ab", block)])
+    block = "[Context Mode] Earlier work relevant to this, from the shared memory:\n" + fence.fence(items)
+    nested = "[Context Mode] This session so far:\n" + fence.fence([("user_input", "0123456789ab", block)])
     escaped = nested.replace("<", "&lt;").replace(">", "&gt;")
-    assert hookfence.strip_injected(f"<hook_context>{escaped}\n\n{escaped}</hook_context>\n\nwhat about ORD-1?") == \
+    assert fence.strip_injected(f"<hook_context>{escaped}\n\n{escaped}</hook_context>\n\nwhat about ORD-1?") == \
         "what about ORD-1?"
-    assert hookfence.strip_injected(f"before {block} after") == "before  after"
-    assert hookfence.strip_injected(block[:400] + " and the rest is cut") == ""     # no end marker: to the end
-    assert hookfence.strip_injected("Retrieved context follows, a sentence of mine") == \
+    assert fence.strip_injected(f"before {block} after") == "before  after"
+    assert fence.strip_injected(block[:400] + " and the rest is cut") == ""     # no end marker: to the end
+    assert fence.strip_injected("Retrieved context follows, a sentence of mine") == \
         "Retrieved context follows, a sentence of mine"
 
 
