@@ -9,7 +9,8 @@ from .threads import explain_parts
 
 MAX_QUERY_TERMS = 64          # a query's terms past this are ignored (every engine call grows with them)
 # An answer's contents at most (like a listing page and lineage): past it, fewer results than top_k. 100 results of
-# 1 MB units answered 98 MB, which a slow reader made one thread write for minutes (issue 39, finding 2).
+# 1 MB units answered 98 MB, which a slow reader kept one of a worker's request handlers writing for minutes
+# (issue 39, finding 2).
 ANSWER_CONTENT_BYTES = 4 << 20
 
 

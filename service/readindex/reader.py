@@ -41,7 +41,7 @@ class View:
 
     def idf(self, term: str) -> float:
         """A term's idf in this commit, asked of tantivy once per commit and term (each call releases and
-        retakes the GIL among the worker's threads; questions repeat their common words)."""
+        retakes the GIL among the worker's request handlers; questions repeat their common words)."""
         known = self.cache.idf
         idf = known.get(term)
         if idf is None:
@@ -84,7 +84,7 @@ class Reader:
         return self.view
 
     def close(self) -> None:
-        """Let go of the index (its tantivy thread ends, its files are unmapped once no search holds a view)."""
+        """Let go of the index (its tantivy file watcher ends, its files are unmapped once no search holds a view)."""
         with self._lock:
             self.index = self.view = self.known = None
             self.gen = self.sig = None
@@ -115,8 +115,8 @@ class Reader:
 
 
 class Readers:
-    """Every tenant's reader in this process: at most ``keep`` of them (a loaded index holds a tantivy thread,
-    which watches its files, and keeps them mapped), the least recently used, and any unused for ``idle_s``,
+    """Every tenant's reader in this process: at most ``keep`` of them (a loaded index holds a tantivy file
+    watcher and keeps its files mapped), the least recently used, and any unused for ``idle_s``,
     let go (service/budget.py, issue 49); a tenant's next search loads its index again (a fraction of a
     millisecond for a small one).
 

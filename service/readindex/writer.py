@@ -103,7 +103,7 @@ class IndexWriter:
 
     def days(self) -> set[str]:
         """The days the last commit holds documents of (its term dictionary, which keeps a deleted day's name
-        until a merge), read from the writer's own index: the leader loads no reader of its own (a thread)."""
+        until a merge), read from the writer's own index: the leader loads no reader of its own (a file watcher)."""
         self.index.reload()
         return {day for day, _ in self.index.searcher().terms_with_prefix("day", "")}
 

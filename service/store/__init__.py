@@ -2,7 +2,7 @@
 ``postgresql/`` (one database every node shares, a streaming standby), both implementing ``base.py``'s
 contract. ``CONTEXT_STORE`` names one (``Config.backend``); it is opened here and nowhere else (``open_backend``).
 
-What both share: base.py (the contract), loop.py (the maintenance thread and its contract), push.py (the push
+What both share: base.py (the contract), loop.py (the maintenance worker and its contract), push.py (the push
 rules), filters.py (a request's filters), exact.py (what both primaries give the ranking alike), statements.py (sql/'s named statements, with the unit's columns)."""
 from __future__ import annotations
 

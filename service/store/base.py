@@ -219,7 +219,7 @@ class StoreApi:
 
     # --- search -------------------------------------------------------------------------------
     def search(self, tenant: str, params) -> dict:
-        # A cap on concurrent searches per worker keeps threads free for everything else.
+        # A cap on concurrent searches per worker keeps its request pool free for everything else.
         with self.search_slot(tenant):
             found = self._search(tenant, params)
             if params.neighbors and found["results"]:
@@ -275,7 +275,7 @@ class StoreApi:
 
     def sweep(self) -> None:
         """Close what this process keeps open for tenants unused for CONTEXT_TENANT_IDLE_S (files, read indexes,
-        what it remembers of them), and past the budget the least recently used (the background thread, once a
+        what it remembers of them), and past the budget the least recently used (the maintenance worker, once a
         second: service/store/loop.py)."""
         raise NotImplementedError
 

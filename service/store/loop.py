@@ -1,4 +1,4 @@
-"""A process's background maintenance thread, on either store: woken by pushes or every ``index_poll_ms``,
+"""A process's maintenance worker, on either store: woken by pushes or every ``index_poll_ms``,
 at most one pass per ``index_debounce_ms``; idle while a maintainer process (service/maintainer.py) does
 the work; and the index lag of what it indexed. Each backend's maintenance says what a pass does."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ..instruments import INDEX_LAG_SECONDS
 
 log = logging.getLogger(__name__)
 
-SWEEP_S = 1.0            # how often the background thread closes what idle tenants hold
+SWEEP_S = 1.0            # how often the maintenance worker closes what idle tenants hold
 
 
 class TenantLock:
@@ -48,7 +48,7 @@ class TenantLock:
 
 
 class MaintenanceApi:
-    """A process's background maintenance thread: woken by pushes (``notify``) or every
+    """A process's maintenance worker (an OS thread): woken by pushes (``notify``) or every
     ``index_poll_ms``, it calls ``run_once``; the tenants it leads on this node (``leads``) and their read
     indexes' writers (``read_syncs``); and the index lag of what it indexed. Both storage backends'
     ``Maintenance`` build on it (tests/test_code_shape.py: what both implement is declared here)."""
@@ -64,44 +64,44 @@ class MaintenanceApi:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._last_janitor = 0.0
-        self._thread: threading.Thread | None = None
+        self._worker: threading.Thread | None = None
         # In a gunicorn worker: the maintainer process (service/maintainer.py) that, while it runs,
         # does this work instead; None in the maintainer itself and wherever no maintainer is started.
         self.presence = None
-        self._deferring = False       # as of this thread's last look (every index_poll_ms)
+        self._deferring = False       # as of this worker's last look (every index_poll_ms)
         # The tenants this process leads right now: a tenant's lock is held during its pass, and after it while
         # this process keeps its read index's writer open (``let_go``), so never more than a few (issue 49).
         self._locks: dict[str, TenantLock] = {}
         # tenant -> the writer of its read index on this node (the backend's ReadSync): a few kept open, the least
-        # recently used and the idle closed (each holds tantivy's threads); one still building is kept
+        # recently used and the idle closed (each holds tantivy's indexing workers); one still building is kept
         budget = store.budget
         self.read_syncs = Kept(budget.writers, budget.idle_s, self._close_writer, busy=lambda sync: sync.building)
         self._last_sweep = 0.0
         store.listeners.append(self.notify)
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="maintenance", daemon=True)
-            self._thread.start()
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._run, name="maintenance", daemon=True)
+            self._worker.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        if self._worker is not None:
+            self._worker.join(timeout=10)
+            self._worker = None
         self.pool.shutdown(wait=True)
         self.stopped()
         if self.presence is not None:
             self.presence.close()
 
     def stopped(self) -> None:
-        """What a subclass releases once the thread has stopped."""
+        """What a subclass releases once the worker has stopped."""
 
     def notify(self, tenant: str | None, days) -> None:
         """A push wrote pending rows of ``tenant`` into ``days``: index them soon."""
         if self._deferring:
-            self.presence.wake(tenant, days)   # this thread has nothing to do: waking it would cost the push
+            self.presence.wake(tenant, days)   # this worker has nothing to do: waking it would cost the push
         else:
             self.mark(tenant, days)
             self._wake.set()
@@ -146,7 +146,7 @@ class MaintenanceApi:
         raise NotImplementedError
 
     def background_pass(self) -> int:
-        """What the thread runs when woken or every poll interval."""
+        """What the worker runs when woken or every poll interval."""
         return self.run_once()
 
     def leads(self, tenant: str) -> bool:

@@ -61,7 +61,7 @@ class Maintenance(MaintenanceApi):
 
     def sync_read_indexes(self, purge: bool = False, skip_quiet: bool = False) -> int:
         """Bring this node's read index of each tenant it leads up to date with PostgreSQL (when due).
-        ``skip_quiet`` (the background thread's passes): not the tenants that cannot lack anything."""
+        ``skip_quiet`` (the maintenance worker's passes): not the tenants that cannot lack anything."""
         sent = 0
         if not self.config.replicas:
             return sent
@@ -114,9 +114,9 @@ class Maintenance(MaintenanceApi):
 
     def run_once(self, force_janitor: bool = False, skip_quiet: bool = False) -> int:
         """Index every queued unit (any tenant); the janitor when due; this node's read indexes. Returns
-        units indexed. ``skip_quiet`` (the background thread's passes): the janitor purges only the tenants that
+        units indexed. ``skip_quiet`` (the maintenance worker's passes): the janitor purges only the tenants that
         may hold an expired unit, and the read indexes that cannot lack anything are not synced."""
-        total = self._index_batch()       # a short queue, the usual case, is one batch in this thread
+        total = self._index_batch()       # a short queue, the usual case, is one batch in this worker, not the pool
         if total == self.config.pg_index_batch and not self._stop.is_set():
             drains = [self.indexers.submit(self._drain) for _ in range(INDEXERS)]
             wait(drains)

@@ -114,10 +114,10 @@ class Searcher:
         PostgreSQL (tail.py): the ranking of the SQLite store's default searches. None when this node has no
         usable index for the tenant yet (or it is too far behind): the tables answer.
 
-        The read from PostgreSQL comes first, in the request's thread: handing it to another thread to
+        The read from PostgreSQL comes first, in the request's own worker: handing it to a pool to
         overlap its network wait with the engine's search hid that wait from one search's latency (in
         process at 100k units, p50 1.05x SQLite's with it, 1.25-1.35x without) but cost every search two
-        thread switches, a future and their contention for the interpreter, which under load is what
+        context switches, a future and their contention for the interpreter, which under load is what
         bounds a node's searches/s (bench/README.md)."""
         readers = self.store.readers
         state, view = readers.state(tenant), readers.view(tenant)

@@ -60,7 +60,7 @@ class Store(StoreApi):
         self.db.write(self._ensure_schema, config.thread_gap_s)
         # what this process keeps open for its tenants (service/budget.py, issue 49): read indexes, writers
         self.budget = Budget.of(config)
-        # this process's views of the node's read indexes (a tantivy thread each while loaded)
+        # this process's views of the node's read indexes (a tantivy file watcher each while loaded)
         self.readers = Readers(self.root, self.budget.read_indexes, self.budget.idle_s)
         self.change_numbers = self.readers.change_numbers
         self.listeners: list = []   # callables(tenant, days) told about new queued units

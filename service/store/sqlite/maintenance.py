@@ -1,6 +1,6 @@
 """Background maintenance (docs/design.md §5): indexing, read-index sync and the janitor.
 
-In each process one background thread does the maintenance of the tenants it leads: the
+In each process one maintenance worker (service/store/loop.py) does the maintenance of the tenants it leads: the
 process that holds a tenant's ``maintenance.lock`` (fcntl, released by the kernel when the
 process dies) indexes (service/store/sqlite/indexer.py), keeps the read index in step (service/store/sqlite/readsync.py)
 and runs the janitor (service/store/sqlite/janitor.py) for that tenant; the others take over within one poll
@@ -76,7 +76,7 @@ class Maintenance(MaintenanceApi):
     def run_once(self, force_janitor: bool = False, full: bool = True, skip_quiet: bool = False) -> int:
         """One pass over the tenants this process leads; returns rows indexed. ``full``: every live day
         (what a direct call wants); else the days pushes told about since the last pass, of the tenants told
-        about or left unsettled. ``skip_quiet`` (the background thread's passes): not the tenants nothing can
+        about or left unsettled. ``skip_quiet`` (the maintenance worker's passes): not the tenants nothing can
         have changed for since their last pass found nothing left."""
         total = 0
         janitor_due = self.janitor_due(force_janitor)

@@ -1,6 +1,6 @@
 """The store API (docs/design.md §2): push, get, lineage, delete, recent, search.
 
-Only the store knows about files, SQL and threads. HTTP views and adapters (MCP, Dify,
+Only the store knows about files, SQL and worker pools. HTTP views and adapters (MCP, Dify,
 Continue) call these methods with a tenant name that auth already checked.
 
 Push protocol, per group of concurrent requests (service/store/sqlite/groupcommit.py; one request when it
@@ -68,7 +68,7 @@ class Store(StoreApi):
         # descriptors per worker before there was a cap), as many as the budget holds
         self.open_shards = OpenShards(config, self.budget.shards)
         self.tokenizer = tokenizer_for(config)       # the one tokenizer: indexing and queries
-        # this process's readers of the tenants' read indexes (a tantivy thread each while loaded)
+        # this process's readers of the tenants' read indexes (a tantivy file watcher each while loaded)
         self.readers = Readers(self.root, self.budget.read_indexes, self.budget.idle_s)
         self.change_numbers = self.readers.change_numbers          # the change numbers of this data folder (service/change_numbers.py)
         self.searcher = Searcher(config, self.tokenizer, self.readers)
@@ -98,7 +98,7 @@ class Store(StoreApi):
 
     def sweep(self) -> None:
         """Close the tenants unused for ``CONTEXT_TENANT_IDLE_S``, and read indexes; then the least recently
-        used while this process's files are over the budget (what the background thread calls)."""
+        used while this process's files are over the budget (what the maintenance worker calls)."""
         self._tenants.sweep()
         self._tenants.trim(lambda: FILES.value > self.budget.files)
         self.readers.sweep()

@@ -94,7 +94,7 @@ class Tenant:
         with self._lock:
             kept = self._shards.get(day)
             if kept is not None:
-                return kept                 # another thread kept this day meanwhile: ours is transient
+                return kept                 # another request kept this day meanwhile: ours is transient
             if self.open_shards.keeps(self, day):   # (not evicted again since admitted)
                 self._shards[day] = db
         return db
