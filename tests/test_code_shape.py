@@ -401,17 +401,19 @@ def test_no_sql_text_outside_sql_files_and_the_statement_builders():
 
 
 # --- BM25 written once (service/ranking/bm25.py) -------------------------------------------------------
-# The length norm k1 * (1 - b + b * n / avgdl) and a term's share weight * tf / (tf + norm), in Python or as
-# SQL text, in any spelling of the names: only ranking/bm25.py may hold them (ties are equal floats, so every
-# path must compute them one way).
+# The length norm k1 * (1 - b + b * n / avgdl), a term's share weight * tf / (tf + norm) and its weight
+# idf * (k1 + 1) (issue 52: explain and tool search formed it again), in Python or as SQL text, in any
+# spelling of the names: only ranking/bm25.py may hold them (ties are equal floats, so every path must compute
+# them one way).
 _NORM_RE = re.compile(r"1\s*-\s*\S+\s*\+\s*\S+\s*\*\s*\S+\s*/")
 _TERM_RE = re.compile(r"\*\s*\S+\s*/\s*\(\s*\S+\s*\+\s*\S*norm")
+_WEIGHT_RE = re.compile(r"\(\s*(?:[\w.%():]*k1[\w)]*\s*\+\s*1|1\s*\+\s*[\w.%():]*k1[\w)]*)\s*\)", re.I)
 
 
 def bm25_expressions(text: str) -> list[str]:
     """The BM25 expressions in Python source or SQL text, comments and docstrings included (a copy in a
     comment is where the next copy in code starts)."""
-    return [m.group(0) for pattern in (_NORM_RE, _TERM_RE) for m in pattern.finditer(text)]
+    return [m.group(0) for pattern in (_NORM_RE, _TERM_RE, _WEIGHT_RE) for m in pattern.finditer(text)]
 
 
 def test_the_bm25_formula_is_written_once():
@@ -429,6 +431,10 @@ def test_the_bm25_formula_is_written_once():
     "'%(k1)s * (1 - %(b)s + %(b)s * ntok / %(avgdl)s)'",
     "score += w * tf / (tf + norm)",
     "':w0 * tf0 / (tf0 + norm)'",
+    "weight = idf * (k1 + 1)",
+    "sum(w * (K1+1) for w in idf)",
+    "(1 + self.k1) * idf",
+    "'%(idf)s * (%(k1)s + 1)'",
 ])
 def test_the_formula_check_sees_a_copy(copy):
     assert bm25_expressions(copy)
