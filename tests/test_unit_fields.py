@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from conftest import drain, make_unit, replayed
+from conftest import close_app, drain, make_unit, new_app, replayed
 from service.adapters.conditions import UNIT_FIELDS as CONDITION_FIELDS
 from service.config import Config
 from service.readindex import schema as index_schema
@@ -54,6 +54,33 @@ def test_postgresqls_unit_terms_hold_the_searched_columns():
     assert set(SEARCHED_COLUMNS) < set(UNIT_COLUMNS)
     assert table_columns(sql_file("postgresql/schema.sql"), "unit_terms") == {*SEARCH_COLUMNS, "ntok", "tfs"}
     assert set(SEARCH_COLUMNS) == {"tenant", "day", *SEARCHED_COLUMNS}
+
+
+def test_postgresqls_indexer_writes_each_searched_column_as_the_unit_has_it(tmp_path, pg_urls):
+    """The indexer's rows name no column in SQL (unit_terms_insert reads them by the table's own row type): an
+    indexed unit's terms row holds every searched column as its units row has it, keys and lineage included."""
+    import psycopg
+    from psycopg.rows import dict_row
+    from service.store.postgresql.indexer import SEARCH_COLUMNS
+    app = new_app(tmp_path, store=pg_urls[0], store_replica=pg_urls[1])
+    try:
+        parent = make_unit("the parent words")
+        child = make_unit("the child words", metadata={"project": "p1", "global": True, "session": 3},
+                          parent_cid=validate_unit(parent, Config()).cid)
+        rv = app.test_client().post("/mcp/push", json={"units": [parent, child]})
+        assert rv.status_code == 200
+        drain(app)
+        with psycopg.connect(pg_urls[0], row_factory=dict_row) as c:
+            terms = c.execute("SELECT * FROM unit_terms ORDER BY seq").fetchall()
+            units = c.execute("SELECT * FROM units ORDER BY seq").fetchall()
+    finally:
+        close_app(app)
+    assert len(terms) == len(units) == 2
+    for term_row, unit_row in zip(terms, units):
+        assert set(term_row) == {*SEARCH_COLUMNS, "ntok", "tfs"}
+        assert {k: term_row[k] for k in SEARCH_COLUMNS} == {k: unit_row[k] for k in SEARCH_COLUMNS}
+        assert term_row["ntok"] > 0 and set(term_row["tfs"]) and term_row["tenant"]
+    assert terms[1]["parent_cid"] == units[0]["cid"] and terms[1]["project"] == "p1" and terms[1]["is_global"]
 
 
 def test_sqlites_schema_script_makes_that_table():
