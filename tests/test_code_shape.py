@@ -731,3 +731,45 @@ def test_a_function_name_means_one_thing():
     names = shared_names()
     assert sorted(set(names) - set(SHARED_NAMES) - PER_MODULE) == []
     assert sorted(set(SHARED_NAMES) - set(names)) == []           # (a name no longer shared leaves the list)
+
+
+# --- "thread" is a conversation's in the packages that keep them (issue 52) ---------------------------------------
+# The store, the ranking and the read index assign, read and rank a unit's thread (docs/design.md §3 "Threads"); an
+# OS thread there is named by its role, a worker or a pool, so that "thread" in their code and prose is a
+# conversation's. (Code names threading's classes, which these phrases do not match.)
+THREAD_PACKAGES = ("store", "ranking", "readindex")
+_OS_THREAD_RE = re.compile(r"\b(?:background|maintenance|tantivy|watcher|request's|worker's|another|each|own|OS|daemon|"
+                           r"indexer|search|writer)\s+threads?\b|\bthreads?[- ](?:pool|switch\w*|included|waits)\b",
+                           re.I)
+
+
+def os_threads(text: str) -> list[str]:
+    return [m.group(0) for m in _OS_THREAD_RE.finditer(text)]
+
+
+def test_a_thread_in_the_store_the_ranking_and_the_read_index_is_a_conversations():
+    found = [f"{path.relative_to(ROOT)}: {phrase}" for package in THREAD_PACKAGES
+             for path in sorted((SERVICE / package).rglob("*.py")) for phrase in os_threads(path.read_text("utf-8"))]
+    assert found == []
+
+
+@pytest.mark.parametrize("prose", [
+    "In each process one background thread does the maintenance",
+    "(a tantivy thread each while loaded)",
+    "keeps threads free for everything else, in the request's thread",
+    "cost every search two thread switches",
+    "another worker's thread, or another process's indexer",
+    "fn over shards on the thread pool",
+    "units per thread-pool task",
+])
+def test_the_thread_check_sees_an_os_thread(prose):
+    assert os_threads(prose)
+
+
+@pytest.mark.parametrize("prose", [
+    "a child joins its parent's thread", "The highest place taken in this thread", "a thread's head",
+    "leaves it a thread of its own", "self._worker = threading.Thread(target=self._run)",
+    "ThreadPoolExecutor(n, thread_name_prefix='search')",
+])
+def test_the_thread_check_lets_a_conversations_thread_be(prose):
+    assert os_threads(prose) == []

@@ -48,7 +48,7 @@ class TenantLock:
 
 
 class MaintenanceApi:
-    """A process's maintenance worker (an OS thread): woken by pushes (``notify``) or every
+    """A process's maintenance worker: woken by pushes (``notify``) or every
     ``index_poll_ms``, it calls ``run_once``; the tenants it leads on this node (``leads``) and their read
     indexes' writers (``read_syncs``); and the index lag of what it indexed. Both storage backends'
     ``Maintenance`` build on it (tests/test_code_shape.py: what both implement is declared here)."""

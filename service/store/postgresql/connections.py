@@ -30,7 +30,7 @@ CATCH_UP_WAIT_MS = 50      # how long a read-index pass waits for the standby to
 GENERIC_PLANS = {"prepare_threshold": 0}
 # A default search's reads wait for a table lock (DDL on units) at most this, or less when
 # CONTEXT_PG_LOCK_TIMEOUT_MS is lower, then 503 storage_unavailable (its one statement ran with no timeout:
-# behind an ACCESS EXCLUSIVE lock on units it waited as long as the lock was held, holding the request's thread).
+# behind an ACCESS EXCLUSIVE lock on units it waited as long as the lock was held, holding the request's handler).
 SEARCH_LOCK_WAIT_MS = 1000
 
 

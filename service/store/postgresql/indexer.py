@@ -20,7 +20,7 @@ from .rows import add_df, dumps
 
 SEARCH_COLUMNS = ("tenant", "day", *SEARCHED_COLUMNS)       # a unit_terms row's, beside its ntok and tfs
 CATCH_UP_POLL_S = 0.005          # while another node's indexer holds rows a strong read waits for
-TOKEN_CHUNK = 64                 # units per thread-pool task when a batch is tokenized in parallel
+TOKEN_CHUNK = 64                 # units per indexing-pool task when a batch is tokenized in parallel
 
 
 def _tokenize(tokenizer, texts: list[str], pool: ThreadPoolExecutor | None) -> list[list[str]]:

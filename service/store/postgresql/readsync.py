@@ -139,7 +139,7 @@ class ReadSync:
             return self._pages(purge, reads)
 
     def _pages(self, purge: bool, reads: ThreadPoolExecutor) -> int:
-        """The pass's pages: while one is applied to the index (CPU in this thread), the next is read from
+        """The pass's pages: while one is applied to the index (CPU in the maintenance worker), the next is read from
         PostgreSQL in ``reads`` (waiting on the server, the GIL released): a build costs about the larger of
         the two, not their sum."""
         sent = unsaved = 0

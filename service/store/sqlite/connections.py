@@ -46,7 +46,7 @@ def connect(path: Path | str, *, busy_timeout_ms: int = 10_000, synchronous: str
 
     Several gunicorn workers share a shard safely because SQLite does the arbitration:
     WAL mode lets readers in any process run alongside one writer; every write starts
-    with BEGIN IMMEDIATE, so a second writer (another worker's thread, or another
+    with BEGIN IMMEDIATE, so a second writer (another request of the worker, or another
     process's indexer) waits on busy_timeout for the file lock instead of failing a
     lock upgrade mid-transaction; and nothing is cached in Python that another process
     could change underneath us except the file itself, which writers re-check (inode)

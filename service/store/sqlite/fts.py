@@ -131,7 +131,7 @@ def rows_by_id(conn, ids: list[int]) -> dict:
 
 
 class CpuBudget:
-    """The CPU one search may spend in SQLite, over every shard it reads (threads included).
+    """The CPU one search may spend in SQLite, over every shard it reads (on the search pool too).
 
     SQLite calls ``check`` every few thousand virtual-machine steps; past the budget it interrupts
     the statement, and the search answers 422 instead of holding a worker for seconds."""

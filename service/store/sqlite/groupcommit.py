@@ -2,7 +2,7 @@
 written together, in one catalog transaction and one transaction per day file, and each request is
 answered only after the commit that holds its units.
 
-No thread waits for a timer: the first request to arrive writes at once (the *leader*); requests
+No request waits for a timer: the first request to arrive writes at once (the *leader*); requests
 that arrive meanwhile queue, and when the leader is done one of them leads the next group with
 every request queued by then. Under one writer a group is one request, as before; under many, the
 transactions per push fall with the queue's length.

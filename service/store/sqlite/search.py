@@ -219,7 +219,7 @@ class Searcher:
         return rank(engine, p.top_k, self.naming, terms, p.operator), Stats(idf, K1, B, avgdl, n)
 
     def _map(self, fn, items):
-        """fn over shards on the thread pool (SQLite runs FTS5 ranking without the GIL)."""
+        """fn over shards on the search pool (SQLite runs FTS5 ranking without the GIL)."""
         if len(items) <= 1:
             return [fn(x) for x in items]
         return list(self.pool.map(fn, items))
