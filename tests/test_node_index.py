@@ -150,6 +150,97 @@ def test_a_tail_unit_deleted_between_the_tails_two_reads_leaves_every_answer(nod
     assert cids(search(b, "petrel")) == [kept] and index_docs(b) == 1
 
 
+def test_the_tail_statement_is_sent_before_the_engine_searches_and_read_after(nodes, monkeypatch):
+    """A default search sends node_tail, lets tantivy read the pool while PostgreSQL answers, then reads the
+    answer: a unit acknowledged on the other node just before is in it, and no connection stays out."""
+    from service.readindex import threaded
+    from service.store.postgresql import connections
+    a, b = nodes()
+    push(a, "kittiwake one")
+    drain(a)
+    drain(b)
+    order: list[str] = []
+    real_send, real_rows, real_pool = connections.Db.send, connections.Sent.rows, threaded.Engine.pool
+
+    def send(db, name, args):
+        order.append(name)
+        return real_send(db, name, args)
+
+    def rows(sent):
+        got = real_rows(sent)
+        order.append("answer" if got else "no answer")
+        return got
+
+    def pool(engine, want):
+        order.append("pool")
+        return real_pool(engine, want)
+    monkeypatch.setattr(connections.Db, "send", send)
+    monkeypatch.setattr(connections.Sent, "rows", rows)
+    monkeypatch.setattr(threaded.Engine, "pool", pool)
+    [new] = push(a, "kittiwake two")          # acknowledged on a: b's next search must see it
+    assert new in cids(search(b, "kittiwake"))
+    assert order == ["node_tail", "pool", "answer"]
+    assert all_given_back(app_state(b).store.db.search_pool)
+
+
+def all_given_back(pool, timeout: float = 5.0) -> bool:
+    """Whether every connection of the pool is back in it (a closed one replaced), waiting for the pool's
+    own replacement of one at most ``timeout``."""
+    import time
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = pool.get_stats()
+        if stats["pool_available"] == stats["pool_size"] or time.monotonic() > deadline:
+            return stats["pool_available"] == stats["pool_size"]
+        time.sleep(0.05)
+
+
+def test_a_tail_answer_not_plainly_read_is_read_again(nodes, pg_urls, monkeypatch):
+    """The sent statement's connection broken before its answer is read (the server ended it), or its
+    prepared statement gone from this process's memory: the search answers the same, read again the ordinary
+    way or prepared again, and the broken connection is not given out again."""
+    from service.store.postgresql import connections
+    a, b = nodes()
+    push(a, "fulmar one")
+    drain(a)
+    drain(b)
+    db = app_state(b).store.db
+    real_rows, ended = connections.Sent.rows, []
+
+    def rows(sent):
+        if not ended:
+            with psycopg.connect(pg_urls[0], autocommit=True) as c:
+                c.execute("SELECT pg_terminate_backend(%s)", (sent.conn.info.backend_pid,))
+            ended.append(sent.conn)
+        return real_rows(sent)
+    monkeypatch.setattr(connections.Sent, "rows", rows)
+    [new] = push(a, "fulmar two")
+    assert new in cids(search(b, "fulmar")) and ended and ended[0].closed
+    monkeypatch.undo()
+    db._prepared.clear()                     # (prepared on every connection, forgotten here: 42P05, used)
+    sent = db.send("node_tail", app_state(b).store.searcher.tail.args("default", {"low": 0, "n": 0}, 0))
+    assert sent is not None and sent.rows()
+    assert len(cids(search(b, "fulmar"))) == 2
+    assert all_given_back(db.search_pool)
+
+
+def test_a_search_that_fails_before_reading_its_tail_gives_its_connection_back(nodes, monkeypatch):
+    from service.readindex import threaded
+    a, b = nodes()
+    push(a, "gannet one")
+    drain(b)
+
+    def broken(engine, want):
+        raise RuntimeError("the engine failed")
+    monkeypatch.setattr(threaded.Engine, "pool", broken)
+    db = app_state(b).store.db
+    for _ in range(db.search_pool.max_size + 2):       # (a connection kept by each would exhaust the pool)
+        assert b.test_client().post("/mcp/search", json={"query": "gannet"}).status_code == 500
+    monkeypatch.undo()
+    assert all_given_back(db.search_pool)
+    assert len(cids(search(b, "gannet"))) == 1
+
+
 def test_a_missing_or_damaged_index_is_built_again_and_the_tables_answer_meanwhile(nodes):
     a, b = nodes()
     pushed = push(a, *[f"cormorant {i}" for i in range(30)])

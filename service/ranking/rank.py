@@ -16,7 +16,7 @@ else, the same way for every path and store:
 from __future__ import annotations
 
 import json
-from typing import Protocol
+from typing import Callable, Protocol, Sequence
 
 from ..unitkeys import joined_by
 from .scoring import Ranked
@@ -49,11 +49,15 @@ class Engine(Protocol):
 
 
 def rank(engine: Engine, k: int, naming: Naming, terms: list[str], operator: str = "or",
-         fresh: list[Ranked] = ()) -> list[Ranked]:
-    """The answer's best k: ``fresh`` (units the engine lacks, exact) and the engine's."""
+         fresh: Sequence[Ranked] | Callable[[], list[Ranked]] = ()) -> list[Ranked]:
+    """The answer's best k: ``fresh`` (units the engine lacks, exact) and the engine's. ``fresh`` may be a
+    function giving them, called once the engine's pool is read: a PostgreSQL node's tail, whose statement its
+    server answers while the pool's query runs (service/store/postgresql/search.py)."""
     query = frozenset(terms)
     want = max(POOL, 2 * k)
     hits = engine.pool(want)
+    if callable(fresh):
+        fresh = fresh()
     fresher = {r.cid for r in fresh}
 
     def leave(cids):

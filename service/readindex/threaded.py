@@ -8,7 +8,7 @@ searcher.py), and BM25's own best k (a corpus without threads) is ``searcher.bes
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Callable, Literal, Sequence
 
 from tantivy import Occur, Query
 
@@ -25,7 +25,7 @@ VIEW_CACHE = 50_000           # documents (and places) whose fields a view keeps
 
 
 def best(view: View, p, terms: list[str], weights: list[float], now: int, gone, naming,
-         fresh: list[Ranked] = ()) -> list[Ranked]:
+         fresh: Sequence[Ranked] | Callable[[], list[Ranked]] = ()) -> list[Ranked]:
     """The answer's best k: ``fresh`` (the units the index lacks, exact) and the index's, ranked as every path
     ranks (service/ranking/rank.py)."""
     return ranking.rank(Engine(view, p, terms, weights, now, gone), p.top_k, naming, terms, p.operator, fresh)

@@ -8,10 +8,14 @@ it again.
 from __future__ import annotations
 
 import logging
+import re
+import select
 import threading
 import time
+import weakref
 
 import psycopg
+from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ...config import redact
@@ -44,7 +48,64 @@ def generic_plans(lock_ms: int, statement_ms: int):
     return configure
 
 
+def _wait(pg, event: int) -> None:
+    """Until the connection's socket is ready (``select.POLLIN``, ``POLLOUT``), the interpreter let go meanwhile."""
+    poll = select.poll()
+    poll.register(pg.socket, event)
+    poll.poll()
+
+
+class Sent:
+    """A named statement sent on a search pool connection without waiting for its answer (libpq's asynchronous
+    calls: ``Db.send``), so that the request's handler works meanwhile; ``rows()`` reads the answer and gives
+    the connection back. The answer is usually there by then, read without waiting on the socket: a blocking
+    read lets the worker's other request handlers take the interpreter, and under load taking it back cost
+    more CPU than the statement (bench/README.md, "Ranking at engine cost"). None from ``rows()`` when anything
+    went other than plainly (an error, a broken connection): the caller reads again the ordinary way
+    (``read_fresh``), which reports what failed as every read does."""
+
+    def __init__(self, db: "Db", conn):
+        self.db, self.conn = db, conn
+
+    def rows(self) -> list[list[bytes | None]] | None:
+        pg, out, ok = self.conn.pgconn, None, True
+        try:
+            pg.consume_input()
+            while pg.is_busy():
+                _wait(pg, select.POLLIN)
+                pg.consume_input()
+            while (res := pg.get_result()) is not None:
+                if res.status == pq.ExecStatus.TUPLES_OK and out is None:
+                    out = [[res.get_value(r, c) for c in range(res.nfields)] for r in range(res.ntuples)]
+                else:
+                    ok = False
+        except (psycopg.Error, OSError):
+            ok = False
+        finally:
+            self.db.give_back(self.conn, ok)
+        return out if ok else None
+
+
+SQLSTATE = pq.DiagnosticField.SQLSTATE
 PRIMARY_RETRY_S = 1.0      # after a failure, how long requests fail at once before one tries the primary again
+
+
+_FORMS: dict[str, tuple[str, list[str], str]] = {}
+
+
+def prepared_form(name: str) -> tuple[str, list[str], str]:
+    """(the prepared statement's name, its parameters' names in order, its text with $n) of a named statement."""
+    form = _FORMS.get(name)
+    if form is None:
+        names: list[str] = []
+
+        def number(m):
+            if m.group(1) not in names:
+                names.append(m.group(1))
+            return f"${names.index(m.group(1)) + 1}"
+        text = re.sub(r"%\((\w+)\)s", number, sql(name))
+        form = _FORMS[name] = (f"cms_{name}", names, text)
+    return form
 
 
 def connection_lost(e: psycopg.OperationalError) -> bool:
@@ -89,6 +150,7 @@ class Db:
                                           open=False, timeout=5.0, reconnect_timeout=3600, name="search")
         self.search_pool.open(wait=True, timeout=15)
         self.standby = Standby(config.store_replica, config) if config.store_replica else None
+        self._prepared: weakref.WeakSet = weakref.WeakSet()     # search pool connections ``send`` prepared on
 
     def write(self, fn, *args):
         """``fn(conn, *args)`` in one primary transaction; PostgreSQL down or failing is a 503."""
@@ -185,6 +247,42 @@ class Db:
         except (psycopg.OperationalError, PoolTimeout) as e:
             standby.mark_down()
             raise StorageUnavailable(f"Storage is unavailable: {type(e).__name__}") from e
+
+    def send(self, name: str, args: dict) -> Sent | None:
+        """The named statement sent on a search pool connection, its answer not waited for (``Sent``); None
+        when it could not be sent at once (the primary known down, no free connection, a broken one): the
+        caller then reads the ordinary way."""
+        if self.primary_down():
+            return None
+        try:
+            conn = self.search_pool.getconn(timeout=0.05)
+        except PoolTimeout:
+            return None
+        try:
+            pg = conn.pgconn
+            statement, names, text = prepared_form(name)
+            if conn not in self._prepared:
+                res = pg.prepare(statement.encode(), text.encode())
+                # (42P05: prepared already, before a failure made this process forget it)
+                if res.status != pq.ExecStatus.COMMAND_OK and res.error_field(SQLSTATE) != b"42P05":
+                    raise psycopg.OperationalError(res.get_error_message())
+                self._prepared.add(conn)
+            pg.send_query_prepared(statement.encode(), [str(args[n]).encode() for n in names])
+            while pg.flush():
+                _wait(pg, select.POLLOUT)
+            return Sent(self, conn)
+        except (psycopg.Error, OSError):
+            self.give_back(conn, False)
+            return None
+
+    def give_back(self, conn, ok: bool) -> None:
+        """A connection ``send`` took back to the search pool; after a failure prepared again at its next
+        ``send``, and closed unless idle (a statement still under way: the pool replaces it)."""
+        if not ok:
+            self._prepared.discard(conn)
+            if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                conn.close()
+        self.search_pool.putconn(conn)
 
     def _on_search_pool(self, fn, *args):
         """``fn(conn)`` on a connection of the search pool: no check round trip as a connection leaves it

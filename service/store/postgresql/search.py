@@ -34,7 +34,7 @@ from .indexer import catch_up
 from .queries import lock_wait, sql
 from .rows import units_at
 from .scoring import essential_terms, match_where, queued_where, score
-from .tail import TailReader
+from .tail import TailRead, TailReader
 
 QUEUED_PAGE = 8              # queued units whose content read-your-writes reads per round (tables path)
 
@@ -43,6 +43,44 @@ QUEUED_PAGE = 8              # queued units whose content read-your-writes reads
 class IndexStats:
     bm25: Bm25          # the weights the index's and the tail's units are scored with
     stats: Stats        # what the answer reports (explain)
+
+
+class Tail:
+    """One search's tail read (tail.py): its statement sent at once when ``early`` (``TailReader.send``), read
+    when the ranking first needs it (``get``), the ordinary way when it could not be sent or its answer was not
+    plainly read; ``close`` gives back a connection a search that failed first still held."""
+
+    def __init__(self, searcher: "Searcher", tenant: str, state: dict, now: int, early: bool):
+        self.searcher, self.tenant, self.state, self.now = searcher, tenant, state, now
+        db = searcher.store.db
+        self.sent = searcher.tail.send(db, tenant, state, now) if early else None
+        self.read: TailRead | None = None
+        self.where = "primary"
+
+    def get(self) -> TailRead:
+        if self.read is None:
+            db, reader, sent = self.searcher.store.db, self.searcher.tail, self.sent
+            self.sent = None
+            read = reader.finish(db, sent, self.tenant, self.state, self.now) if sent is not None else None
+            if read is None:
+                read, self.where = db.read_fresh(reader.read, self.tenant, self.state, self.now)
+            self.read = read
+        return self.read
+
+    def left_out(self, p, now: int):
+        """``TailRead.left_out`` of the read, once read (the ranking asks only after its pool)."""
+        got = []
+
+        def gone(cids):
+            if not got:
+                got.append(self.get().left_out(p, now))
+            return got[0](cids)
+        return gone
+
+    def close(self) -> None:
+        if self.sent is not None:
+            sent, self.sent = self.sent, None
+            sent.rows()
 
 
 class Searcher:
@@ -114,28 +152,34 @@ class Searcher:
         PostgreSQL (tail.py): the ranking of the SQLite store's default searches. None when this node has no
         usable index for the tenant yet (or it is too far behind): the tables answer.
 
-        The read from PostgreSQL comes first, in the request's own worker: handing it to a pool to
-        overlap its network wait with the engine's search hid that wait from one search's latency (in
-        process at 100k units, p50 1.05x SQLite's with it, 1.25-1.35x without) but cost every search two
-        context switches, a future and their contention for the interpreter, which under load is what
-        bounds a node's searches/s (bench/README.md)."""
+        The tail's statement is sent before tantivy's query for the pool and its answer read after it, in the
+        request's own handler (``Tail``): the statement runs on PostgreSQL's server while the engine searches,
+        and its answer is usually there when the ranking needs it, read without waiting. (A read that waited
+        let the worker's other request handlers take the interpreter, and taking it back cost every search
+        more CPU than the statement did; handing the read to a pool to overlap it cost two context switches and
+        a future, which under load is what bounds a node's searches/s: bench/README.md.)"""
         readers = self.store.readers
         state, view = readers.state(tenant), readers.view(tenant)
         if view is None or not state or "n" not in state:
             return None
         now = int(time.time())
-        read, where = self.store.db.read_fresh(self.tail.read, tenant, state, now)
-        ranked, stats, unseen = self._rank_index(tenant, view, p, terms, now, read)
-        for _ in range(3):
-            # a commit since the view was loaded that this process could not load yet: read again
-            if not readers.moved(tenant, view):
-                break
-            state, newer = readers.state(tenant), readers.view(tenant)
-            if newer is None or newer is view or not state:
-                return None
-            view = newer
-            read, where = self.store.db.read_fresh(self.tail.read, tenant, state, now)
-            ranked, stats, unseen = self._rank_index(tenant, view, p, terms, now, read)
+        tail = Tail(self, tenant, state, now, early=True)
+        try:
+            ranked, stats, unseen = self._rank_index(tenant, view, p, terms, now, tail)
+            for _ in range(3):
+                # a commit since the view was loaded that this process could not load yet: read again
+                if not readers.moved(tenant, view):
+                    break
+                state, newer = readers.state(tenant), readers.view(tenant)
+                if newer is None or newer is view or not state:
+                    return None
+                view = newer
+                tail.close()
+                tail = Tail(self, tenant, state, now, early=False)
+                ranked, stats, unseen = self._rank_index(tenant, view, p, terms, now, tail)
+        finally:
+            tail.close()
+        read, where = tail.get(), tail.where
         if read.too_many:
             return None
         ryw = self.config.read_your_writes_ms > 0
@@ -153,22 +197,27 @@ class Searcher:
                 "freshness": {"replica_lag_ms": lag, "index_pending": pending_n}}
 
     def _rank_index(self, tenant: str, view, p, terms: list[str], now: int,
-                    read) -> tuple[list[Ranked], IndexStats, Unseen]:
+                    tail: Tail) -> tuple[list[Ranked], IndexStats, Unseen]:
         """The best k of the index and the tail's units (read-your-writes: ``fresh``, scored first with the
         index's statistics), ranked with threads as the SQLite store's default searches are
-        (readindex/threaded.py), leaving out of the index's what the tail ``read`` says is gone
-        (``TailRead.left_out``); and the tail's units left unscored."""
+        (readindex/threaded.py), leaving out of the index's what the tail's read says is gone
+        (``TailRead.left_out``); and the tail's units left unscored. The tail is read once the pool is
+        (``fresh``: its statement ran meanwhile)."""
         ryw = self.config.read_your_writes_ms > 0
         unknown = unknown_idf(view.ndocs) if ryw else 0.0     # a term only the tail holds weighs as in one unit
         idf = [view.idf(term) or unknown for term in terms]
         avgdl = index.mean_length(view, terms) if terms else 0.0
         bm25 = Bm25.of(idf, avgdl)
         unseen = Unseen()
-        fresh = self.tail.top(tenant, read, p, terms, bm25, now, unseen) if ryw and terms and not read.too_many else []
-        ranked = list(fresh)
+
+        def fresh() -> list[Ranked]:
+            read = tail.get()
+            return self.tail.top(tenant, read, p, terms, bm25, now, unseen) if ryw and terms and not read.too_many else []
         if terms and (all(idf) or p.operator == "or"):
-            ranked = threaded.best(view, p, terms, bm25.weights, now, read.left_out(p, now), self.naming, fresh)
-            read.refresh(ranked)
+            ranked = threaded.best(view, p, terms, bm25.weights, now, tail.left_out(p, now), self.naming, fresh)
+            tail.get().refresh(ranked)
+        else:
+            ranked = fresh()
         return ranked, IndexStats(bm25, Stats(idf, K1, B, avgdl, view.ndocs)), unseen
 
     def _live_days(self, tenant: str) -> int:

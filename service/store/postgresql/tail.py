@@ -10,6 +10,7 @@ a unit holds (content, terms) never changes for its CID, so each process fetches
 """
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -85,15 +86,18 @@ class TailReader:
         self.tokenizer = tokenizer
         self.texts = UnitTexts()
 
-    def read(self, conn, tenant: str, state: dict, now: int) -> TailRead:
-        """Where the tail is and the changes since the index's state, in one statement (one snapshot,
-        outside any transaction); only when there is a tail, its units' mutable fields (a later snapshot:
-        fresher, and a unit deleted meanwhile is gone), and what this process has not seen of them yet
-        (what a unit holds never changes for its CID, so any snapshot has it). An index that lacks nothing
-        costs its searches one light statement."""
-        args = {"tenant": tenant, "now": now, "low": state["low"], "after": state["n"],
+    def args(self, tenant: str, state: dict, now: int) -> dict:
+        return {"tenant": tenant, "now": now, "low": state["low"], "after": state["n"],
                 "limit": self.config.read_your_writes_max + 1, "changes": MAX_CHANGES + 1}
-        pos = conn.execute(sql("node_tail"), args).fetchone()
+
+    def read(self, conn, tenant: str, state: dict, now: int, pos: dict | None = None) -> TailRead:
+        """Where the tail is and the changes since the index's state, in one statement (one snapshot,
+        outside any transaction; ``pos``: its row when it was read already, ``sent``); only when there is a
+        tail, its units' mutable fields (a later snapshot: fresher, and a unit deleted meanwhile is gone), and
+        what this process has not seen of them yet (what a unit holds never changes for its CID, so any
+        snapshot has it). An index that lacks nothing costs its searches one light statement."""
+        if pos is None:
+            pos = conn.execute(sql("node_tail"), self.args(tenant, state, now)).fetchone()
         at, changes = pos["at"], pos["changes"]
         read = TailRead([], seq=pos["seq"], oldest_ms=pos["queued_ms"])
         if len(at) > self.config.read_your_writes_max or len(changes) > MAX_CHANGES:
@@ -116,6 +120,25 @@ class TailReader:
                 elif r["content"] is not None:
                     read.texts[r["cid"]] = r["content"]      # queued for the indexer: tokenized in ``top``
         return read
+
+    def send(self, db, tenant: str, state: dict, now: int):
+        """node_tail sent on the primary, its answer not waited for (``Db.send``): the search works meanwhile,
+        then ``finish``es the read. None when it could not be sent: ``read`` it then."""
+        return db.send("node_tail", self.args(tenant, state, now))
+
+    def finish(self, db, sent, tenant: str, state: dict, now: int) -> TailRead | None:
+        """The read whose node_tail was ``sent``: its answer, and when there is a tail the rest of ``read`` on the
+        primary (a later snapshot, as ``read`` reads it). None when the answer was not plainly read."""
+        got = sent.rows()
+        if not got:
+            return None
+        seq, queued_ms, changes, at = got[0]
+        pos = {"seq": int(seq), "queued_ms": None if queued_ms is None else int(queued_ms),
+               "changes": json.loads(changes), "at": json.loads(at)}
+        if not pos["at"] and len(pos["changes"]) <= MAX_CHANGES:
+            return self.read(None, tenant, state, now, pos)      # (no statement: nothing more to read)
+        read, where = db.read_fresh(self.read, tenant, state, now, pos)
+        return read if where == "primary" else None
 
     def top(self, tenant: str, read: TailRead, p, terms: list[str], bm25: Bm25, now: int,
             unseen: Unseen) -> list[Ranked]:
