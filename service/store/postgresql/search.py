@@ -45,7 +45,7 @@ class IndexStats:
     stats: Stats        # what the answer reports (explain)
 
 
-class Tail:
+class SearchTail:
     """One search's tail read (tail.py): its statement sent at once when ``early`` (``TailReader.send``), read
     when the ranking first needs it (``get``), the ordinary way when it could not be sent or its answer was not
     plainly read; ``close`` gives back a connection a search that failed first still held."""
@@ -153,8 +153,8 @@ class Searcher:
         usable index for the tenant yet (or it is too far behind): the tables answer.
 
         The tail's statement is sent before tantivy's query for the pool and its answer read after it, in the
-        request's own handler (``Tail``): the statement runs on PostgreSQL's server while the engine searches,
-        and its answer is usually there when the ranking needs it, read without waiting. (A read that waited
+        request's own handler (``SearchTail``): the statement runs on PostgreSQL's server while the engine
+        searches, and its answer is usually there when the ranking needs it, read without waiting. (A read that waited
         let the worker's other request handlers take the interpreter, and taking it back cost every search
         more CPU than the statement did; handing the read to a pool to overlap it cost two context switches and
         a future, which under load is what bounds a node's searches/s: bench/README.md.)"""
@@ -163,7 +163,7 @@ class Searcher:
         if view is None or not state or "n" not in state:
             return None
         now = int(time.time())
-        tail = Tail(self, tenant, state, now, early=True)
+        tail = SearchTail(self, tenant, state, now, early=True)
         try:
             ranked, stats, unseen = self._rank_index(tenant, view, p, terms, now, tail)
             for _ in range(3):
@@ -175,7 +175,7 @@ class Searcher:
                     return None
                 view = newer
                 tail.close()
-                tail = Tail(self, tenant, state, now, early=False)
+                tail = SearchTail(self, tenant, state, now, early=False)
                 ranked, stats, unseen = self._rank_index(tenant, view, p, terms, now, tail)
         finally:
             tail.close()
@@ -197,7 +197,7 @@ class Searcher:
                 "freshness": {"replica_lag_ms": lag, "index_pending": pending_n}}
 
     def _rank_index(self, tenant: str, view, p, terms: list[str], now: int,
-                    tail: Tail) -> tuple[list[Ranked], IndexStats, Unseen]:
+                    tail: SearchTail) -> tuple[list[Ranked], IndexStats, Unseen]:
         """The best k of the index and the tail's units (read-your-writes: ``fresh``, scored first with the
         index's statistics), ranked with threads as the SQLite store's default searches are
         (readindex/threaded.py), leaving out of the index's what the tail's read says is gone
