@@ -255,7 +255,7 @@ class Db:
         if self.primary_down():
             return None
         try:
-            conn = self.search_pool.getconn(timeout=0.05)
+            conn = self.search_pool.getconn(timeout=0.001)     # (a free one, or soon: else the ordinary read)
         except PoolTimeout:
             return None
         try:
