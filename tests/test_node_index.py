@@ -183,6 +183,47 @@ def test_the_tail_statement_is_sent_before_the_engine_searches_and_read_after(no
     assert all_given_back(app_state(b).store.db.search_pool)
 
 
+def test_while_the_tenant_is_unchanged_a_search_asks_only_its_version(nodes, monkeypatch):
+    """node_tail's answer is kept with the tenant's version it was read at: while no push, delete, forget or
+    index commit of the tenant moves the version, a search asks for the version alone; after one on any node,
+    the next search reads node_tail again and sees it."""
+    from service.store.postgresql import connections, tail as tail_module
+    a, b = nodes()
+    kept, doomed = push(a, "skua one", "skua two")
+    drain(a)
+    drain(b)
+    asked: list[str] = []
+    real_send, real_sql = connections.Db.send, tail_module.sql
+
+    def send(db, name, args):
+        asked.append(name)
+        return real_send(db, name, args)
+
+    def sql(name):
+        asked.append(name)
+        return real_sql(name)
+    monkeypatch.setattr(connections.Db, "send", send)
+    monkeypatch.setattr(tail_module, "sql", sql)
+
+    def searched(query):
+        asked.clear()
+        found = cids(search(b, query))
+        return found, list(asked)
+    found, statements = searched("skua")
+    assert sorted(found) == sorted([kept, doomed]) and statements == ["node_tail"]
+    found, statements = searched("skua")
+    assert sorted(found) == sorted([kept, doomed]) and statements == ["tenant_version"]
+    [new] = push(a, "skua three")                           # on the other node
+    found, statements = searched("skua")
+    assert new in found and statements == ["tenant_version", "node_tail", "node_tail_rows", "node_tail_texts"]
+    assert b.test_client().delete(f"/mcp/units/{doomed}").status_code == 200   # on this node
+    found, statements = searched("skua")
+    assert doomed not in found and new in found and statements[:2] == ["tenant_version", "node_tail"]
+    drain(a)                                                # an index commit: the queue's oldest moves
+    assert searched("skua")[1][:2] == ["tenant_version", "node_tail"]
+    assert searched("skua")[1] in (["tenant_version"], ["tenant_version", "node_tail_rows"])
+
+
 def all_given_back(pool, timeout: float = 5.0) -> bool:
     """Whether every connection of the pool is back in it (a closed one replaced), waiting for the pool's
     own replacement of one at most ``timeout``."""

@@ -590,7 +590,9 @@ WHERE c.tenant = %(tenant)s AND c.cid = ANY(%(cids)s) AND c.expires_at > %(now)s
 -- the units table, even for no row, opens its every day's partition and index (a generic plan cannot
 -- prune partitions by a day it reads from another table): two thirds of this statement's cost, and paid by
 -- every search of an index that lacks nothing. `expires_at + 0` keeps the catalog read on catalog_seq (the
--- expiry index holds every unit). The plans' shape is pinned by tests/test_node_index.py.
+-- expiry index holds every unit). The plans' shape is pinned by tests/test_node_index.py. And the tenant's
+-- version in the same snapshot (tenant_version): while it stays the same, this answer does (a process keeps
+-- it and asks only tenant_version, service/store/postgresql/tail.py).
 WITH t AS (
     (SELECT seq, cid, day FROM catalog
      WHERE tenant = %(tenant)s AND seq >= %(low)s AND expires_at + 0 > %(now)s ORDER BY seq LIMIT %(limit)s)
@@ -604,7 +606,9 @@ ch AS (
 SELECT coalesce((SELECT last_seq FROM tenants WHERE tenant = %(tenant)s), 0) AS seq,
        (SELECT pushed_ms FROM pending WHERE tenant = %(tenant)s ORDER BY seq LIMIT 1) AS queued_ms,
        (SELECT coalesce(json_agg(uri ORDER BY n), '[]') FROM ch) AS changes,
-       (SELECT coalesce(json_agg(json_build_array(t.seq, t.cid, t.day) ORDER BY t.seq), '[]') FROM t) AS at;
+       (SELECT coalesce(json_agg(json_build_array(t.seq, t.cid, t.day) ORDER BY t.seq), '[]') FROM t) AS at,
+       coalesce((SELECT version FROM tenants WHERE tenant = %(tenant)s), 0)
+       + coalesce((SELECT version FROM index_marks WHERE tenant = %(tenant)s), 0) AS version;
 
 -- name: node_tail_rows
 -- The tail units' mutable fields (node_tail says where they are: seq, cid, day), in seq order, each looked

@@ -150,7 +150,8 @@ class Db:
                                           open=False, timeout=5.0, reconnect_timeout=3600, name="search")
         self.search_pool.open(wait=True, timeout=15)
         self.standby = Standby(config.store_replica, config) if config.store_replica else None
-        self._prepared: weakref.WeakSet = weakref.WeakSet()     # search pool connections ``send`` prepared on
+        # search pool connection -> the statements ``send`` prepared on it
+        self._prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def write(self, fn, *args):
         """``fn(conn, *args)`` in one primary transaction; PostgreSQL down or failing is a 503."""
@@ -261,12 +262,13 @@ class Db:
         try:
             pg = conn.pgconn
             statement, names, text = prepared_form(name)
-            if conn not in self._prepared:
+            prepared = self._prepared.setdefault(conn, set())
+            if name not in prepared:
                 res = pg.prepare(statement.encode(), text.encode())
                 # (42P05: prepared already, before a failure made this process forget it)
                 if res.status != pq.ExecStatus.COMMAND_OK and res.error_field(SQLSTATE) != b"42P05":
                     raise psycopg.OperationalError(res.get_error_message())
-                self._prepared.add(conn)
+                prepared.add(name)
             pg.send_query_prepared(statement.encode(), [str(args[n]).encode() for n in names])
             while pg.flush():
                 _wait(pg, select.POLLOUT)
@@ -279,7 +281,7 @@ class Db:
         """A connection ``send`` took back to the search pool; after a failure prepared again at its next
         ``send``, and closed unless idle (a statement still under way: the pool replaces it)."""
         if not ok:
-            self._prepared.discard(conn)
+            self._prepared.pop(conn, None)
             if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
                 conn.close()
         self.search_pool.putconn(conn)

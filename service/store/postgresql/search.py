@@ -53,7 +53,7 @@ class SearchTail:
     def __init__(self, searcher: "Searcher", tenant: str, state: dict, now: int, early: bool):
         self.searcher, self.tenant, self.state, self.now = searcher, tenant, state, now
         db = searcher.store.db
-        self.sent = searcher.tail.send(db, tenant, state, now) if early else None
+        self.sent, self.known = searcher.tail.send(db, tenant, state, now) if early else (None, None)
         self.read: TailRead | None = None
         self.where = "primary"
 
@@ -61,7 +61,7 @@ class SearchTail:
         if self.read is None:
             db, reader, sent = self.searcher.store.db, self.searcher.tail, self.sent
             self.sent = None
-            read = reader.finish(db, sent, self.tenant, self.state, self.now) if sent is not None else None
+            read = reader.finish(db, sent, self.known, self.tenant, self.state, self.now) if sent else None
             if read is None:
                 read, self.where = db.read_fresh(reader.read, self.tenant, self.state, self.now)
             self.read = read

@@ -24,6 +24,7 @@ from ..filters import passes
 from .queries import sql
 
 MAX_CHANGES = 5000          # changes a search reads past the index's state; more: the tables answer instead
+MAX_KNOWN = 4096            # tenants whose last node_tail answer a process keeps
 
 
 class UnitTexts:
@@ -81,10 +82,21 @@ class TailRead:
 
 
 class TailReader:
+    """A process's default searches' reads from PostgreSQL besides the node's index. node_tail's last answer
+    per tenant is kept with the tenant's version it was read at (``known``): while the version (every push,
+    delete, forget, index and purge commit of the tenant, ``tenant_version``) and the node's state stay the
+    same, so does that answer, and a search asks PostgreSQL for the version alone."""
+
     def __init__(self, config, tokenizer):
         self.config = config
         self.tokenizer = tokenizer
         self.texts = UnitTexts()
+        self.known: dict[str, tuple[tuple, int, dict]] = {}     # tenant -> ((low, after), version, node_tail's row)
+
+    def _keep(self, tenant: str, state: dict, pos: dict) -> None:
+        if len(self.known) >= MAX_KNOWN and tenant not in self.known:
+            self.known.pop(next(iter(self.known)), None)
+        self.known[tenant] = ((state["low"], state["n"]), int(pos["version"]), pos)
 
     def args(self, tenant: str, state: dict, now: int) -> dict:
         return {"tenant": tenant, "now": now, "low": state["low"], "after": state["n"],
@@ -98,6 +110,7 @@ class TailReader:
         snapshot has it). An index that lacks nothing costs its searches one light statement."""
         if pos is None:
             pos = conn.execute(sql("node_tail"), self.args(tenant, state, now)).fetchone()
+            self._keep(tenant, state, pos)
         at, changes = pos["at"], pos["changes"]
         read = TailRead([], seq=pos["seq"], oldest_ms=pos["queued_ms"])
         if len(at) > self.config.read_your_writes_max or len(changes) > MAX_CHANGES:
@@ -123,18 +136,29 @@ class TailReader:
 
     def send(self, db, tenant: str, state: dict, now: int):
         """node_tail sent on the primary, its answer not waited for (``Db.send``): the search works meanwhile,
-        then ``finish``es the read. None when it could not be sent: ``read`` it then."""
-        return db.send("node_tail", self.args(tenant, state, now))
+        then ``finish``es the read; only tenant_version when node_tail's answer at the node's state is ``known``.
+        (the statement sent or None when it could not be, the answer known): ``read`` it then."""
+        known = self.known.get(tenant)
+        if known is not None and known[0] == (state["low"], state["n"]):
+            return db.send("tenant_version", {"tenant": tenant}), known
+        return db.send("node_tail", self.args(tenant, state, now)), None
 
-    def finish(self, db, sent, tenant: str, state: dict, now: int) -> TailRead | None:
-        """The read whose node_tail was ``sent``: its answer, and when there is a tail the rest of ``read`` on the
-        primary (a later snapshot, as ``read`` reads it). None when the answer was not plainly read."""
+    def finish(self, db, sent, known, tenant: str, state: dict, now: int) -> TailRead | None:
+        """The read whose statement was ``sent``: node_tail's answer (``known`` while the tenant's version is
+        the one it was read at), and when there is a tail the rest of ``read`` on the primary (a later
+        snapshot, as ``read`` reads it). None when the answer was not plainly read, or the version moved."""
         got = sent.rows()
         if not got:
             return None
-        seq, queued_ms, changes, at = got[0]
-        pos = {"seq": int(seq), "queued_ms": None if queued_ms is None else int(queued_ms),
-               "changes": json.loads(changes), "at": json.loads(at)}
+        if known is not None:
+            if int(got[0][0]) != known[1]:
+                return None             # (a change since: node_tail, the ordinary way)
+            pos = known[2]
+        else:
+            seq, queued_ms, changes, at, version = got[0]
+            pos = {"seq": int(seq), "queued_ms": None if queued_ms is None else int(queued_ms),
+                   "changes": json.loads(changes), "at": json.loads(at), "version": int(version)}
+            self._keep(tenant, state, pos)
         if not pos["at"] and len(pos["changes"]) <= MAX_CHANGES:
             return self.read(None, tenant, state, now, pos)      # (no statement: nothing more to read)
         read, where = db.read_fresh(self.read, tenant, state, now, pos)
