@@ -375,19 +375,12 @@ def test_readiness_and_metrics_show_each_nodes_lag(nodes):
 
 
 def generic_plan(conn, name: str, args: dict, types: dict) -> str:
-    """The plan PostgreSQL keeps for a named statement on the search pool's connections (prepared, generic)."""
-    import re
-
+    """The plan PostgreSQL keeps for a named statement on the search pool's connections (prepared, generic;
+    in the form ``Db.send`` prepares it)."""
     import psycopg.sql
 
-    from service.store.postgresql.queries import sql
-    names: list[str] = []
-
-    def number(m):
-        if m.group(1) not in names:
-            names.append(m.group(1))
-        return f"${names.index(m.group(1)) + 1}"
-    text = re.sub(r"%\((\w+)\)s", number, sql(name))
+    from service.store.postgresql.connections import prepared_form
+    _, names, text = prepared_form(name)
     conn.execute("SET plan_cache_mode = force_generic_plan")
     conn.execute(f"PREPARE p_{name}({', '.join(types[n] for n in names)}) AS {text}")
     call = psycopg.sql.SQL("EXECUTE p_{}({})").format(psycopg.sql.SQL(name), psycopg.sql.SQL(", ").join(
