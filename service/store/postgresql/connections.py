@@ -1,7 +1,7 @@
 """PostgreSQL's connections and failover (docs/design.md §5.2 "Where reads go"; docs/postgresql.md, "Failover"): as
 service/store/sqlite/connections.py is for SQLite's files. Per process, three pools: the primary's (writes, strong
 searches, the tables; a connection is checked as it leaves it), the search pool's (a default search's tail read:
-one statement, generic plans, no check round trip) and the standby's (service/store/postgresql/standby.py). A
+one statement, generic plans, no check round trip; sent ahead and read later, ``send``) and the standby's (service/store/postgresql/standby.py). A
 primary that fails is down for a second: requests then fail at once (503 + Retry-After), and one a second tries
 it again.
 """
