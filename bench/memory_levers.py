@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from common import machine, write_json
-from memory import DEFAULT_DATA, DEV, anchor, load, pushes, questions, score
+from memory import DEFAULT_DATA, DEV, anchor, load, pushes, questions, recall, score
 
 K1, B = 1.2, 0.75
 FEATS = ("own", "thread", "second", "near1", "near2", "asked", "named", "length", "cov", "wcov", "tdoc", "tcov")
@@ -290,7 +290,8 @@ def _logistic(data: dict, sids, feats: list[str], products: bool, l2: float = 1e
     """A scorer fitted on ``sids``: standardised features, L2-regularised logistic regression (full-batch
     gradient descent), a candidate's label whether it is evidence of its question."""
     X = np.vstack([_design(o, feats, products) for s in sids for o in data[s] if len(o.X)])
-    y = np.concatenate([[d in set(o.q["evidence"]) for d in o.dias] for s in sids for o in data[s] if len(o.X)])
+    y = np.concatenate([[d in evidence for d in o.dias] for s in sids for o in data[s] if len(o.X)
+                        for evidence in [set(o.q["evidence"])]])
     mu, sd = X.mean(0), X.std(0) + 1e-9
     Z, y = (X - mu) / sd, y.astype(float)
     w, b = np.zeros(Z.shape[1]), 0.0
@@ -381,7 +382,6 @@ def other_levers(convs: dict) -> dict:
 def ceiling(data: dict) -> dict:
     """The share of the evidence the candidates hold at all (the pool and the neighbors pulled in): what no
     ordering of them can exceed."""
-    from memory import recall
     held = [recall(list(o.dias), o.q["evidence"], max(1, len(o.dias))) for qs in data.values() for o in qs]
     return {"R@5": round(float(np.mean(held)), 3), "R@10": round(float(np.mean(held)), 3)}
 

@@ -309,10 +309,9 @@ HAN_FIELD = 0.5        # the Han characters field's weight (bench/README, "Agent
 def run_bm25s_han_field(corpus, queries, overrides: dict) -> tuple[dict, dict]:
     """The service's tokens, and each text's Han characters as a second field at HAN_FIELD: the lever issue 48
     found for Chinese memory, measured on documents (not in the service)."""
-    import re
+    from memory_levers import HAN as han         # (the lever's characters, as bench/memory_levers.py measures it)
     from service.ranking.bm25 import B, K1
     from service.tokenize import Tokenizer
-    han = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
     tok = Tokenizer()
     texts = [content_of(title, text) for _, title, text in corpus]
     docs, qs = [tok.tokens(t) for t in texts], [tok.query_terms(text) for _, text in queries]
